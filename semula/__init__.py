@@ -1,0 +1,3 @@
+"""semula: an OpenAI-compatible server that records and replays LLM calls."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from semula.cli import main
+
+main()

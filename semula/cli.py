@@ -1,0 +1,204 @@
+"""The semula command line: serve, migrate, and the operator's project and token commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from semula.config import ConfigError, Settings
+from semula.errors import SemulaError
+from semula.service import CLI, Context
+
+EXIT_ERROR, EXIT_USAGE = 1, 2
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@contextmanager
+def local_context() -> Iterator[Context]:
+    """A service context on the configured database, acting as the operator (`cli`)."""
+    from semula.db import connect
+    from semula.migrate import migrate
+
+    settings = load_settings()
+    store = connect(settings.database_url, pool_size=2)
+    try:
+        migrate(store)
+        yield Context(store, settings, CLI)
+    except SemulaError as exc:
+        raise click.ClickException(exc.message) from None
+    finally:
+        store.close()
+
+
+def emit(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+@click.group()
+@click.version_option(package_name="semula")
+def main() -> None:
+    """semula records and replays OpenAI chat completions."""
+
+
+@main.command()
+def migrate() -> None:
+    """Apply pending database migrations (also done by `semula serve`)."""
+    from semula.db import connect
+    from semula.migrate import migrate as run
+
+    settings = load_settings()
+    store = connect(settings.database_url, pool_size=1)
+    try:
+        applied = run(store)
+    finally:
+        store.close()
+    click.echo(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
+
+
+@main.command()
+@click.option(
+    "--dev",
+    is_flag=True,
+    help="Local development: 127.0.0.1 only, auth off, project 'default' in record mode.",
+)
+@click.option("--port", type=int, default=None, help="Port to listen on (default 8080).")
+@click.option("--bind", default=None, help="HOST:PORT to listen on (default SEMULA_BIND, 127.0.0.1:8080).")
+@click.option(
+    "--workers", type=int, default=None, help="gunicorn worker processes (default SEMULA_WORKERS, 2)."
+)
+def serve(dev: bool, port: int | None, bind: str | None, workers: int | None) -> None:
+    """Run the server: gunicorn with gevent workers, after migrating the database."""
+    if dev:
+        os.environ["SEMULA_AUTH"] = "off"
+        os.environ["SEMULA_HOSTED"] = "off"
+        bind = f"127.0.0.1:{port or 8080}"
+    elif port is not None and bind is None:
+        bind = f"{load_settings().bind.rsplit(':', 1)[0]}:{port}"
+    if bind:
+        os.environ["SEMULA_BIND"] = bind
+    if workers:
+        os.environ["SEMULA_WORKERS"] = str(workers)
+    with local_context() as ctx:
+        if dev:
+            from semula.service import projects
+
+            projects.ensure(ctx, "default", mode="record")
+        settings = ctx.settings
+    click.echo(f"semula serving on http://{settings.bind} ({settings.workers} gevent workers)", err=True)
+    sys.stderr.flush()
+    argv = [sys.executable, "-m", "gunicorn", "-c", "python:semula.gunicorn_conf"]
+    os.execv(sys.executable, argv)
+
+
+@main.group()
+def project() -> None:
+    """Create, list, show and change projects (operator, on the local database)."""
+
+
+def parse_assignments(pairs: tuple[str, ...]) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise click.UsageError(f"expected KEY=VALUE, got {pair!r}")
+        try:
+            settings[key] = json.loads(raw)
+        except ValueError:
+            settings[key] = raw
+    return settings
+
+
+@project.command("create")
+@click.argument("name")
+@click.argument("settings", nargs=-1)
+def project_create(name: str, settings: tuple[str, ...]) -> None:
+    """Create project NAME, optionally with KEY=VALUE settings (values are JSON or text)."""
+    from semula.service import projects
+
+    with local_context() as ctx:
+        emit(projects.create(ctx, {"name": name, **parse_assignments(settings)}))
+
+
+@project.command("list")
+def project_list() -> None:
+    """List the projects."""
+    from semula.service import projects
+
+    with local_context() as ctx:
+        for p in projects.list_projects(ctx, limit=1000)["data"]:
+            click.echo(f"{p['name']}\t{p['mode']}\t{p['id']}")
+
+
+@project.command("show")
+@click.argument("name")
+def project_show(name: str) -> None:
+    """Show project NAME and its settings."""
+    from semula.service import projects
+
+    with local_context() as ctx:
+        emit(projects.get(ctx, name))
+
+
+@project.command("set")
+@click.argument("name")
+@click.argument("settings", nargs=-1, required=True)
+def project_set(name: str, settings: tuple[str, ...]) -> None:
+    """Change settings of project NAME: KEY=VALUE ... (values are JSON or text)."""
+    from semula.service import projects
+
+    with local_context() as ctx:
+        emit(projects.update(ctx, name, parse_assignments(settings)))
+
+
+@main.group()
+def token() -> None:
+    """Create, list and revoke API tokens (operator, on the local database)."""
+
+
+@token.command("create")
+@click.option("--role", type=click.Choice(["viewer", "editor", "admin"]), required=True)
+@click.option("--scope", type=click.Choice(["replay", "record", "full"]), default="full", show_default=True)
+@click.option("--project", default=None, help="Bind the token to this project only.")
+@click.option("--name", default="", help="A label to recognise the token by.")
+def token_create(role: str, scope: str, project: str | None, name: str) -> None:
+    """Create a token. The secret is printed once, here, and is not stored."""
+    from semula.service import tokens
+
+    with local_context() as ctx:
+        out = tokens.create(ctx, {"role": role, "scope": scope, "project": project, "name": name})
+    click.echo(f"{out['id']}\t{out['role']}\t{out['scope']}\t{out['project'] or '-'}", err=True)
+    click.echo(out["token"])
+
+
+@token.command("list")
+def token_list() -> None:
+    """List tokens (never their secrets)."""
+    from semula.service import tokens
+
+    with local_context() as ctx:
+        for t in tokens.list_tokens(ctx, limit=1000)["data"]:
+            state = "revoked" if t["revoked"] else "active"
+            click.echo(f"{t['id']}\t{t['role']}\t{t['scope']}\t{t['project'] or '-'}\t{state}\t{t['name']}")
+
+
+@token.command("revoke")
+@click.argument("token_id")
+def token_revoke(token_id: str) -> None:
+    """Revoke token TOKEN_ID at once."""
+    from semula.service import tokens
+
+    with local_context() as ctx:
+        tokens.revoke(ctx, token_id)
+    click.echo(f"revoked {token_id}")

@@ -1,0 +1,149 @@
+"""Settings from SEMULA_* environment variables, read once at start and validated."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+MAX_RECORD_TIMEOUT = 3600
+
+
+class ConfigError(Exception):
+    """A SEMULA_* variable has a value semula cannot use; the message names it."""
+
+
+def _bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "on", "true", "yes"):
+        return True
+    if value in ("0", "off", "false", "no", ""):
+        return False
+    raise ConfigError(f"{name} must be on or off, not {raw!r}")
+
+
+def _number(kind: Callable[[str], Any], low: float, high: float) -> Callable[[str, str], Any]:
+    def parse(name: str, raw: str) -> Any:
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be a number, not {raw!r}") from None
+        if not low <= value <= high:
+            raise ConfigError(f"{name} must be between {low} and {high}, not {raw!r}")
+        return value
+
+    return parse
+
+
+def _database_url(name: str, raw: str) -> str:
+    if raw.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        return raw
+    # Never echo the value: a database URL can carry a password.
+    raise ConfigError(f"{name} must start with sqlite:/// or postgresql://")
+
+
+def _http_url(name: str, raw: str) -> str:
+    if raw.startswith(("http://", "https://")):
+        return raw.rstrip("/")
+    raise ConfigError(f"{name} must be an http(s) URL")
+
+
+def _argv(name: str, raw: str) -> list[str]:
+    try:
+        argv = json.loads(raw)
+    except ValueError:
+        argv = None
+    if not (isinstance(argv, list) and argv and all(isinstance(a, str) and a for a in argv)):
+        # The command is a secret: say what is wrong with it, never what it is.
+        raise ConfigError(f"{name} must be a JSON array of non-empty strings (the argv)")
+    return argv
+
+
+def _env_names(name: str, raw: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in raw.split(",") if n.strip())
+    for n in names:
+        if n.upper().startswith("SEMULA_"):
+            raise ConfigError(f"{name} may not name SEMULA_ variables ({n})")
+        if not n.replace("_", "").isalnum():
+            raise ConfigError(f"{name} must be a comma list of variable names")
+    return names
+
+
+def _choice(*options: str) -> Callable[[str, str], str]:
+    def parse(name: str, raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in options:
+            raise ConfigError(f"{name} must be one of {', '.join(options)}, not {raw!r}")
+        return value
+
+    return parse
+
+
+def _text(name: str, raw: str) -> str:
+    return raw
+
+
+def setting(env: str, default: Any, parse: Callable[[str, str], Any] = _text, *, secret: bool = False) -> Any:
+    return field(default=default, repr=not secret, metadata={"env": env, "parse": parse, "secret": secret})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Server configuration; secrets are repr=False and never printed."""
+
+    database_url: str = setting("SEMULA_DATABASE_URL", "sqlite:///./semula.db", _database_url, secret=True)
+    auth: bool = setting("SEMULA_AUTH", True, _bool)
+    hosted: bool = setting("SEMULA_HOSTED", False, _bool)
+    bind: str = setting("SEMULA_BIND", "127.0.0.1:8080")
+    workers: int = setting("SEMULA_WORKERS", 2, _number(int, 1, 64))
+    worker_connections: int = setting("SEMULA_WORKER_CONNECTIONS", 10000, _number(int, 10, 100000))
+    keepalive: int = setting("SEMULA_KEEPALIVE", 5, _number(int, 0, 300))
+    poll_interval: float = setting("SEMULA_POLL_INTERVAL", 0.2, _number(float, 0.01, 10))
+    max_body_bytes: int = setting("SEMULA_MAX_BODY_BYTES", 8 * 1024 * 1024, _number(int, 1024, 1 << 30))
+    log_retention_days: int = setting("SEMULA_LOG_RETENTION_DAYS", 14, _number(int, 1, 3650))
+    log_level: str = setting("SEMULA_LOG_LEVEL", "info", _choice("debug", "info", "warning", "error"))
+    db_pool_size: int = setting("SEMULA_DB_POOL_SIZE", 10, _number(int, 1, 200))
+    upstream_key: str | None = setting("SEMULA_UPSTREAM_KEY", None, secret=True)
+    upstream_url: str = setting("SEMULA_UPSTREAM_URL", "https://api.openai.com/v1", _http_url, secret=True)
+    upstream_timeout: float = setting("SEMULA_UPSTREAM_TIMEOUT", 120.0, _number(float, 1, 3600))
+    upstream_tenants: bool = setting("SEMULA_UPSTREAM_TENANTS", False, _bool)
+    answerer_command: list[str] | None = setting("SEMULA_ANSWERER_COMMAND", None, _argv, secret=True)
+    answerer_url: str | None = setting("SEMULA_ANSWERER_URL", None, _http_url, secret=True)
+    answerer_bearer: str | None = setting("SEMULA_ANSWERER_BEARER", None, secret=True)
+    answerer_env: tuple[str, ...] = setting("SEMULA_ANSWERER_ENV", (), _env_names)
+    answerer_timeout: float = setting("SEMULA_ANSWERER_TIMEOUT", 120.0, _number(float, 1, 3600))
+    answerer_concurrency: int = setting("SEMULA_ANSWERER_CONCURRENCY", 2, _number(int, 1, 64))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read every SEMULA_* variable; raise ConfigError naming the first bad one."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = environ.get(f.metadata["env"])
+            if raw is not None and raw != "":
+                values[f.name] = f.metadata["parse"](f.metadata["env"], raw)
+        settings = cls(**values)
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        if self.answerer_command and self.answerer_url:
+            raise ConfigError("set SEMULA_ANSWERER_COMMAND or SEMULA_ANSWERER_URL, not both")
+        if self.hosted and not self.auth:
+            raise ConfigError(
+                "SEMULA_AUTH=off is a local development switch and is refused with SEMULA_HOSTED=on"
+            )
+
+    def secrets(self) -> tuple[str, ...]:
+        """Values that must never reach a response, a log line or the database."""
+        values = [self.upstream_key, self.answerer_url, self.answerer_bearer]
+        if self.answerer_command:
+            values += [json.dumps(self.answerer_command), " ".join(self.answerer_command)]
+        return tuple(v for v in values if v and len(v) >= 8)
+
+    @property
+    def answerer_configured(self) -> bool:
+        return bool(self.answerer_command or self.answerer_url)

@@ -1,0 +1,78 @@
+"""Storage: the only package that knows SQLite from PostgreSQL.
+
+`connect(url)` returns a Store. Every statement is a named query from queries.sql,
+shared by both dialects; parameters are written `:name`. Driver errors are
+translated to the exceptions below, so callers never import sqlite3 or psycopg.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from importlib import resources
+from typing import Any, Protocol
+
+Row = dict[str, Any]
+
+
+class DatabaseError(Exception):
+    """The database refused or failed a statement."""
+
+
+class UniqueViolation(DatabaseError):
+    """A row with the same unique key exists already."""
+
+
+class Busy(DatabaseError):
+    """The database stayed locked by another writer for longer than the busy timeout."""
+
+
+class Unavailable(DatabaseError):
+    """The database cannot be reached."""
+
+
+def load_queries(text: str) -> dict[str, str]:
+    """Split queries.sql on `-- name: x` headers into {name: sql}."""
+    queries: dict[str, str] = {}
+    for match in re.finditer(r"^-- name: (\w+)\n(.*?)(?=^-- name: |\Z)", text, re.S | re.M):
+        body = "\n".join(line for line in match.group(2).splitlines() if not line.lstrip().startswith("--"))
+        queries[match.group(1)] = body.strip().rstrip(";")
+    return queries
+
+
+QUERIES = load_queries(resources.files(__package__).joinpath("queries.sql").read_text())
+
+
+class Tx(Protocol):
+    """One connection inside one transaction (or in autocommit, for the Store's own calls)."""
+
+    def one(self, name: str, /, **params: Any) -> Row | None: ...
+    def all(self, name: str, /, **params: Any) -> list[Row]: ...
+    def run(self, name: str, /, **params: Any) -> int: ...
+    def script(self, sql: str) -> None: ...
+
+
+class Store(Protocol):
+    dialect: str
+
+    def one(self, name: str, /, **params: Any) -> Row | None: ...
+    def all(self, name: str, /, **params: Any) -> list[Row]: ...
+    def run(self, name: str, /, **params: Any) -> int: ...
+    def transaction(self, workspace_id: str | None = None) -> AbstractContextManager[Tx]: ...
+    def migration_transaction(self) -> AbstractContextManager[Tx]: ...
+    def iterate(self, name: str, /, batch: int = 500, **params: Any) -> Iterator[Row]: ...
+    def close(self) -> None: ...
+
+
+def connect(url: str, *, pool_size: int = 10) -> Store:
+    """Open a Store for a sqlite:/// or postgresql:// URL."""
+    if url.startswith("sqlite:///"):
+        from semula.db.sqlite import SQLiteStore
+
+        return SQLiteStore(url.removeprefix("sqlite:///"), pool_size=pool_size)
+    if url.startswith(("postgresql://", "postgres://")):
+        from semula.db.postgres import PostgresStore
+
+        return PostgresStore(url, pool_size=pool_size)
+    raise ValueError("database URL must start with sqlite:/// or postgresql://")

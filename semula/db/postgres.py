@@ -1,0 +1,123 @@
+"""The PostgreSQL driver: psycopg 3 with a connection pool (gevent-aware from psycopg 3.1.14)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import psycopg.errors
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from semula.db import QUERIES, DatabaseError, Row, Unavailable, UniqueViolation
+
+# Any fixed 64-bit number: every semula process migrating one database takes the same lock.
+MIGRATION_LOCK = 0x53454D554C41
+
+
+def to_psycopg(sql: str) -> str:
+    """Rewrite `:name` parameters as `%(name)s` (and escape literal percent signs)."""
+    return re.sub(r"(?<![:\w]):([A-Za-z_]\w*)", r"%(\1)s", sql.replace("%", "%%"))
+
+
+PG_QUERIES = {name: to_psycopg(sql) for name, sql in QUERIES.items()}
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    try:
+        yield
+    except psycopg.errors.UniqueViolation as exc:
+        raise UniqueViolation(exc.diag.message_primary or "unique violation") from exc
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise Unavailable(type(exc).__name__) from exc
+    except psycopg.Error as exc:
+        raise DatabaseError(exc.diag.message_primary if hasattr(exc, "diag") else type(exc).__name__) from exc
+
+
+class _Conn:
+    def __init__(self, raw: psycopg.Connection):
+        self.raw = raw
+
+    def _execute(self, name: str, params: dict[str, Any]) -> psycopg.Cursor:
+        return self.raw.execute(PG_QUERIES[name], params)
+
+    def one(self, name: str, /, **params: Any) -> Row | None:
+        with _translated():
+            return self._execute(name, params).fetchone()
+
+    def all(self, name: str, /, **params: Any) -> list[Row]:
+        with _translated():
+            return self._execute(name, params).fetchall()
+
+    def run(self, name: str, /, **params: Any) -> int:
+        with _translated():
+            return self._execute(name, params).rowcount
+
+    def script(self, sql: str) -> None:
+        with _translated():
+            self.raw.execute(sql)
+
+
+class PostgresStore:
+    dialect = "postgresql"
+
+    def __init__(self, url: str, *, pool_size: int = 10):
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            open=False,
+            timeout=30,
+        )
+        with _translated():
+            self._pool.open(wait=True, timeout=10)
+
+    @contextmanager
+    def _conn(self) -> Iterator[_Conn]:
+        with _translated(), self._pool.connection() as raw:
+            yield _Conn(raw)
+
+    def one(self, name: str, /, **params: Any) -> Row | None:
+        with self._conn() as conn:
+            return conn.one(name, **params)
+
+    def all(self, name: str, /, **params: Any) -> list[Row]:
+        with self._conn() as conn:
+            return conn.all(name, **params)
+
+    def run(self, name: str, /, **params: Any) -> int:
+        with self._conn() as conn:
+            return conn.run(name, **params)
+
+    @contextmanager
+    def transaction(self, workspace_id: str | None = None) -> Iterator[_Conn]:
+        with self._conn() as conn, _translated(), conn.raw.transaction():
+            if workspace_id is not None:
+                conn.raw.execute("SELECT set_config('semula.workspace_id', %s, true)", (workspace_id,))
+            yield conn
+
+    @contextmanager
+    def migration_transaction(self) -> Iterator[_Conn]:
+        with self.transaction() as conn:
+            with _translated():
+                conn.raw.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            yield conn
+
+    def iterate(self, name: str, /, batch: int = 500, **params: Any) -> Iterator[Row]:
+        with (
+            self._conn() as conn,
+            _translated(),
+            conn.raw.transaction(),
+            conn.raw.cursor(name="semula_iter") as cursor,
+        ):
+            cursor.itersize = batch
+            cursor.execute(PG_QUERIES[name], params)
+            yield from cursor
+
+    def close(self) -> None:
+        self._pool.close()

@@ -1,0 +1,289 @@
+"""Canonical request -> fingerprint: what makes two chat completion requests "the same" (pure, no I/O)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from difflib import SequenceMatcher
+from typing import Any
+
+from semula.errors import BadRequest
+
+VERSION = "v1"
+
+# Fields that change how the answer is delivered or billed, not what it says.
+TRANSPORT_FIELDS = frozenset(
+    {
+        "stream",
+        "stream_options",
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "prompt_cache_key",
+        "safety_identifier",
+    }
+)
+
+MAX_IGNORE_FIELDS = 100
+MAX_NORMALIZE_RULES = 50
+MAX_PATTERN_LENGTH = 500
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_ARRAY_INDEX = re.compile(r"(?:0|[1-9][0-9]*)\Z")
+# A JSON pointer's "~" must be followed by 0 or 1 (RFC 6901, section 3).
+_BAD_ESCAPE = re.compile(r"~(?![01])")
+# closeness() compares at most this many characters of a changed string region, to stay cheap.
+_CLOSENESS_CAP = 2000
+
+
+def canonical_json(obj: Any) -> str:
+    """The one JSON serialisation every fingerprint is computed from: sorted keys, no whitespace."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def validate_ignore_fields(value: Any) -> list[str]:
+    """Check a project's `ignore_fields` setting: a list of JSON pointers (RFC 6901)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BadRequest("ignore_fields must be a list of JSON pointers", param="ignore_fields")
+    if len(value) > MAX_IGNORE_FIELDS:
+        raise BadRequest(f"ignore_fields has at most {MAX_IGNORE_FIELDS} pointers", param="ignore_fields")
+    for pointer in value:
+        if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
+            raise BadRequest(
+                f"ignore_fields: {pointer!r} is not a JSON pointer like /temperature or /messages/0",
+                param="ignore_fields",
+            )
+        if _BAD_ESCAPE.search(pointer):
+            raise BadRequest(
+                f"ignore_fields: {pointer!r} has a '~' not followed by 0 or 1", param="ignore_fields"
+            )
+    return list(value)
+
+
+def validate_normalize(value: Any) -> list[dict[str, str]]:
+    """Check a project's `normalize` setting: a list of {"pattern": regex, "replacement": str} rules."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BadRequest("normalize must be a list of {pattern, replacement} rules", param="normalize")
+    if len(value) > MAX_NORMALIZE_RULES:
+        raise BadRequest(f"normalize has at most {MAX_NORMALIZE_RULES} rules", param="normalize")
+    rules = []
+    for i, rule in enumerate(value):
+        if not isinstance(rule, dict):
+            raise BadRequest("a normalize rule is an object {pattern, replacement}", param=f"normalize[{i}]")
+        unknown = sorted(set(rule) - {"pattern", "replacement"})
+        if unknown:
+            raise BadRequest(f"unknown key {unknown[0]!r} in a normalize rule", param=f"normalize[{i}]")
+        pattern, replacement = rule.get("pattern"), rule.get("replacement", "")
+        if not isinstance(pattern, str) or not pattern:
+            raise BadRequest("pattern must be a non-empty string", param=f"normalize[{i}].pattern")
+        if len(pattern) > MAX_PATTERN_LENGTH:
+            raise BadRequest(
+                f"pattern is longer than {MAX_PATTERN_LENGTH} characters", param=f"normalize[{i}].pattern"
+            )
+        try:
+            compiled = re.compile(pattern)
+        except re.error as exc:
+            raise BadRequest(
+                f"pattern is not a valid regex: {exc}", param=f"normalize[{i}].pattern"
+            ) from None
+        if not isinstance(replacement, str):
+            raise BadRequest("replacement must be a string", param=f"normalize[{i}].replacement")
+        try:
+            # sub() parses the replacement template (group references) before it scans the text.
+            compiled.sub(replacement, "")
+        except (re.error, IndexError) as exc:
+            raise BadRequest(
+                f"replacement is not valid for this pattern: {exc}", param=f"normalize[{i}].replacement"
+            ) from None
+        rules.append({"pattern": pattern, "replacement": replacement})
+    return rules
+
+
+def canonical_request(
+    body: Mapping[str, Any],
+    ignore_fields: Iterable[str] = (),
+    normalize: Iterable[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    """A fresh copy of the request as hashed: no transport fields, ignored fields removed, text normalised."""
+    if not isinstance(body, Mapping):
+        raise BadRequest("the request body must be a JSON object")
+    try:
+        canonical = {key: _copy(value) for key, value in body.items() if key not in TRANSPORT_FIELDS}
+    except RecursionError:
+        raise BadRequest("the request body is nested too deeply") from None
+    for pointer in ignore_fields:
+        _remove_pointer(canonical, pointer)
+    rules = [(re.compile(rule["pattern"]), rule["replacement"]) for rule in normalize]
+    if rules:
+        _normalize_messages(canonical, rules)
+    return canonical
+
+
+def fingerprint(
+    body: Mapping[str, Any],
+    ignore_fields: Iterable[str] = (),
+    normalize: Iterable[Mapping[str, str]] = (),
+) -> str:
+    """`v1:` + SHA-256 of the canonical request's canonical JSON."""
+    text = canonical_json(canonical_request(body, ignore_fields, normalize))
+    # A lone surrogate ("\ud800") is valid JSON input; hash it rather than fail the request.
+    return f"{VERSION}:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()}"
+
+
+def first_difference(a: Any, b: Any) -> str | None:
+    """The first path (`messages[1].content`) where two canonical requests differ, or None if equal."""
+    return _first_difference(a, b, "")
+
+
+def closeness(a: Any, b: Any) -> float:
+    """A similarity score in [0, 1] between two canonical requests, to pick the nearest recorded entry."""
+    left, right = dict(_leaves(a, "")), dict(_leaves(b, ""))
+    paths = left.keys() | right.keys()
+    if not paths:
+        return 1.0
+    total = 0.0
+    for path in paths:
+        if path in left and path in right:
+            x, y = left[path], right[path]
+            if type(x) is type(y) and x == y:
+                total += 1.0
+            elif isinstance(x, str) and isinstance(y, str):
+                total += _text_ratio(x, y)
+    return total / len(paths)
+
+
+def join_path(path: str, key: str | int) -> str:
+    """Extend a field path as error params spell it: `messages[1].content`, `arguments["first name"]`."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if not _IDENTIFIER.match(key):
+        return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+    return f"{path}.{key}" if path else key
+
+
+def _copy(value: Any) -> Any:
+    # Copying by hand is much faster than copy.deepcopy on the hot path, and lets 1.0 hash like 1:
+    # JSON has one number type, and a Python client sends 1.0 where a JavaScript client sends 1.
+    if isinstance(value, dict):
+        return {key: _copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy(item) for item in value]
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
+
+
+def _remove_pointer(document: dict[str, Any], pointer: str) -> None:
+    # The empty pointer names the whole document; removing it would make every request collide.
+    if not pointer:
+        return
+    tokens = [token.replace("~1", "/").replace("~0", "~") for token in pointer[1:].split("/")]
+    parent: Any = document
+    for token in tokens[:-1]:
+        parent = _child(parent, token)
+        if parent is None:
+            return
+    last = tokens[-1]
+    if isinstance(parent, dict):
+        parent.pop(last, None)
+    elif isinstance(parent, list) and _ARRAY_INDEX.match(last) and int(last) < len(parent):
+        del parent[int(last)]
+
+
+def _child(node: Any, token: str) -> Any:
+    if isinstance(node, dict):
+        return node.get(token)
+    if isinstance(node, list) and _ARRAY_INDEX.match(token) and int(token) < len(node):
+        return node[int(token)]
+    return None
+
+
+def _normalize_messages(request: dict[str, Any], rules: list[tuple[re.Pattern[str], str]]) -> None:
+    messages = request.get("messages")
+    if not isinstance(messages, list):
+        return
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            message["content"] = _apply(content, rules)
+        elif isinstance(content, list):
+            for part in content:
+                if (
+                    isinstance(part, dict)
+                    and part.get("type") == "text"
+                    and isinstance(part.get("text"), str)
+                ):
+                    part["text"] = _apply(part["text"], rules)
+
+
+def _apply(text: str, rules: list[tuple[re.Pattern[str], str]]) -> str:
+    for pattern, replacement in rules:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _first_difference(a: Any, b: Any, path: str) -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(a.keys() | b.keys()):
+            if key not in a or key not in b:
+                return join_path(path, key)
+            found = _first_difference(a[key], b[key], join_path(path, key))
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        for index, (x, y) in enumerate(zip(a, b, strict=False)):
+            found = _first_difference(x, y, join_path(path, index))
+            if found is not None:
+                return found
+        if len(a) != len(b):
+            return join_path(path, min(len(a), len(b)))
+        return None
+    # type() as well as ==, because True == 1 in Python but not in JSON.
+    if type(a) is type(b) and a == b:
+        return None
+    return path or "$"
+
+
+def _leaves(value: Any, path: str) -> Iterable[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        for key, item in value.items():
+            yield from _leaves(item, join_path(path, key))
+    elif isinstance(value, list) and value:
+        for index, item in enumerate(value):
+            yield from _leaves(item, join_path(path, index))
+    else:
+        yield path, value
+
+
+def _text_ratio(x: str, y: str) -> float:
+    # Long prompts usually differ in one place: strip the common ends, then compare a capped middle.
+    limit = min(len(x), len(y))
+    prefix = _longest(lambda n: x[:n] == y[:n], limit)
+    suffix = _longest(lambda n: x[len(x) - n :] == y[len(y) - n :], limit - prefix)
+    middle_x, middle_y = x[prefix : len(x) - suffix], y[prefix : len(y) - suffix]
+    matcher = SequenceMatcher(None, middle_x[:_CLOSENESS_CAP], middle_y[:_CLOSENESS_CAP], autojunk=False)
+    matched = prefix + suffix + sum(block.size for block in matcher.get_matching_blocks())
+    return 2.0 * matched / (len(x) + len(y))
+
+
+def _longest(matches: Callable[[int], bool], limit: int) -> int:
+    # Binary search with slice comparisons runs in C; a character loop is slow on 100 KB prompts.
+    low, high = 0, limit
+    while low < high:
+        middle = (low + high + 1) // 2
+        if matches(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low

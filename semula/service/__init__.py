@@ -1,0 +1,72 @@
+"""The service layer: every surface (proxy, REST, CLI, MCP, dashboard, answerer) calls these functions."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from marshmallow import Schema, ValidationError
+
+from semula.config import Settings
+from semula.db import Store
+from semula.errors import BadRequest
+
+ROLES = ("viewer", "editor", "admin")
+SCOPES = ("replay", "record", "full")
+DEFAULT_WORKSPACE = "wsp_default"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a token's workspace, role, scope and optional project binding."""
+
+    workspace_id: str
+    role: str
+    scope: str
+    actor: str
+    token_id: str | None = None
+    project_id: str | None = None
+
+
+CLI = Principal(workspace_id=DEFAULT_WORKSPACE, role="admin", scope="full", actor="cli")
+LOCAL = Principal(workspace_id=DEFAULT_WORKSPACE, role="admin", scope="full", actor="local")
+
+
+@dataclass
+class Context:
+    """What a service call needs: storage, settings and the caller."""
+
+    store: Store
+    settings: Settings
+    principal: Principal
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def as_(self, principal: Principal) -> Context:
+        return Context(self.store, self.settings, principal, self.extras)
+
+
+def now() -> float:
+    return time.time()
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def page(rows: list[dict[str, Any]], limit: int) -> dict[str, Any]:
+    """An OpenAI list object from up to limit+1 rows."""
+    return {"object": "list", "data": rows[:limit], "has_more": len(rows) > limit}
+
+
+def load(schema: Schema, data: Any) -> dict[str, Any]:
+    """Validate a JSON object with a marshmallow schema; 400 naming the first bad field."""
+    if not isinstance(data, dict):
+        raise BadRequest("The body must be a JSON object.")
+    try:
+        return schema.load(data)
+    except ValidationError as exc:
+        field_name, messages = next(iter(exc.normalized_messages().items()))
+        message = messages[0] if isinstance(messages, list) else str(messages)
+        raise BadRequest(f"{field_name}: {message}", param=field_name) from None

@@ -1,0 +1,64 @@
+"""Authentication by bearer token and the role, scope and project-binding rules of SPEC §8."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from semula.errors import Forbidden, NotFound, Unauthorized
+from semula.service import LOCAL, ROLES, SCOPES, Context, Principal
+
+TOKEN_PREFIX = "smt_"
+
+
+def new_secret() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def token_hash(secret: str) -> str:
+    # Tokens are 256 random bits, so a fast hash is enough: nothing to brute-force.
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def authenticate(ctx: Context, authorization: str | None) -> Principal:
+    """The principal for an Authorization header; 401 when it is missing, unknown or revoked."""
+    if not ctx.settings.auth:
+        return LOCAL
+    if not authorization or not authorization.startswith("Bearer "):
+        raise Unauthorized()
+    secret = authorization[7:].strip()
+    row = ctx.store.one("token_by_hash", hash=token_hash(secret)) if secret else None
+    if row is None:
+        raise Unauthorized("The token is unknown or revoked.")
+    workspace = ctx.store.one("get_workspace", id=row["workspace_id"])
+    if workspace is None or workspace["disabled"]:
+        raise Unauthorized("The token's workspace is disabled.")
+    return Principal(
+        workspace_id=row["workspace_id"],
+        role=row["role"],
+        scope=row["scope"],
+        actor=row["id"],
+        token_id=row["id"],
+        project_id=row["project_id"],
+    )
+
+
+def require(ctx: Context, *, role: str = "viewer", scope: str = "full") -> None:
+    """403 unless the caller has at least this role and this scope (replay < record < full)."""
+    p = ctx.principal
+    if SCOPES.index(p.scope) < SCOPES.index(scope):
+        raise Forbidden(f"This token's scope is {p.scope}; this needs {scope}.", code="insufficient_scope")
+    if ROLES.index(p.role) < ROLES.index(role):
+        raise Forbidden(f"This token's role is {p.role}; this needs {role}.", code="insufficient_role")
+
+
+def require_unbound(ctx: Context) -> None:
+    """Workspace-wide actions (creating projects, managing tokens) are not for project-bound tokens."""
+    if ctx.principal.project_id is not None:
+        raise Forbidden("This token is bound to one project.", code="project_bound")
+
+
+def check_project(ctx: Context, project_id: str) -> None:
+    """A bound token sees its own project only: everything else is a 404, as if absent."""
+    if ctx.principal.project_id is not None and ctx.principal.project_id != project_id:
+        raise NotFound("No such project.", code="project_not_found")

@@ -1,0 +1,210 @@
+"""Projects and their settings (SPEC §3, §6, §9); operator fields are admin-only and audited."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from marshmallow import INCLUDE, RAISE, Schema, fields, validate, validates
+
+from semula import fingerprint
+from semula.config import MAX_RECORD_TIMEOUT
+from semula.db import UniqueViolation
+from semula.errors import Conflict, Forbidden, NotFound, Unprocessable
+from semula.ids import new_id
+from semula.service import Context, audit, dumps, load, now, page
+from semula.service.auth import check_project, require, require_unbound
+
+OPERATOR_FIELDS = (
+    "mode",
+    "record_through",
+    "upstream_model",
+    "upstream_max_calls",
+    "upstream_max_tokens",
+    "upstream_dry_run",
+    "answerer",
+)
+BOOL_FIELDS = ("record_through", "upstream_dry_run", "answerer")
+JSON_FIELDS = ("ignore_fields", "normalize")
+DEFAULTS: dict[str, Any] = {
+    "mode": "record",
+    "record_timeout": 300,
+    "max_misses": 100,
+    "ignore_fields": [],
+    "normalize": [],
+    "record_through": False,
+    "upstream_model": None,
+    "upstream_max_calls": 100,
+    "upstream_max_tokens": None,
+    "upstream_dry_run": False,
+    "answerer": False,
+}
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+
+
+class SettingsSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    mode = fields.String(validate=validate.OneOf(["record", "replay"]))
+    record_timeout = fields.Integer(strict=True, validate=validate.Range(1, MAX_RECORD_TIMEOUT))
+    max_misses = fields.Integer(strict=True, validate=validate.Range(1, 1_000_000))
+    ignore_fields = fields.Raw()
+    normalize = fields.Raw()
+    record_through = fields.Boolean(truthy={True}, falsy={False})
+    upstream_model = fields.String(allow_none=True, validate=validate.Length(1, 200))
+    upstream_max_calls = fields.Integer(strict=True, validate=validate.Range(0, 100_000_000))
+    upstream_max_tokens = fields.Integer(strict=True, allow_none=True, validate=validate.Range(0, 10**12))
+    upstream_dry_run = fields.Boolean(truthy={True}, falsy={False})
+    answerer = fields.Boolean(truthy={True}, falsy={False})
+
+    @validates("ignore_fields")
+    def _ignore_fields(self, value: Any, **_: Any) -> None:
+        fingerprint.validate_ignore_fields(value)
+
+    @validates("normalize")
+    def _normalize(self, value: Any, **_: Any) -> None:
+        fingerprint.validate_normalize(value)
+
+
+class CreateSchema(Schema):
+    class Meta:
+        unknown = INCLUDE
+
+    name = fields.String(
+        required=True,
+        validate=validate.Regexp(
+            NAME_PATTERN,
+            error=("a project name is a slug: lowercase letters, digits, - and _, at most 63 characters"),
+        ),
+    )
+
+
+def present(row: dict[str, Any]) -> dict[str, Any]:
+    """The public view of a project row."""
+    out: dict[str, Any] = {"object": "project", "id": row["id"], "name": row["name"]}
+    for key in DEFAULTS:
+        value = row[key]
+        if key in BOOL_FIELDS:
+            value = bool(value)
+        elif key in JSON_FIELDS:
+            value = json.loads(value)
+        out[key] = value
+    out["created"] = int(row["created_at"])
+    return out
+
+
+def _columns(values: dict[str, Any]) -> dict[str, Any]:
+    out = dict(values)
+    for key in JSON_FIELDS:
+        out[key] = dumps(out[key])
+    for key in BOOL_FIELDS:
+        out[key] = int(bool(out[key]))
+    return out
+
+
+def _check_switches(ctx: Context, changes: dict[str, Any]) -> None:
+    """The rules of ADR-0013 and ADR-0014 for turning record-through and the answerer on."""
+    settings = ctx.settings
+    if changes.get("record_through"):
+        if settings.hosted and not settings.upstream_tenants:
+            raise Forbidden("Record-through is not available to tenants on this server.")
+        if not settings.upstream_key:
+            raise Unprocessable(
+                "The server has no upstream key configured.",
+                code="upstream_not_configured",
+                param="record_through",
+            )
+    if changes.get("answerer"):
+        if settings.hosted:
+            raise Forbidden("The answerer is not available in hosted mode.")
+        if not settings.answerer_configured:
+            raise Unprocessable(
+                "The server has no answerer command or URL configured.",
+                code="answerer_not_configured",
+                param="answerer",
+            )
+
+
+def get_row(ctx: Context, name: str) -> dict[str, Any]:
+    """The project row by name in the caller's workspace; 404 if absent or outside a token's binding."""
+    row = ctx.store.one("get_project_by_name", workspace_id=ctx.principal.workspace_id, name=name)
+    if row is None:
+        raise NotFound(f"No project named {name!r}.", code="project_not_found")
+    check_project(ctx, row["id"])
+    return row
+
+
+def get(ctx: Context, name: str) -> dict[str, Any]:
+    require(ctx, role="viewer")
+    return present(get_row(ctx, name))
+
+
+def list_projects(ctx: Context, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
+    require(ctx, role="viewer")
+    rows = ctx.store.all(
+        "list_projects",
+        workspace_id=ctx.principal.workspace_id,
+        only_id=ctx.principal.project_id,
+        after=after,
+        limit=limit + 1,
+    )
+    return page([present(r) for r in rows], limit)
+
+
+def create(ctx: Context, data: dict[str, Any]) -> dict[str, Any]:
+    """Create a project with default settings overridden by any given; admin only."""
+    require(ctx, role="admin")
+    require_unbound(ctx)
+    data = load(CreateSchema(), data)
+    name = data.pop("name")
+    changes = load(SettingsSchema(), data)
+    _check_switches(ctx, changes)
+    values = {**DEFAULTS, **changes}
+    project_id = new_id("project")
+    try:
+        with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+            tx.run(
+                "create_project",
+                id=project_id,
+                workspace_id=ctx.principal.workspace_id,
+                name=name,
+                now=now(),
+                **_columns(values),
+            )
+            audit.record(tx, ctx, "project.create", name, list(changes))
+    except UniqueViolation:
+        raise Conflict(f"A project named {name!r} exists already.", code="project_exists") from None
+    return present(ctx.store.one("get_project", id=project_id))
+
+
+def update(ctx: Context, name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Change settings; admin only. Each change is audited by field name, answerer apart."""
+    require(ctx, role="admin")
+    changes = load(SettingsSchema(), data)
+    row = get_row(ctx, name)
+    current = present(row)
+    changed = {k: v for k, v in changes.items() if current[k] != v}
+    if not changed:
+        return current
+    _check_switches(ctx, changed)
+    values = {k: current[k] for k in DEFAULTS} | changed
+    with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+        tx.run("update_project", id=row["id"], now=now(), **_columns(values))
+        if "answerer" in changed:
+            audit.record(tx, ctx, "project.answerer", name, ["answerer"])
+        others = [k for k in changed if k != "answerer"]
+        if others:
+            audit.record(tx, ctx, "project.settings", name, others)
+    return present(ctx.store.one("get_project", id=row["id"]))
+
+
+def ensure(ctx: Context, name: str, **settings: Any) -> dict[str, Any]:
+    """Get a project, creating it with these settings if absent (used by `serve --dev`)."""
+    try:
+        return get(ctx, name)
+    except NotFound:
+        try:
+            return create(ctx, {"name": name, **settings})
+        except Conflict:
+            return get(ctx, name)

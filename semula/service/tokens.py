@@ -1,0 +1,81 @@
+"""Tokens: shown once at creation, stored hashed; admin only; creation and revocation audited."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import RAISE, Schema, fields, validate
+
+from semula.errors import NotFound
+from semula.ids import new_id
+from semula.service import ROLES, SCOPES, Context, audit, load, now, page
+from semula.service import projects as projects_service
+from semula.service.auth import new_secret, require, require_unbound, token_hash
+
+
+class TokenSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    name = fields.String(load_default="", validate=validate.Length(0, 200))
+    role = fields.String(required=True, validate=validate.OneOf(ROLES))
+    scope = fields.String(load_default="full", validate=validate.OneOf(SCOPES))
+    project = fields.String(load_default=None, allow_none=True)
+
+
+def present(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "object": "token",
+        "id": row["id"],
+        "name": row["name"],
+        "role": row["role"],
+        "scope": row["scope"],
+        "project": row.get("project_name"),
+        "created": int(row["created_at"]),
+        "revoked": row["revoked_at"] is not None,
+    }
+
+
+def create(ctx: Context, data: dict[str, Any]) -> dict[str, Any]:
+    """A new token; the secret is in this response and nowhere else, ever."""
+    require(ctx, role="admin")
+    require_unbound(ctx)
+    data = load(TokenSchema(), data)
+    project_id = None
+    if data["project"] is not None:
+        project_id = projects_service.get_row(ctx, data["project"])["id"]
+    secret = new_secret()
+    token_id = new_id("token")
+    with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+        tx.run(
+            "create_token",
+            id=token_id,
+            workspace_id=ctx.principal.workspace_id,
+            name=data["name"],
+            hash=token_hash(secret),
+            role=data["role"],
+            scope=data["scope"],
+            project_id=project_id,
+            now=now(),
+        )
+        audit.record(tx, ctx, "token.create", token_id, ["role", "scope", "project"])
+    out = present(ctx.store.one("get_token", id=token_id, workspace_id=ctx.principal.workspace_id))
+    out["token"] = secret
+    return out
+
+
+def list_tokens(ctx: Context, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
+    require(ctx, role="admin")
+    require_unbound(ctx)
+    rows = ctx.store.all("list_tokens", workspace_id=ctx.principal.workspace_id, after=after, limit=limit + 1)
+    return page([present(r) for r in rows], limit)
+
+
+def revoke(ctx: Context, token_id: str) -> dict[str, Any]:
+    require(ctx, role="admin")
+    require_unbound(ctx)
+    with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+        if not tx.run("revoke_token", id=token_id, workspace_id=ctx.principal.workspace_id, now=now()):
+            raise NotFound("No such active token.", code="token_not_found")
+        audit.record(tx, ctx, "token.revoke", token_id)
+    return present(ctx.store.one("get_token", id=token_id, workspace_id=ctx.principal.workspace_id))

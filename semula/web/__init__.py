@@ -1,0 +1,98 @@
+"""The Flask app factory: settings, storage, blueprints and OpenAI-shaped errors in one place."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, Response, g, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from semula import errors
+from semula.config import Settings
+from semula.db import Busy, Store, Unavailable, connect
+from semula.service import Context
+from semula.service.auth import authenticate
+
+logger = logging.getLogger("semula.web")
+
+HTTP_ERRORS = {404: errors.NotFound, 405: errors.MethodNotAllowed, 413: errors.PayloadTooLarge}
+
+
+def create_app(settings: Settings | None = None, store: Store | None = None) -> Flask:
+    """Build the WSGI app; tests pass their own settings and store."""
+    settings = settings or Settings.from_env()
+    store = store or connect(settings.database_url, pool_size=settings.db_pool_size)
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.json.sort_keys = False
+    app.extensions["semula"] = {"settings": settings, "store": store}
+
+    from semula.web.api import api
+
+    app.register_blueprint(api)
+
+    @app.get("/healthz")
+    def healthz() -> Any:
+        store.one("ping")
+        return {"status": "ok"}
+
+    @app.errorhandler(errors.SemulaError)
+    def semula_error(exc: errors.SemulaError) -> Response:
+        return error_response(exc)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        cls = HTTP_ERRORS.get(exc.code or 500)
+        if cls is None:
+            err = errors.SemulaError(exc.description or "HTTP error")
+            err.status, err.code, err.type = exc.code or 500, "http_error", "invalid_request_error"
+        else:
+            err = cls()
+        return error_response(err)
+
+    @app.errorhandler(Busy)
+    @app.errorhandler(Unavailable)
+    def database_busy(exc: Exception) -> Response:
+        logger.warning("database unavailable", extra={"error": type(exc).__name__})
+        return error_response(
+            errors.ServiceUnavailable("The database is busy or unreachable; retry shortly.")
+        )
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> Response:
+        logger.error("unhandled error", exc_info=exc, extra={"path": request.path})
+        return error_response(errors.SemulaError("Internal error."))
+
+    return app
+
+
+def error_response(exc: errors.SemulaError) -> Response:
+    response = jsonify(exc.to_dict())
+    response.status_code = exc.status
+    return response
+
+
+def context() -> Context:
+    """The service context of this request, authenticated once per request."""
+    ctx = g.get("semula_ctx")
+    if ctx is None:
+        ext = current_extension()
+        base = Context(ext["store"], ext["settings"], principal=None)  # type: ignore[arg-type]
+        ctx = base.as_(authenticate(base, request.headers.get("Authorization")))
+        g.semula_ctx = ctx
+    return ctx
+
+
+def current_extension() -> dict[str, Any]:
+    from flask import current_app
+
+    return current_app.extensions["semula"]
+
+
+def json_body() -> Any:
+    """The parsed JSON body; 400 with a clear message when it is not JSON."""
+    data = request.get_json(silent=True, force=True)
+    if data is None:
+        raise errors.BadRequest("The body must be valid JSON.")
+    return data

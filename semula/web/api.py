@@ -1,0 +1,67 @@
+"""REST API under /api/v1 (SPEC §11): projects by name, prefixed ids, OpenAI list objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, request
+
+from semula.errors import BadRequest
+from semula.service import audit, projects, tokens
+from semula.web import context, json_body
+
+api = Blueprint("api", __name__, url_prefix="/api/v1")
+
+
+def paging() -> dict[str, Any]:
+    raw = request.args.get("limit", "50")
+    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        raise BadRequest("limit must be a whole number from 1 to 1000.", param="limit")
+    return {"after": request.args.get("after") or None, "limit": int(raw)}
+
+
+@api.get("/projects")
+def list_projects() -> Any:
+    return projects.list_projects(context(), **paging())
+
+
+@api.post("/projects")
+def create_project() -> Any:
+    return projects.create(context(), json_body()), 201
+
+
+@api.get("/projects/<name>")
+def get_project(name: str) -> Any:
+    return projects.get(context(), name)
+
+
+@api.patch("/projects/<name>")
+def update_project(name: str) -> Any:
+    return projects.update(context(), name, json_body())
+
+
+@api.get("/tokens")
+def list_tokens() -> Any:
+    return tokens.list_tokens(context(), **paging())
+
+
+@api.post("/tokens")
+def create_token() -> Any:
+    return tokens.create(context(), json_body()), 201
+
+
+@api.delete("/tokens/<token_id>")
+def revoke_token(token_id: str) -> Any:
+    return tokens.revoke(context(), token_id)
+
+
+@api.get("/audit")
+def list_audit() -> Any:
+    p = paging()
+    return audit.list_events(
+        context(),
+        action=request.args.get("action"),
+        target=request.args.get("target"),
+        before=p["after"],
+        limit=p["limit"],
+    )

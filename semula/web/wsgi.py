@@ -1,0 +1,9 @@
+"""The WSGI entry point gunicorn loads in each worker (never preloaded: gevent must patch first)."""
+
+from semula import logs
+from semula.config import Settings
+from semula.web import create_app
+
+settings = Settings.from_env()
+logs.setup(settings.log_level, settings.secrets())
+app = create_app(settings)

@@ -1,0 +1,83 @@
+"""Test helpers: waiting for an event by polling, and running the real semula server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, what: str = ""
+) -> Any:
+    """Poll until predicate() is truthy and return it; fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`semula serve` as a real process: gunicorn with gevent workers on a free port."""
+
+    def __init__(self, db_url: str, log_path: Path, *, dev: bool = False, workers: int = 1, **env: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.env = {
+            **os.environ,
+            "SEMULA_DATABASE_URL": db_url,
+            "SEMULA_WORKERS": str(workers),
+            "SEMULA_KEEPALIVE": "1",
+            **env,
+        }
+        self.args = [sys.executable, "-m", "semula", "serve"]
+        self.args += ["--dev", "--port", str(self.port)] if dev else ["--bind", f"127.0.0.1:{self.port}"]
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Server:
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            self.args, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        wait_for(self._healthy, timeout=30, what=f"semula on {self.url}")
+        return self
+
+    def _healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"semula exited with {self.proc.returncode}:\n{self.log()}")
+        try:
+            return requests.get(self.url + "/healthz", timeout=1).status_code == 200
+        except requests.ConnectionError:
+            return False
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._log.close()

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from semula.cli import main
+
+
+@pytest.fixture
+def run(db_url, monkeypatch):
+    monkeypatch.setenv("SEMULA_DATABASE_URL", db_url)
+
+    def invoke(*args: str):
+        return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+    return invoke
+
+
+def test_migrate_twice_is_a_no_op(run):
+    first = run("migrate")
+    assert first.exit_code == 0 and "applied 0 migration(s)" in first.output
+    assert run("migrate").output == first.output
+
+
+def test_project_commands(run):
+    created = run("project", "create", "shop", "record_timeout=20", "mode=replay")
+    assert created.exit_code == 0, created.output
+    assert json.loads(created.output)["record_timeout"] == 20
+    assert run("project", "list").output.startswith("shop\treplay\tprj_")
+    changed = run("project", "set", "shop", 'normalize=[{"pattern": "\\\\d+", "replacement": "N"}]')
+    assert changed.exit_code == 0, changed.output
+    assert json.loads(run("project", "show", "shop").output)["normalize"][0]["replacement"] == "N"
+
+
+def test_project_errors_exit_non_zero_with_the_message(run):
+    result = run("project", "show", "ghost")
+    assert result.exit_code == 1 and "No project named 'ghost'" in result.output
+    bad = run("project", "create", "x", "mode=sometimes")
+    assert bad.exit_code == 1 and "mode" in bad.output
+
+
+def test_token_create_list_revoke(run):
+    result = CliRunner().invoke(main, ["token", "create", "--role", "editor", "--scope", "record"])
+    assert result.exit_code == 0
+    secret = result.stdout.strip()
+    assert secret.startswith("smt_")
+    listing = run("token", "list").output
+    assert "editor\trecord\t-\tactive" in listing and secret not in listing
+    token_id = listing.split("\t", 1)[0]
+    assert run("token", "revoke", token_id).exit_code == 0
+    assert "revoked" in run("token", "list").output
+    assert run("token", "revoke", token_id).exit_code == 1
+
+
+def test_bad_setting_stops_with_the_variable_name(monkeypatch):
+    monkeypatch.setenv("SEMULA_POLL_INTERVAL", "soon")
+    result = CliRunner().invoke(main, ["migrate"])
+    assert result.exit_code == 1 and "SEMULA_POLL_INTERVAL" in result.output

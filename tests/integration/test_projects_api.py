@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def admin(make_token):
+    return make_token("admin")
+
+
+def test_create_list_get_update(client, admin):
+    r = client.post("/api/v1/projects", json={"name": "shop", "record_timeout": 30}, headers=admin)
+    assert r.status_code == 201, r.json
+    body = r.json
+    assert body["object"] == "project" and body["id"].startswith("prj_")
+    assert body["record_timeout"] == 30 and body["mode"] == "record" and body["max_misses"] == 100
+
+    listing = client.get("/api/v1/projects", headers=admin).json
+    assert listing["object"] == "list" and listing["has_more"] is False
+    assert [p["name"] for p in listing["data"]] == ["shop"]
+
+    r = client.patch(
+        "/api/v1/projects/shop", json={"mode": "replay", "ignore_fields": ["/temperature"]}, headers=admin
+    )
+    assert r.status_code == 200, r.json
+    assert r.json["mode"] == "replay" and r.json["ignore_fields"] == ["/temperature"]
+    assert client.get("/api/v1/projects/shop", headers=admin).json["mode"] == "replay"
+
+
+def test_list_pages_with_cursor(client, admin):
+    for name in ("a", "b", "c"):
+        client.post("/api/v1/projects", json={"name": name}, headers=admin)
+    first = client.get("/api/v1/projects?limit=2", headers=admin).json
+    assert [p["name"] for p in first["data"]] == ["a", "b"] and first["has_more"] is True
+    rest = client.get("/api/v1/projects?limit=2&after=b", headers=admin).json
+    assert [p["name"] for p in rest["data"]] == ["c"] and rest["has_more"] is False
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"name": "Bad Name"}, "name"),
+        ({"name": "ok", "mode": "sometimes"}, "mode"),
+        ({"name": "ok", "record_timeout": 3601}, "record_timeout"),
+        ({"name": "ok", "record_timeout": "30"}, "record_timeout"),
+        ({"name": "ok", "colour": "blue"}, "colour"),
+        ({"name": "ok", "ignore_fields": ["temperature"]}, "ignore_fields"),
+    ],
+)
+def test_invalid_settings_name_the_field(client, admin, body, param):
+    r = client.post("/api/v1/projects", json=body, headers=admin)
+    assert r.status_code == 400
+    assert r.json["error"]["param"].startswith(param)
+    assert client.get("/api/v1/projects", headers=admin).json["data"] == []
+
+
+def test_duplicate_name_is_409(client, admin):
+    assert client.post("/api/v1/projects", json={"name": "x"}, headers=admin).status_code == 201
+    r = client.post("/api/v1/projects", json={"name": "x"}, headers=admin)
+    assert r.status_code == 409 and r.json["error"]["code"] == "project_exists"
+
+
+def test_settings_changes_are_audited_by_field_name(client, admin):
+    client.post("/api/v1/projects", json={"name": "p"}, headers=admin)
+    client.patch("/api/v1/projects/p", json={"mode": "replay", "max_misses": 5}, headers=admin)
+    events = client.get("/api/v1/audit", headers=admin).json["data"]
+    assert events[0]["action"] == "project.settings"
+    assert events[0]["fields"] == ["max_misses", "mode"]
+    assert events[0]["actor"].startswith("tok_")
+    # An unchanged value is no change and no audit line.
+    client.patch("/api/v1/projects/p", json={"mode": "replay"}, headers=admin)
+    assert len(client.get("/api/v1/audit", headers=admin).json["data"]) == len(events)
+
+
+def test_record_through_needs_an_upstream_key(client, admin):
+    client.post("/api/v1/projects", json={"name": "p"}, headers=admin)
+    r = client.patch("/api/v1/projects/p", json={"record_through": True}, headers=admin)
+    assert r.status_code == 422 and r.json["error"]["code"] == "upstream_not_configured"
+
+
+def test_answerer_needs_a_command(client, admin):
+    client.post("/api/v1/projects", json={"name": "p"}, headers=admin)
+    r = client.patch("/api/v1/projects/p", json={"answerer": True}, headers=admin)
+    assert r.status_code == 422 and r.json["error"]["code"] == "answerer_not_configured"

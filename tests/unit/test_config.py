@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import pytest
+
+from semula.config import ConfigError, Settings
+
+
+def test_defaults_without_environment():
+    s = Settings.from_env({})
+    assert s.database_url == "sqlite:///./semula.db"
+    assert s.auth is True and s.hosted is False
+    assert s.poll_interval == 0.2
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("SEMULA_AUTH", "maybe"),
+        ("SEMULA_POLL_INTERVAL", "fast"),
+        ("SEMULA_POLL_INTERVAL", "0"),
+        ("SEMULA_WORKERS", "1000"),
+        ("SEMULA_DATABASE_URL", "mysql://x"),
+        ("SEMULA_ANSWERER_COMMAND", "claude -p"),
+        ("SEMULA_ANSWERER_COMMAND", "[]"),
+        ("SEMULA_ANSWERER_ENV", "HOME,SEMULA_UPSTREAM_KEY"),
+        ("SEMULA_UPSTREAM_URL", "ftp://x"),
+    ],
+)
+def test_bad_value_names_the_variable(name, value):
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({name: value})
+    assert name in str(info.value)
+
+
+def test_secret_values_never_in_error_or_repr():
+    canary = "sk-canary-0123456789abcdef0123456789"
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({"SEMULA_ANSWERER_COMMAND": f"not json {canary}"})
+    assert canary not in str(info.value)
+    s = Settings.from_env({"SEMULA_UPSTREAM_KEY": canary, "SEMULA_ANSWERER_URL": f"https://x/{canary}"})
+    assert canary not in repr(s)
+    assert canary in s.secrets()[0]
+
+
+def test_answerer_command_and_url_are_exclusive():
+    with pytest.raises(ConfigError, match="not both"):
+        Settings.from_env(
+            {"SEMULA_ANSWERER_COMMAND": '["true"]', "SEMULA_ANSWERER_URL": "http://127.0.0.1:9"}
+        )
+
+
+def test_auth_off_refused_in_hosted_mode():
+    with pytest.raises(ConfigError, match="SEMULA_AUTH"):
+        Settings.from_env({"SEMULA_AUTH": "off", "SEMULA_HOSTED": "on"})
+
+
+def test_answerer_env_names_parsed():
+    s = Settings.from_env({"SEMULA_ANSWERER_ENV": "ANTHROPIC_API_KEY, OTHER"})
+    assert s.answerer_env == ("ANTHROPIC_API_KEY", "OTHER")

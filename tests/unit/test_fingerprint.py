@@ -1,0 +1,268 @@
+from __future__ import annotations
+
+import copy
+import re
+
+import pytest
+
+from semula.errors import BadRequest
+from semula.fingerprint import (
+    TRANSPORT_FIELDS,
+    canonical_json,
+    canonical_request,
+    closeness,
+    fingerprint,
+    first_difference,
+    validate_ignore_fields,
+    validate_normalize,
+)
+
+
+def request(**overrides):
+    body = {
+        "model": "gpt-4o-mini",
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "What is the capital of France?"},
+        ],
+        "temperature": 0.2,
+    }
+    body.update(overrides)
+    return body
+
+
+def test_fingerprint_is_versioned_sha256():
+    assert re.fullmatch(r"v1:[0-9a-f]{64}", fingerprint(request()))
+
+
+def test_canonical_json_sorts_keys_without_whitespace_and_keeps_unicode():
+    assert (
+        canonical_json({"b": "é", "a": [1, {"d": None, "c": True}]})
+        == '{"a":[1,{"c":true,"d":null}],"b":"é"}'
+    )
+
+
+def test_key_order_does_not_matter():
+    body = request()
+    reordered = dict(reversed(list(body.items())))
+    reordered["messages"] = [dict(reversed(list(m.items()))) for m in body["messages"]]
+    assert fingerprint(reordered) == fingerprint(body)
+
+
+@pytest.mark.parametrize("field", sorted(TRANSPORT_FIELDS))
+def test_transport_fields_do_not_change_the_fingerprint(field):
+    assert fingerprint(request(**{field: {"anything": 1}})) == fingerprint(request())
+
+
+@pytest.mark.parametrize(
+    "field, value", [("parallel_tool_calls", False), ("n", 2), ("temperature", 0.3), ("model", "gpt-4o")]
+)
+def test_semantic_fields_change_the_fingerprint(field, value):
+    assert fingerprint(request(**{field: value})) != fingerprint(request())
+
+
+def test_message_text_changes_the_fingerprint():
+    changed = request()
+    changed["messages"][1]["content"] = "What is the capital of Spain?"
+    assert fingerprint(changed) != fingerprint(request())
+
+
+def test_integral_floats_hash_like_integers_but_booleans_do_not():
+    assert fingerprint(request(temperature=1.0)) == fingerprint(request(temperature=1))
+    assert fingerprint(request(temperature=1.5)) != fingerprint(request(temperature=1))
+    assert fingerprint(request(seed=True)) != fingerprint(request(seed=1))
+
+
+def test_lone_surrogates_are_hashed_not_rejected():
+    assert fingerprint(request(messages=[{"role": "user", "content": "\ud800"}])).startswith("v1:")
+
+
+def test_canonical_request_is_a_copy():
+    body = request(stream=True)
+    before = copy.deepcopy(body)
+    canonical = canonical_request(body, ["/messages/0/content"], [{"pattern": "France", "replacement": "X"}])
+    assert body == before
+    assert "stream" not in canonical
+    assert canonical["messages"][1]["content"] == "What is the capital of X?"
+
+
+def test_canonical_request_rejects_a_non_object():
+    with pytest.raises(BadRequest):
+        canonical_request(["not", "an", "object"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "pointer, expected",
+    [
+        ("/temperature", {"model": "m", "messages": [{"role": "user", "content": "hi"}], "a/b": 1, "m~n": 2}),
+        (
+            "/messages/0/content",
+            {"model": "m", "messages": [{"role": "user"}], "temperature": 0, "a/b": 1, "m~n": 2},
+        ),
+        ("/messages/0", {"model": "m", "messages": [], "temperature": 0, "a/b": 1, "m~n": 2}),
+        (
+            "/a~1b",
+            {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0, "m~n": 2},
+        ),
+        (
+            "/m~0n",
+            {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0, "a/b": 1},
+        ),
+    ],
+)
+def test_ignore_fields_remove_json_pointers(pointer, expected):
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "temperature": 0,
+        "a/b": 1,
+        "m~n": 2,
+    }
+    assert canonical_request(body, [pointer]) == expected
+
+
+@pytest.mark.parametrize(
+    "pointer", ["", "/missing", "/messages/5", "/messages/-", "/messages/01", "/model/x"]
+)
+def test_ignore_fields_that_match_nothing_are_no_ops(pointer):
+    body = request()
+    assert canonical_request(body, [pointer]) == body
+
+
+def test_ignore_fields_make_requests_match():
+    a = request(seed=1)
+    b = request(seed=2)
+    assert fingerprint(a) != fingerprint(b)
+    assert fingerprint(a, ["/seed"]) == fingerprint(b, ["/seed"])
+
+
+def test_normalize_rewrites_string_content_and_text_parts_only():
+    rules = [{"pattern": r"\d{4}-\d{2}-\d{2}", "replacement": "<date>"}]
+    body = {
+        "model": "model-2024-01-01",
+        "messages": [
+            {"role": "system", "content": "Today is 2024-05-01."},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Since 2023-12-31?"},
+                    {"type": "image_url", "image_url": {"url": "https://x/2024-01-01.png"}},
+                ],
+            },
+        ],
+    }
+    canonical = canonical_request(body, normalize=rules)
+    assert canonical["model"] == "model-2024-01-01"
+    assert canonical["messages"][0]["content"] == "Today is <date>."
+    assert canonical["messages"][1]["content"][0]["text"] == "Since <date>?"
+    assert canonical["messages"][1]["content"][1]["image_url"]["url"] == "https://x/2024-01-01.png"
+
+
+def test_normalize_rules_apply_in_order_with_group_references():
+    rules = [
+        {"pattern": r"id=(\w+)-\d+", "replacement": r"id=\1-N"},
+        {"pattern": "N", "replacement": "n"},
+    ]
+    a = request(messages=[{"role": "user", "content": "fetch id=order-123"}])
+    b = request(messages=[{"role": "user", "content": "fetch id=order-987"}])
+    assert canonical_request(a, normalize=rules)["messages"][0]["content"] == "fetch id=order-n"
+    assert fingerprint(a, normalize=rules) == fingerprint(b, normalize=rules)
+
+
+def test_validate_ignore_fields_accepts_pointers():
+    assert validate_ignore_fields(["", "/seed", "/messages/0/content", "/a~1b~0"]) == [
+        "",
+        "/seed",
+        "/messages/0/content",
+        "/a~1b~0",
+    ]
+    assert validate_ignore_fields(None) == []
+
+
+@pytest.mark.parametrize("value", ["/seed", ["seed"], [3], ["/a~2"], ["/a~"], ["/x"] * 101])
+def test_validate_ignore_fields_rejects(value):
+    with pytest.raises(BadRequest) as caught:
+        validate_ignore_fields(value)
+    assert caught.value.param == "ignore_fields"
+
+
+def test_validate_normalize_accepts_rules():
+    rules = [{"pattern": r"(\d+)", "replacement": r"<\1>"}, {"pattern": "x"}]
+    assert validate_normalize(rules) == [
+        {"pattern": r"(\d+)", "replacement": r"<\1>"},
+        {"pattern": "x", "replacement": ""},
+    ]
+
+
+@pytest.mark.parametrize(
+    "value, param",
+    [
+        ({"pattern": "x"}, "normalize"),
+        ([{"pattern": "x", "replacement": ""}] * 51, "normalize"),
+        (["x"], "normalize[0]"),
+        ([{"pattern": "x", "replacement": "", "flags": "i"}], "normalize[0]"),
+        ([{"pattern": "ok", "replacement": ""}, {"pattern": "(", "replacement": ""}], "normalize[1].pattern"),
+        ([{"pattern": "", "replacement": ""}], "normalize[0].pattern"),
+        ([{"pattern": "a" * 501, "replacement": ""}], "normalize[0].pattern"),
+        ([{"pattern": "(a)", "replacement": 1}], "normalize[0].replacement"),
+        ([{"pattern": "(a)", "replacement": r"\2"}], "normalize[0].replacement"),
+    ],
+)
+def test_validate_normalize_rejects(value, param):
+    with pytest.raises(BadRequest) as caught:
+        validate_normalize(value)
+    assert caught.value.param == param
+
+
+def test_first_difference_is_none_for_equal_requests():
+    assert first_difference(canonical_request(request()), canonical_request(request(stream=True))) is None
+
+
+def test_first_difference_names_the_message_field():
+    changed = request()
+    changed["messages"][1]["content"] = "other"
+    assert first_difference(request(), changed) == "messages[1].content"
+
+
+def test_first_difference_walks_keys_in_sorted_order():
+    assert first_difference(request(), request(temperature=0.9, model="x")) == "model"
+
+
+def test_first_difference_reports_missing_keys_extra_items_and_type_changes():
+    assert first_difference(request(), request(seed=1)) == "seed"
+    longer = request()
+    longer["messages"].append({"role": "user", "content": "more"})
+    assert first_difference(request(), longer) == "messages[2]"
+    assert first_difference(request(logprobs=True), request(logprobs=1)) == "logprobs"
+    assert first_difference(request(logit_bias={"50256": 1}), request(logit_bias={"50256": 2})) == (
+        'logit_bias["50256"]'
+    )
+
+
+def test_closeness_ranks_the_nearest_request_first():
+    target = canonical_request(request())
+    near = request()
+    near["messages"][1]["content"] = "What is the capital of Franse?"
+    far = request(model="other", temperature=1.5)
+    far["messages"] = [{"role": "user", "content": "Write a poem about the sea."}]
+    assert closeness(target, target) == 1.0
+    assert 1.0 > closeness(target, near) > closeness(target, far) >= 0.0
+
+
+def test_closeness_sees_a_small_change_at_the_end_of_a_long_prompt():
+    prompt = "background " * 5000
+    a = request(messages=[{"role": "user", "content": prompt + "question one"}])
+    b = request(messages=[{"role": "user", "content": prompt + "question two"}])
+    c = request(messages=[{"role": "user", "content": "something else entirely"}])
+    assert closeness(a, b) > 0.95
+    assert closeness(a, c) < closeness(a, b)
+
+
+def test_a_body_nested_too_deeply_is_a_bad_request():
+    deep: dict = {}
+    node = deep
+    for _ in range(100_000):
+        node["x"] = {}
+        node = node["x"]
+    with pytest.raises(BadRequest):
+        fingerprint(request(extra=deep))

@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from semula.redact import PATTERNS, REDACTED, contains_secret, redact_obj, redact_text
+
+# Canary secrets, one or more for every pattern: (pattern name, text, the secret part that must vanish).
+CANARIES = [
+    ("openai_key", "key sk-abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKL here", "sk-abcdefghij"),
+    ("openai_key", "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z_Ab3dEf-6hIj9", "Ab3dEf6hIj9kLm2n"),
+    ("openai_key", "sk-svcacct-Zy9xWv8uTs7rQp6oNm5lKj4i", "Zy9xWv8uTs7rQp6o"),
+    (
+        "anthropic_key",
+        "ANTHROPIC_KEY is sk-ant-api03-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3dEf-AAAA.",
+        "api03-Ab3dEf",
+    ),
+    (
+        "google_api_key",
+        "https://x.googleapis.com/v1?key=AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q",
+        "SyA1b2C3d4",
+    ),
+    ("aws_access_key_id", "aws_access_key_id AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+    (
+        "github_token",
+        "git clone https://ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8@github.com/x/y",
+        "a1B2c3D4e5F6",
+    ),
+    ("github_token", "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", "11ABCDEFG0123456789"),
+    ("slack_token", "SLACK=xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx", "123456789012-12345"),
+    ("stripe_key", "stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", "4eC39HqLyjWDarjtT1zdp7dc"),
+    ("stripe_key", "stripe rk_live_9fD39HqLyjWDarjtT1zdp7dc", "9fD39HqLyjWDarjtT1zdp7dc"),
+    (
+        "bearer_token",
+        "curl -H 'Authorization: Bearer abcDEF123456ghiJKL789' https://api",
+        "abcDEF123456ghiJKL789",
+    ),
+    (
+        "jwt",
+        "session eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9Pl",
+        "eyJzdWIiOiIxMjM0NTY3ODkwIn0",
+    ),
+    (
+        "pem_private_key",
+        "key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7v\nQm3X\n-----END RSA PRIVATE KEY-----\n",
+        "MIIEpAIBAAKCAQEA7v",
+    ),
+    (
+        "pem_private_key",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU=\n(truncated",
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmU",
+    ),
+    ("authorization_header", "Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA"),
+    ("url_credentials", "connect to postgresql://semula:Pa55word@db:5432/semula", "Pa55word"),
+    ("key_value_credential", "api_key=abc123def456&x=1", "abc123def456"),
+    ("key_value_credential", "password: hunter2", "hunter2"),
+    ("key_value_credential", "export AUTH_TOKEN=zyx987wvu654", "zyx987wvu654"),
+    ("key_value_credential", 'secret = "correct horse battery staple"', "correct horse"),
+    ("key_value_credential", '{"client_secret": "s3cr3t-value"}', "s3cr3t-value"),
+    ("key_value_credential", "X-Api-Key: 0f9e8d7c6b5a", "0f9e8d7c6b5a"),
+]
+
+INNOCENT = [
+    "Count the tokens in this prompt, then the output tokens.",
+    "The token is stored hashed; a secret is never logged.",
+    "pip install scikit-learn (the package sk-learn-is-a-machine-learning-library is unrelated)",
+    "task-force-alpha-bravo-charlie-2024 and risk-assessment-for-2024-q3-report-final",
+    "password: required",
+    '{"token": "string", "password": {"type": "string"}}',
+    "max_tokens=1000 prompt_tokens: 12345678",
+    "a bearer of bad news; bearer bonds",
+    "Authorization: pending approval",
+    "Basic understanding of secrets management",
+    "https://example.com:8080/path?q=1",
+    "AKIA is a prefix; sk- and ghp_ are prefixes too",
+    "eyJ alone is just three letters",
+]
+
+
+@pytest.mark.parametrize("name, text, secret", CANARIES)
+def test_each_pattern_redacts_its_canary(name, text, secret):
+    assert PATTERNS[name].search(text)
+    redacted = redact_text(text)
+    assert secret not in redacted
+    assert REDACTED in redacted
+
+
+@pytest.mark.parametrize("text", INNOCENT)
+def test_innocent_text_is_left_alone(text):
+    assert redact_text(text) == text
+    assert not contains_secret(text)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("api_key=abc123def456 rest", "api_key=[REDACTED] rest"),
+        ("Authorization: Bearer abcDEF123456ghiJKL789", "Authorization: Bearer [REDACTED]"),
+        ('{"password": "hunter22"}', '{"password": "[REDACTED]"}'),
+        ("postgresql://semula:Pa55word@db/x", "postgresql://semula:[REDACTED]@db/x"),
+        ("use sk-abcdefghijklmnopqrstuvwxyz0123456789 now", "use [REDACTED] now"),
+    ],
+)
+def test_redaction_keeps_the_context(text, expected):
+    assert redact_text(text) == expected
+
+
+@pytest.mark.parametrize("name, text, secret", CANARIES)
+def test_redaction_is_idempotent_and_leaves_no_secret(name, text, secret):
+    once = redact_text(text)
+    assert redact_text(once) == once
+    assert not contains_secret(once)
+
+
+def test_extra_secrets_are_replaced_exactly():
+    operator_key = "upstream-key-that-matches-no-pattern"
+    text = f"calling with {operator_key} and {operator_key}!"
+    assert redact_text(text, [operator_key]) == "calling with [REDACTED] and [REDACTED]!"
+    assert contains_secret(text, [operator_key])
+    assert not contains_secret(text)
+
+
+def test_empty_and_short_extra_secrets_are_ignored():
+    assert redact_text("a b c", ["", "b"]) == "a b c"
+
+
+def test_redact_obj_touches_strings_only():
+    obj = {
+        "api_key=abc123def456": "sk-abcdefghijklmnopqrstuvwxyz0123456789",
+        "messages": [{"role": "user", "content": "my password: hunter2"}, 42, None, True],
+        "temperature": 0.5,
+    }
+    before = copy.deepcopy(obj)
+    assert redact_obj(obj) == {
+        "api_key=abc123def456": "[REDACTED]",
+        "messages": [{"role": "user", "content": "my password: [REDACTED]"}, 42, None, True],
+        "temperature": 0.5,
+    }
+    assert obj == before
+
+
+def test_contains_secret_looks_into_nested_values():
+    assert contains_secret({"a": [{"b": "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"}]})
+    assert not contains_secret({"a": [{"b": "nothing to see"}, 1, None]})
+    assert not contains_secret(redact_obj({"a": [{"b": "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"}]}))
