@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -90,6 +91,7 @@ def serve(dev: bool, port: int | None, bind: str | None, workers: int | None) ->
         os.environ["SEMULA_BIND"] = bind
     if workers:
         os.environ["SEMULA_WORKERS"] = str(workers)
+    prepare_metrics_dir()
     with local_context() as ctx:
         if dev:
             from semula.service import projects
@@ -100,6 +102,18 @@ def serve(dev: bool, port: int | None, bind: str | None, workers: int | None) ->
     sys.stderr.flush()
     argv = [sys.executable, "-m", "gunicorn", "-c", "python:semula.gunicorn_conf"]
     os.execv(sys.executable, argv)
+
+
+def prepare_metrics_dir() -> None:
+    """Workers share metrics through files in PROMETHEUS_MULTIPROC_DIR, emptied at each start."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="semula-metrics-")
+        return
+    os.makedirs(directory, exist_ok=True)
+    for name in os.listdir(directory):
+        if name.endswith(".db"):
+            os.remove(os.path.join(directory, name))
 
 
 @main.group()

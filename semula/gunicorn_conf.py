@@ -25,3 +25,13 @@ loglevel = _settings.log_level
 proc_name = "semula"
 # Several semula servers may run on one machine (and tests start many): no shared control socket.
 control_socket_disable = True
+
+
+def child_exit(server, worker):  # noqa: ANN001 - gunicorn's hook signature
+    """A dead worker's live gauges (held calls) must stop counting in /metrics."""
+    import os
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

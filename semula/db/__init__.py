@@ -32,16 +32,25 @@ class Unavailable(DatabaseError):
     """The database cannot be reached."""
 
 
-def load_queries(text: str) -> dict[str, str]:
-    """Split queries.sql on `-- name: x` headers into {name: sql}."""
+def load_queries(text: str, dialect: str | None = None) -> dict[str, str]:
+    """Split queries.sql on `-- name: x` headers into {name: sql}.
+
+    A header `-- name: x.postgresql` (or `.sqlite`) overrides x for that dialect only: the
+    rare statement the two cannot share stays next to its twin, and visible.
+    """
     queries: dict[str, str] = {}
-    for match in re.finditer(r"^-- name: (\w+)\n(.*?)(?=^-- name: |\Z)", text, re.S | re.M):
+    overrides: dict[str, str] = {}
+    for match in re.finditer(r"^-- name: ([\w.]+)\n(.*?)(?=^-- name: |\Z)", text, re.S | re.M):
         body = "\n".join(line for line in match.group(2).splitlines() if not line.lstrip().startswith("--"))
-        queries[match.group(1)] = body.strip().rstrip(";")
-    return queries
+        name, _, only = match.group(1).partition(".")
+        target = queries if not only else overrides if only == dialect else {}
+        target[name] = body.strip().rstrip(";")
+    return queries | overrides
 
 
-QUERIES = load_queries(resources.files(__package__).joinpath("queries.sql").read_text())
+_TEXT = resources.files(__package__).joinpath("queries.sql").read_text()
+QUERIES = load_queries(_TEXT, "sqlite")
+POSTGRES_QUERIES = load_queries(_TEXT, "postgresql")
 
 
 class Tx(Protocol):

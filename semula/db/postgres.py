@@ -12,7 +12,7 @@ import psycopg.errors
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from semula.db import QUERIES, DatabaseError, Row, Unavailable, UniqueViolation
+from semula.db import POSTGRES_QUERIES, DatabaseError, Row, Unavailable, UniqueViolation
 
 # Any fixed 64-bit number: every semula process migrating one database takes the same lock.
 MIGRATION_LOCK = 0x53454D554C41
@@ -23,7 +23,7 @@ def to_psycopg(sql: str) -> str:
     return re.sub(r"(?<![:\w]):([A-Za-z_]\w*)", r"%(\1)s", sql.replace("%", "%%"))
 
 
-PG_QUERIES = {name: to_psycopg(sql) for name, sql in QUERIES.items()}
+PG_QUERIES = {name: to_psycopg(sql) for name, sql in POSTGRES_QUERIES.items()}
 
 
 @contextmanager

@@ -8,11 +8,14 @@ from typing import Any
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from semula import errors
+from semula import errors, metrics
 from semula.config import Settings
 from semula.db import Busy, Store, Unavailable, connect
+from semula.parking import Parking
 from semula.service import Context
 from semula.service.auth import authenticate
+from semula.service.calllog import CallLog
+from semula.web.proxy import ProxyApp
 
 logger = logging.getLogger("semula.web")
 
@@ -26,16 +29,24 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False
-    app.extensions["semula"] = {"settings": settings, "store": store}
+    parking = Parking(store, settings.poll_interval)
+    calllog = CallLog(store)
+    app.extensions["semula"] = {"settings": settings, "store": store, "parking": parking, "calllog": calllog}
 
     from semula.web.api import api
 
     app.register_blueprint(api)
+    app.wsgi_app = ProxyApp(app.wsgi_app, settings, store, parking, calllog)  # type: ignore[method-assign]
 
     @app.get("/healthz")
     def healthz() -> Any:
         store.one("ping")
         return {"status": "ok"}
+
+    @app.get("/metrics")
+    def metrics_endpoint() -> Response:
+        body, content_type = metrics.render()
+        return Response(body, content_type=content_type)
 
     @app.errorhandler(errors.SemulaError)
     def semula_error(exc: errors.SemulaError) -> Response:

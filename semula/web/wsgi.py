@@ -7,3 +7,4 @@ from semula.web import create_app
 settings = Settings.from_env()
 logs.setup(settings.log_level, settings.secrets())
 app = create_app(settings)
+app.extensions["semula"]["calllog"].start()

@@ -1,0 +1,106 @@
+"""The per-process poller that holds parked calls.
+
+Every held call waits on an Event. One background loop asks the database, once per
+SEMULA_POLL_INTERVAL, which of *all* the calls held here are no longer pending, so the
+load does not grow with the number of held calls. An answer committed in this process
+wakes its calls at once through pending.RESOLVED_LISTENERS. The primitives are
+threading's: under gunicorn's gevent worker they are monkey-patched into greenlets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from semula import metrics
+from semula.db import DatabaseError, Store
+from semula.service import pending as pending_service
+
+logger = logging.getLogger("semula.parking")
+
+
+@dataclass
+class _Hold:
+    event: threading.Event = field(default_factory=threading.Event)
+    holders: int = 0
+    status: str | None = None
+    entry_id: str | None = None
+
+
+class Parking:
+    def __init__(self, store: Store, poll_interval: float):
+        self.store = store
+        self.poll_interval = poll_interval
+        self._holds: dict[str, _Hold] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.polls = 0
+        pending_service.RESOLVED_LISTENERS.append(self.release)
+
+    @property
+    def held(self) -> int:
+        return sum(h.holders for h in self._holds.values())
+
+    def hold(self, pending_id: str, timeout: float) -> tuple[str, str | None] | None:
+        """Wait until the call is resolved: (status, entry_id), or None on timeout."""
+        with self._lock:
+            hold = self._holds.setdefault(pending_id, _Hold())
+            hold.holders += 1
+        self._ensure_running()
+        metrics.HELD.inc()
+        try:
+            if hold.event.wait(timeout):
+                return hold.status, hold.entry_id
+            return None
+        finally:
+            metrics.HELD.dec()
+            with self._lock:
+                hold.holders -= 1
+                if hold.holders == 0 and self._holds.get(pending_id) is hold:
+                    del self._holds[pending_id]
+
+    def release(self, pending_id: str, status: str, entry_id: str | None, resolved_at: float) -> None:
+        with self._lock:
+            hold = self._holds.pop(pending_id, None)
+        if hold is None:
+            return
+        hold.status, hold.entry_id = status, entry_id
+        hold.event.set()
+        metrics.RELEASE_SECONDS.observe(max(0.0, time.time() - resolved_at))
+
+    def poll_once(self) -> int:
+        """One query for every held call; returns how many were released."""
+        with self._lock:
+            ids = list(self._holds)
+        if not ids:
+            return 0
+        started = time.monotonic()
+        rows = self.store.all("resolved_among", ids=json.dumps(ids))
+        self.polls += 1
+        for row in rows:
+            self.release(row["id"], row["status"], row["entry_id"], row["resolved_at"])
+        metrics.POLL_SECONDS.observe(time.monotonic() - started)
+        return len(rows)
+
+    def _ensure_running(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            with self._lock:
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(target=self._run, name="semula-parking", daemon=True)
+                    self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_interval):
+            try:
+                self.poll_once()
+            except DatabaseError as exc:
+                logger.warning("poll failed", extra={"error": type(exc).__name__})
+
+    def close(self) -> None:
+        self._stop.set()
+        if self.release in pending_service.RESOLVED_LISTENERS:
+            pending_service.RESOLVED_LISTENERS.remove(self.release)

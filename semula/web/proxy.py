@@ -1,0 +1,163 @@
+"""The OpenAI-compatible proxy as a plain WSGI layer in front of Flask.
+
+Flask's request machinery costs about 40% of a replay hit (see PERFORMANCE.md), so the
+proxy routes are served here and everything else falls through to the Flask app.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from semula import errors, metrics, stream
+from semula.config import Settings
+from semula.db import DatabaseError, Store
+from semula.parking import Parking
+from semula.service import Context
+from semula.service import proxy as proxy_service
+from semula.service.auth import authenticate
+from semula.service.calllog import CallLog
+
+logger = logging.getLogger("semula.proxy")
+
+ROUTE = re.compile(r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62}))?/v1/(?P<what>chat/completions|models)$")
+JSON_HEADERS = [("Content-Type", "application/json")]
+SSE_HEADERS = [
+    ("Content-Type", "text/event-stream"),
+    ("Cache-Control", "no-cache"),
+    ("X-Accel-Buffering", "no"),
+]
+STATUS_TEXT = {
+    200: "200 OK",
+    400: "400 Bad Request",
+    401: "401 Unauthorized",
+    403: "403 Forbidden",
+    404: "404 Not Found",
+    405: "405 Method Not Allowed",
+    409: "409 Conflict",
+    413: "413 Payload Too Large",
+    422: "422 Unprocessable Entity",
+    424: "424 Failed Dependency",
+    429: "429 Too Many Requests",
+    500: "500 Internal Server Error",
+    503: "503 Service Unavailable",
+    504: "504 Gateway Timeout",
+}
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class ProxyApp:
+    def __init__(
+        self, fallback: WSGIApp, settings: Settings, store: Store, parking: Parking, calllog: CallLog
+    ):
+        self.fallback = fallback
+        self.settings = settings
+        self.store = store
+        self.parking = parking
+        self.calllog = calllog
+        self.base = Context(store, settings, principal=None)  # type: ignore[arg-type]
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        match = ROUTE.match(environ.get("PATH_INFO", ""))
+        if match is None:
+            return self.fallback(environ, start_response)
+        started = time.monotonic()
+        ctx: Context | None = None
+        call: proxy_service.Call | None = None
+        try:
+            ctx = self.base.as_(authenticate(self.base, environ.get("HTTP_AUTHORIZATION")))
+            project = proxy_service.resolve_project(
+                ctx, match["project"], environ.get("HTTP_X_SEMULA_PROJECT")
+            )
+            if match["what"] == "models":
+                self._method(environ, "GET")
+                return self._json(start_response, 200, proxy_service.models(ctx, project))
+            self._method(environ, "POST")
+            call = proxy_service.start(ctx, project, self._body(environ))
+            outcome = "hit" if call.entry else self._miss(ctx, call)
+            completion, chunks = proxy_service.render(call, call.entry)
+            self._log(ctx, call, outcome, 200, started)
+            if chunks is not None:
+                start_response(STATUS_TEXT[200], SSE_HEADERS)
+                return stream.sse_lines(chunks)
+            return self._json(start_response, 200, completion)
+        except errors.SemulaError as exc:
+            return self._error(start_response, exc, ctx, call, started)
+        except DatabaseError as exc:
+            logger.warning("database error", extra={"error": type(exc).__name__})
+            return self._error(
+                start_response, errors.ServiceUnavailable("The database is busy; retry."), ctx, call, started
+            )
+
+    def _miss(self, ctx: Context, call: proxy_service.Call) -> str:
+        """Park and hold a miss in record mode; returns the outcome, or raises the right error."""
+        metrics.MISSES.inc()
+        if not proxy_service.may_park(ctx, call):
+            raise proxy_service.replay_miss(ctx, call)
+        proxy_service.park(ctx, call)
+        if call.entry is not None:  # answered while we parked
+            return "hit"
+        result = self.parking.hold(call.pending_id, call.project["record_timeout"])
+        if result is None:
+            raise errors.RecordTimeout(
+                f"Nobody answered pending call {call.pending_id} within {call.project['record_timeout']} s; "
+                "it stays pending, and a late answer is still saved."
+            )
+        status, entry_id = result
+        if status != "answered":
+            raise errors.Conflict(
+                f"Pending call {call.pending_id} was {status}.", code="semula_pending_cancelled"
+            )
+        call.entry = self.store.one("get_entry", id=entry_id)
+        return "answered"
+
+    def _body(self, environ: dict[str, Any]) -> Any:
+        limit = self.settings.max_body_bytes
+        length = environ.get("CONTENT_LENGTH") or ""
+        if length.isdigit() and int(length) > limit:
+            raise errors.PayloadTooLarge()
+        raw = environ["wsgi.input"].read(int(length) if length.isdigit() else limit + 1)
+        if len(raw) > limit:
+            raise errors.PayloadTooLarge()
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise errors.BadRequest("The body must be valid JSON.") from None
+
+    @staticmethod
+    def _method(environ: dict[str, Any], allowed: str) -> None:
+        if environ.get("REQUEST_METHOD") != allowed:
+            raise errors.MethodNotAllowed()
+
+    @staticmethod
+    def _json(start_response: Callable[..., Any], status: int, body: dict[str, Any]) -> list[bytes]:
+        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        start_response(
+            STATUS_TEXT.get(status, f"{status} Error"), [*JSON_HEADERS, ("Content-Length", str(len(data)))]
+        )
+        return [data]
+
+    def _error(
+        self,
+        start_response: Callable[..., Any],
+        exc: errors.SemulaError,
+        ctx: Context | None,
+        call: proxy_service.Call | None,
+        started: float,
+    ) -> list[bytes]:
+        if ctx is not None and (call is not None or exc.status != 401):
+            outcome = {424: "replay_miss", 504: "timeout", 429: "max_misses"}.get(exc.status, "error")
+            self._log(ctx, call, outcome, exc.status, started)
+        return self._json(start_response, exc.status, exc.to_dict())
+
+    def _log(
+        self, ctx: Context, call: proxy_service.Call | None, outcome: str, status: int, started: float
+    ) -> None:
+        metrics.CALLS.labels(outcome).inc()
+        self.calllog.record(
+            **proxy_service.log_row(ctx, call, outcome=outcome, status=status, started=started)
+        )
