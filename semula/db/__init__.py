@@ -1,6 +1,6 @@
 """Storage: the only package that knows SQLite from PostgreSQL.
 
-`connect(url)` returns a Store. Every statement is a named query from queries.sql,
+`connect(url)` returns a Store. Every statement is a named query from queries/*.sql,
 shared by both dialects; parameters are written `:name`. Driver errors are
 translated to the exceptions below, so callers never import sqlite3 or psycopg.
 """
@@ -33,7 +33,7 @@ class Unavailable(DatabaseError):
 
 
 def load_queries(text: str, dialect: str | None = None) -> dict[str, str]:
-    """Split queries.sql on `-- name: x` headers into {name: sql}.
+    """Split query text on `-- name: x` headers into {name: sql}.
 
     A header `-- name: x.postgresql` (or `.sqlite`) overrides x for that dialect only: the
     rare statement the two cannot share stays next to its twin, and visible.
@@ -44,11 +44,18 @@ def load_queries(text: str, dialect: str | None = None) -> dict[str, str]:
         body = "\n".join(line for line in match.group(2).splitlines() if not line.lstrip().startswith("--"))
         name, _, only = match.group(1).partition(".")
         target = queries if not only else overrides if only == dialect else {}
+        if name in target:
+            raise ValueError(f"query {match.group(1)} is defined twice")
         target[name] = body.strip().rstrip(";")
     return queries | overrides
 
 
-_TEXT = resources.files(__package__).joinpath("queries.sql").read_text()
+# One file per area (core, proxy, pending, entries, ...); names are unique across all of them.
+_TEXT = "\n".join(
+    f.read_text()
+    for f in sorted(resources.files(__package__).joinpath("queries").iterdir(), key=lambda f: f.name)
+    if f.name.endswith(".sql")
+)
 QUERIES = load_queries(_TEXT, "sqlite")
 POSTGRES_QUERIES = load_queries(_TEXT, "postgresql")
 

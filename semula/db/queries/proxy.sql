@@ -1,0 +1,67 @@
+-- Statements of the proxy: entries lookup and save, parking, the call log.
+
+-- name: entry_by_fingerprint
+SELECT id, response, chunks, review_status, model FROM entries
+WHERE project_id = :project_id AND fingerprint = :fingerprint
+
+-- name: get_entry
+SELECT * FROM entries WHERE id = :id
+
+-- name: entry_candidates
+SELECT id, request FROM entries
+WHERE project_id = :project_id AND review_status <> 'rejected'
+ORDER BY CASE WHEN model = :model THEN 0 ELSE 1 END, id DESC
+LIMIT :limit
+
+-- name: upsert_entry
+INSERT INTO entries (id, workspace_id, project_id, fingerprint, model, request, response, chunks, revision,
+    pinned, review_status, created_at, updated_at)
+VALUES (:id, :workspace_id, :project_id, :fingerprint, :model, :request, :response, :chunks, 1,
+    0, 'unreviewed', :now, :now)
+ON CONFLICT (project_id, fingerprint) DO UPDATE SET
+    response = excluded.response, chunks = excluded.chunks, revision = entries.revision + 1,
+    review_status = 'unreviewed', updated_at = excluded.updated_at
+WHERE entries.pinned = 0
+RETURNING id, revision
+
+-- name: insert_revision
+INSERT INTO entry_revisions (id, workspace_id, entry_id, number, response, chunks, actor, summary, created_at)
+VALUES (:id, :workspace_id, :entry_id, :number, :response, :chunks, :actor, :summary, :now)
+
+-- name: insert_pending
+-- Parks a miss unless the project already has max_misses parked; the partial unique index makes
+-- identical concurrent misses share one row.
+INSERT INTO pending (id, workspace_id, project_id, fingerprint, model, request, stream, status, created_at)
+SELECT :id, :workspace_id, :project_id, :fingerprint, :model, :request, :stream, 'pending', :now
+WHERE (SELECT COUNT(*) FROM pending WHERE project_id = :project_id AND status = 'pending') < :max_misses
+ON CONFLICT (project_id, fingerprint) WHERE status = 'pending' DO NOTHING
+
+-- name: pending_by_fingerprint
+SELECT id FROM pending WHERE project_id = :project_id AND fingerprint = :fingerprint AND status = 'pending'
+
+-- name: get_pending
+SELECT pd.*, p.name AS project_name FROM pending pd JOIN projects p ON p.id = pd.project_id
+WHERE pd.id = :id AND pd.workspace_id = :workspace_id
+
+-- name: resolve_pending
+UPDATE pending SET status = :status, entry_id = :entry_id, resolved_at = :now, claimed_by = NULL,
+    claim_expires_at = NULL
+WHERE id = :id AND status = 'pending'
+
+-- name: resolved_among
+-- The held calls (a JSON array of ids) that are no longer pending: one query per poll, whatever the count.
+SELECT id, status, entry_id, resolved_at FROM pending
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status <> 'pending'
+
+-- name: resolved_among.postgresql
+SELECT id, status, entry_id, resolved_at FROM pending
+WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))) AND status <> 'pending'
+
+-- name: insert_call
+INSERT INTO call_log (id, workspace_id, project_id, created_at, fingerprint, model, stream, outcome, status,
+    duration_ms, entry_id, pending_id, token_id)
+VALUES (:id, :workspace_id, :project_id, :created_at, :fingerprint, :model, :stream, :outcome, :status,
+    :duration_ms, :entry_id, :pending_id, :token_id)
+
+-- name: models_in_project
+SELECT DISTINCT model FROM entries WHERE project_id = :project_id AND model IS NOT NULL ORDER BY model
