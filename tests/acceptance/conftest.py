@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from semula.service import projects, tokens
 from tests.helpers import Server
 
 
@@ -18,3 +19,34 @@ def start_server(db_url, tmp_path):
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def token(ctx) -> str:
+    """An admin token with full scope, as an app or a test suite would use."""
+    return tokens.create(ctx, {"role": "admin", "scope": "full"})["token"]
+
+
+@pytest.fixture
+def shop(ctx):
+    """Project `shop` in record mode with a short record_timeout."""
+    return projects.create(ctx, {"name": "shop", "mode": "record", "record_timeout": 60})
+
+
+@pytest.fixture
+def openai_client(token):
+    """An official OpenAI SDK client for a server and project; no retries, so every call counts once."""
+    from openai import OpenAI
+
+    made = []
+
+    def make(server, project: str = "shop", *, api_key: str | None = None, timeout: float = 120):
+        client = OpenAI(
+            base_url=f"{server.url}/p/{project}/v1", api_key=api_key or token, max_retries=0, timeout=timeout
+        )
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()

@@ -65,3 +65,12 @@ VALUES (:id, :workspace_id, :project_id, :created_at, :fingerprint, :model, :str
 
 -- name: models_in_project
 SELECT DISTINCT model FROM entries WHERE project_id = :project_id AND model IS NOT NULL ORDER BY model
+
+-- name: parked_in_project
+SELECT id, fingerprint FROM pending WHERE project_id = :project_id AND status = 'pending' ORDER BY id
+
+-- name: calls_in_project
+SELECT * FROM call_log WHERE project_id = :project_id ORDER BY id
+
+-- name: set_review_status
+UPDATE entries SET review_status = :review_status, updated_at = :now WHERE id = :id

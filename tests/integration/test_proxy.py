@@ -1,0 +1,278 @@
+"""The proxy through Flask's test client, on SQLite and PostgreSQL (held calls wait in threads)."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from semula import fingerprint as fp
+from semula.errors import InvalidAnswer, PendingResolved
+from semula.service import pending, projects
+from tests.helpers import wait_for
+
+URL = "/p/shop/v1/chat/completions"
+BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
+
+
+@pytest.fixture
+def shop(ctx):
+    return projects.create(ctx, {"name": "shop", "record_timeout": 30, "max_misses": 3})
+
+
+@pytest.fixture
+def admin(make_token):
+    return make_token("admin")
+
+
+def parked(ctx, shop, count=1):
+    return wait_for(
+        lambda: (
+            (rows := ctx.store.all("parked_in_project", project_id=shop["id"]))
+            and len(rows) >= count
+            and rows
+        ),
+        what=f"{count} parked",
+    )
+
+
+def call_async(client, headers, body=BODY, url=URL):
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(client.post, url, json=body, headers=headers)
+    pool.shutdown(wait=False)
+    return future
+
+
+def record(ctx, shop, client, headers, payload, body=BODY):
+    future = call_async(client, headers, body)
+    [row] = parked(ctx, shop)
+    pending.answer(ctx, row["id"], payload)
+    return future.result(10)
+
+
+def outcomes(ctx, shop):
+    return [(r["outcome"], r["status"]) for r in ctx.store.all("calls_in_project", project_id=shop["id"])]
+
+
+def test_record_then_hit_with_fresh_id_and_templates(ctx, shop, client, admin):
+    first = record(ctx, shop, client, admin, {"content": "Model {{request.model}} at {{now}} id {{uuid}}"})
+    assert first.status_code == 200
+    body = first.json
+    assert body["object"] == "chat.completion" and body["model"] == "gpt-4o"
+    text = body["choices"][0]["message"]["content"]
+    assert text.startswith("Model gpt-4o at 20") and "{{" not in text
+    again = client.post(URL, json=BODY, headers=admin).json
+    assert again["id"] != body["id"]
+    assert again["choices"][0]["message"]["content"] != text  # a fresh uuid each time
+    assert outcomes(ctx, shop) == [("answered", 200), ("hit", 200)]
+
+
+def test_other_templates_stay_literal(ctx, shop, client, admin):
+    r = record(ctx, shop, client, admin, {"content": "{{env.HOME}} {{ now }} {{7*7}}"})
+    assert r.json["choices"][0]["message"]["content"] == "{{env.HOME}} {{ now }} {{7*7}}"
+
+
+def test_replay_mode_miss_is_424_naming_the_closest_entry(ctx, shop, client, admin):
+    record(ctx, shop, client, admin, {"content": "hi"})
+    projects.update(ctx, "shop", {"mode": "replay"})
+    r = client.post(URL, json={**BODY, "messages": [{"role": "user", "content": "hellO"}]}, headers=admin)
+    assert r.status_code == 424 and r.json["error"]["code"] == "semula_replay_miss"
+    assert "messages[0].content" in r.json["error"]["message"]
+    assert ctx.store.all("parked_in_project", project_id=shop["id"]) == []
+    assert outcomes(ctx, shop)[-1] == ("replay_miss", 424)
+
+
+def test_replay_miss_in_an_empty_project_says_so(ctx, client, admin):
+    projects.create(ctx, {"name": "empty", "mode": "replay"})
+    r = client.post("/p/empty/v1/chat/completions", json=BODY, headers=admin)
+    assert r.status_code == 424 and "no entries" in r.json["error"]["message"]
+
+
+def test_replay_scope_token_never_parks(ctx, shop, client, make_token):
+    r = client.post(URL, json=BODY, headers=make_token("viewer", scope="replay"))
+    assert r.status_code == 424
+    assert ctx.store.all("parked_in_project", project_id=shop["id"]) == []
+
+
+def test_ignore_fields_and_normalize_shape_the_fingerprint(ctx, shop, client, admin):
+    projects.update(
+        ctx,
+        "shop",
+        {
+            "ignore_fields": ["/temperature"],
+            "normalize": [{"pattern": r"\d{4}-\d\d-\d\d", "replacement": "DATE"}],
+        },
+    )
+    dated = {**BODY, "messages": [{"role": "user", "content": "today is 2026-11-29"}], "temperature": 0.2}
+    record(ctx, shop, client, admin, {"content": "noted"}, body=dated)
+    projects.update(ctx, "shop", {"mode": "replay"})
+    other_day = {**dated, "messages": [{"role": "user", "content": "today is 2027-01-01"}], "temperature": 1}
+    assert client.post(URL, json=other_day, headers=admin).json["choices"][0]["message"]["content"] == "noted"
+
+
+def test_project_from_path_binding_or_header(ctx, shop, client, admin, make_token):
+    record(ctx, shop, client, admin, {"content": "hi"})
+    bound = make_token("viewer", scope="replay", project="shop")
+    assert client.post("/v1/chat/completions", json=BODY, headers=bound).status_code == 200
+    assert (
+        client.post(
+            "/v1/chat/completions", json=BODY, headers={**admin, "X-Semula-Project": "shop"}
+        ).status_code
+        == 200
+    )
+    r = client.post("/v1/chat/completions", json=BODY, headers=admin)
+    assert r.status_code == 400 and r.json["error"]["code"] == "project_required"
+    projects.create(ctx, {"name": "other"})
+    assert client.post("/p/other/v1/chat/completions", json=BODY, headers=bound).status_code == 404
+    models = client.get("/p/shop/v1/models", headers=admin).json
+    assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["gpt-4o"]
+
+
+def test_proxy_needs_a_token(shop, client):
+    r = client.post(URL, json=BODY)
+    assert r.status_code == 401 and r.json["error"]["code"] == "invalid_api_key"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ("{not json", 400, None),
+        ({"messages": [{"role": "user", "content": "x"}]}, 400, "model"),
+        ({"model": "gpt-4o", "messages": []}, 400, "messages"),
+        ([1, 2], 400, None),
+    ],
+)
+def test_bad_requests_are_openai_errors(shop, client, admin, body, status, param):
+    kwargs = {"data": body, "content_type": "application/json"} if isinstance(body, str) else {"json": body}
+    r = client.post(URL, headers=admin, **kwargs)
+    assert r.status_code == status and r.json["error"]["param"] == param
+
+
+def test_wrong_method_and_huge_body(shop, client, admin, app):
+    assert client.get(URL, headers=admin).status_code == 405
+    big = {
+        **BODY,
+        "messages": [
+            {"role": "user", "content": "x" * (app.extensions["semula"]["settings"].max_body_bytes)}
+        ],
+    }
+    r = client.post(URL, json=big, headers=admin)
+    assert r.status_code == 413 and r.json["error"]["code"] == "payload_too_large"
+
+
+def test_max_misses_caps_parked_rows(ctx, shop, client, admin):
+    futures = [
+        call_async(client, admin, {**BODY, "messages": [{"role": "user", "content": f"q{i}"}]})
+        for i in range(3)
+    ]
+    parked(ctx, shop, 3)
+    r = client.post(
+        URL, json={**BODY, "messages": [{"role": "user", "content": "one too many"}]}, headers=admin
+    )
+    assert r.status_code == 429 and r.json["error"]["code"] == "semula_max_misses"
+    # An identical miss still joins its parked row rather than being refused.
+    joiner = call_async(client, admin, {**BODY, "messages": [{"role": "user", "content": "q0"}]})
+    for row in ctx.store.all("parked_in_project", project_id=shop["id"]):
+        pending.answer(ctx, row["id"], {"content": "ok"})
+    assert all(f.result(10).status_code == 200 for f in [*futures, joiner])
+    assert ("max_misses", 429) in outcomes(ctx, shop)
+
+
+def test_cancel_fails_the_held_call_and_saves_nothing(ctx, shop, client, admin):
+    future = call_async(client, admin)
+    [row] = parked(ctx, shop)
+    pending.cancel(ctx, row["id"])
+    r = future.result(10)
+    assert r.status_code == 409 and r.json["error"]["code"] == "semula_pending_cancelled"
+    with pytest.raises(PendingResolved):
+        pending.answer(ctx, row["id"], {"content": "too late"})
+
+
+def test_answer_twice_is_409(ctx, shop, client, admin):
+    future = call_async(client, admin)
+    [row] = parked(ctx, shop)
+    pending.answer(ctx, row["id"], {"content": "one"})
+    with pytest.raises(PendingResolved):
+        pending.answer(ctx, row["id"], {"content": "two"})
+    assert future.result(10).json["choices"][0]["message"]["content"] == "one"
+
+
+def test_response_format_json_schema_is_enforced(ctx, shop, client, admin):
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    body = {
+        **BODY,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+    }
+    future = call_async(client, admin, body)
+    [row] = parked(ctx, shop)
+    with pytest.raises(InvalidAnswer) as info:
+        pending.answer(ctx, row["id"], {"content": '{"n": "three"}'})
+    assert info.value.param == "content.n"
+    with pytest.raises(InvalidAnswer):
+        pending.answer(ctx, row["id"], {"content": "not json"})
+    pending.answer(ctx, row["id"], {"content": '{"n": 3}'})
+    assert json.loads(future.result(10).json["choices"][0]["message"]["content"]) == {"n": 3}
+
+
+def test_rejected_entry_does_not_replay_and_parks_again(ctx, shop, client, admin, store):
+    record(ctx, shop, client, admin, {"content": "first"})
+    entry = store.one("entry_by_fingerprint", project_id=shop["id"], fingerprint=fp.fingerprint(BODY))
+    store.run("set_review_status", id=entry["id"], review_status="rejected", now=0)
+    second = record(ctx, shop, client, admin, {"content": "second"})
+    assert second.json["choices"][0]["message"]["content"] == "second"
+    row = store.one("get_entry", id=entry["id"])
+    assert row["revision"] == 2 and row["review_status"] == "unreviewed"
+
+
+def test_canary_secret_in_a_prompt_is_redacted_in_storage_but_still_matches(ctx, shop, client, admin, store):
+    canary = "sk-proj-CANARY0123456789abcdefghijklmnopqrstuv"
+    body = {**BODY, "messages": [{"role": "user", "content": f"my key is {canary}"}]}
+    future = call_async(client, admin, body)
+    [row] = parked(ctx, shop)
+    full = pending.get(ctx, row["id"])
+    assert canary not in json.dumps(full) and "[REDACTED]" in json.dumps(full)
+    pending.answer(ctx, row["id"], {"content": "thanks"})
+    assert future.result(10).status_code == 200
+    entry = store.one("entry_by_fingerprint", project_id=shop["id"], fingerprint=fp.fingerprint(body))
+    assert canary not in json.dumps(store.one("get_entry", id=entry["id"]))
+    assert client.post(URL, json=body, headers=admin).json["choices"][0]["message"]["content"] == "thanks"
+
+
+def test_stream_request_can_park_and_gets_sse(ctx, shop, client, admin):
+    body = {**BODY, "stream": True, "stream_options": {"include_usage": True}}
+    future = call_async(client, admin, body)
+    [row] = parked(ctx, shop)
+    pending.answer(ctx, row["id"], {"content": "streamed"})
+    r = future.result(10)
+    assert r.headers["Content-Type"].startswith("text/event-stream")
+    lines = [line for line in r.get_data(as_text=True).split("\n\n") if line]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[6:]) for line in lines[:-1]]
+    assert (
+        "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == "streamed"
+    )
+    assert chunks[-1]["usage"]["total_tokens"] > 0
+    # The stream flag is transport-only: the same request without it is a hit.
+    assert client.post(URL, json=BODY, headers=admin).json["choices"][0]["message"]["content"] == "streamed"
+
+
+def test_metrics_count_outcomes(ctx, shop, client, admin):
+    before = client.get("/metrics").get_data(as_text=True)
+    record(ctx, shop, client, admin, {"content": "x"})
+    client.post(URL, json=BODY, headers=admin)
+    after = client.get("/metrics").get_data(as_text=True)
+
+    def value(text, name):
+        return sum(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith(name + " ") or line.startswith(name + "{")
+        )
+
+    assert (
+        value(after, 'semula_proxy_calls_total{outcome="hit"}')
+        - value(before, 'semula_proxy_calls_total{outcome="hit"}')
+        == 1
+    )
+    assert value(after, "semula_misses_total") - value(before, "semula_misses_total") == 1
