@@ -176,6 +176,17 @@ def project_set(name: str, settings: tuple[str, ...]) -> None:
         emit(projects.update(ctx, name, parse_assignments(settings)))
 
 
+@project.command("upstream")
+@click.argument("name")
+@click.option("--reset", is_flag=True, help="Zero the spend and forget dry-run prompts (audited).")
+def project_upstream(name: str, reset: bool) -> None:
+    """Show project NAME's record-through spend and dry-run prompts, or reset them."""
+    from semula.service import upstream
+
+    with local_context() as ctx:
+        emit(upstream.reset(ctx, name) if reset else upstream.usage(ctx, name))
+
+
 @main.group()
 def token() -> None:
     """Create, list and revoke API tokens (operator, on the local database)."""

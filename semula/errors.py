@@ -130,3 +130,27 @@ class ServiceUnavailable(SemulaError):
     status = 503
     code = "service_unavailable"
     type = "server_error"
+
+
+class UpstreamBudget(SemulaError):
+    """The project's record-through budget is spent; recorded answers still replay."""
+
+    status = 429
+    code = "semula_upstream_budget"
+    type = "rate_limit_error"
+
+
+class UpstreamDryRun(SemulaError):
+    """Record-through is in dry run: this miss would have been forwarded, and was listed instead."""
+
+    status = 424
+    code = "semula_upstream_dry_run"
+    type = "invalid_request_error"
+
+
+class UpstreamError(SemulaError):
+    """The upstream provider did not give a usable answer."""
+
+    status = 502
+    code = "semula_upstream_error"
+    type = "server_error"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 PREFIXES = {
@@ -15,8 +16,22 @@ PREFIXES = {
     "audit": "aud",
     "workspace": "wsp",
 }
+_lock = threading.Lock()
+_last = (0, 0)
 
 
 def new_id(kind: str) -> str:
-    """`pnd_` + 12 hex digits of milliseconds + 12 random hex digits."""
-    return f"{PREFIXES[kind]}_{int(time.time() * 1000):012x}{os.urandom(6).hex()}"
+    """`pnd_` + 12 hex digits of milliseconds + 12 hex digits, random but increasing within a millisecond.
+
+    Like a monotonic ULID: ids made by one process always sort in the order they were made.
+    """
+    global _last
+    millis = int(time.time() * 1000)
+    with _lock:
+        last_millis, last_tail = _last
+        if millis <= last_millis:
+            millis, tail = last_millis, last_tail + 1
+        else:
+            tail = int.from_bytes(os.urandom(6), "big") >> 1  # half the range: room to count up
+        _last = (millis, tail)
+    return f"{PREFIXES[kind]}_{millis:012x}{tail:012x}"

@@ -58,15 +58,15 @@ class Server:
         self.proc = subprocess.Popen(
             self.args, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
-        wait_for(self._healthy, timeout=30, what=f"semula on {self.url}")
+        wait_for(self._healthy, timeout=60, what=f"semula on {self.url}")
         return self
 
     def _healthy(self) -> bool:
         if self.proc.poll() is not None:
             raise AssertionError(f"semula exited with {self.proc.returncode}:\n{self.log()}")
         try:
-            return requests.get(self.url + "/healthz", timeout=1).status_code == 200
-        except requests.ConnectionError:
+            return requests.get(self.url + "/healthz", timeout=5).status_code == 200
+        except (requests.ConnectionError, requests.Timeout):
             return False
 
     def log(self) -> str:

@@ -34,8 +34,10 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.extensions["semula"] = {"settings": settings, "store": store, "parking": parking, "calllog": calllog}
 
     from semula.web.api import api
+    from semula.web.api_upstream import api_upstream
 
     app.register_blueprint(api)
+    app.register_blueprint(api_upstream)
     app.wsgi_app = ProxyApp(app.wsgi_app, settings, store, parking, calllog)  # type: ignore[method-assign]
 
     @app.get("/healthz")

@@ -17,7 +17,7 @@ from semula import errors, metrics, stream
 from semula.config import Settings
 from semula.db import DatabaseError, Store
 from semula.parking import Parking
-from semula.service import Context
+from semula.service import Context, upstream
 from semula.service import proxy as proxy_service
 from semula.service.auth import authenticate
 from semula.service.calllog import CallLog
@@ -46,6 +46,13 @@ STATUS_TEXT = {
     500: "500 Internal Server Error",
     503: "503 Service Unavailable",
     504: "504 Gateway Timeout",
+}
+ERROR_OUTCOMES = {
+    "semula_replay_miss": "replay_miss",
+    "semula_record_timeout": "timeout",
+    "semula_max_misses": "max_misses",
+    "semula_upstream_budget": "budget",
+    "semula_upstream_dry_run": "dry_run",
 }
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -98,6 +105,14 @@ class ProxyApp:
         metrics.MISSES.inc()
         if not proxy_service.may_park(ctx, call):
             raise proxy_service.replay_miss(ctx, call)
+        if call.project["record_through"]:
+            if not self.settings.upstream_key:
+                raise errors.UpstreamError(
+                    "record_through is on but this server has no upstream key.",
+                    code="upstream_not_configured",
+                )
+            call.entry = upstream.forward(ctx, call.project, call.fingerprint, call.body)
+            return "forwarded"
         proxy_service.park(ctx, call)
         if call.entry is not None:  # answered while we parked
             return "hit"
@@ -150,7 +165,7 @@ class ProxyApp:
         started: float,
     ) -> list[bytes]:
         if ctx is not None and (call is not None or exc.status != 401):
-            outcome = {424: "replay_miss", 504: "timeout", 429: "max_misses"}.get(exc.status, "error")
+            outcome = ERROR_OUTCOMES.get(exc.code, "error")
             self._log(ctx, call, outcome, exc.status, started)
         return self._json(start_response, exc.status, exc.to_dict())
 

@@ -1,0 +1,40 @@
+-- Record-through (ADR-0013): the per-project budget and dry-run prompts.
+
+-- name: ensure_upstream_usage
+INSERT INTO upstream_usage (project_id, workspace_id, calls, prompt_tokens, completion_tokens)
+VALUES (:project_id, :workspace_id, 0, 0, 0)
+ON CONFLICT (project_id) DO NOTHING
+
+-- name: take_upstream_call
+-- The budget check and the count are one guarded statement, so concurrent misses cannot pass the cap.
+UPDATE upstream_usage SET calls = calls + 1
+WHERE project_id = :project_id AND calls < :max_calls
+  AND (CAST(:max_tokens AS BIGINT) IS NULL OR prompt_tokens + completion_tokens < :max_tokens)
+
+-- name: give_back_upstream_call
+UPDATE upstream_usage SET calls = calls - 1 WHERE project_id = :project_id AND calls > 0
+
+-- name: add_upstream_tokens
+UPDATE upstream_usage SET prompt_tokens = prompt_tokens + :prompt_tokens,
+    completion_tokens = completion_tokens + :completion_tokens
+WHERE project_id = :project_id
+
+-- name: get_upstream_usage
+SELECT calls, prompt_tokens, completion_tokens FROM upstream_usage WHERE project_id = :project_id
+
+-- name: reset_upstream_usage
+UPDATE upstream_usage SET calls = 0, prompt_tokens = 0, completion_tokens = 0 WHERE project_id = :project_id
+
+-- name: record_dry_run
+INSERT INTO upstream_dry_runs (project_id, fingerprint, workspace_id, model, request, count, first_seen, last_seen)
+VALUES (:project_id, :fingerprint, :workspace_id, :model, :request, 1, :now, :now)
+ON CONFLICT (project_id, fingerprint) DO UPDATE SET count = upstream_dry_runs.count + 1, last_seen = excluded.last_seen
+
+-- name: list_dry_runs
+SELECT fingerprint, model, request, count, first_seen, last_seen FROM upstream_dry_runs
+WHERE project_id = :project_id
+ORDER BY last_seen DESC
+LIMIT :limit
+
+-- name: clear_dry_runs
+DELETE FROM upstream_dry_runs WHERE project_id = :project_id

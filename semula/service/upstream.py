@@ -1,0 +1,254 @@
+"""Record-through (ADR-0013): forward a miss to the operator's provider, behind a hard budget.
+
+The key is server configuration only; it goes into the Authorization header of the upstream
+request and nowhere else. The app's headers are never copied. A provider's error text is
+shown only after redaction, and an unreachable upstream is named by exception type only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from semula import answers, redact, stream
+from semula.errors import InvalidAnswer, UpstreamBudget, UpstreamDryRun, UpstreamError
+from semula.service import Context, audit, dumps, now
+from semula.service import entries as entries_service
+from semula.service import projects as projects_service
+from semula.service.auth import require
+
+logger = logging.getLogger("semula.upstream")
+
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+ERROR_TEXT_CHARS = 300
+SUMMARY = "recorded from upstream"
+_session = requests.Session()
+
+
+@dataclass
+class _Flight:
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+
+class SingleFlight:
+    """Identical concurrent calls share one execution: the first runs it, the others wait for its result."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._flights: dict[tuple[str, ...], _Flight] = {}
+
+    def run(self, key: tuple[str, ...], fn: Callable[[], Any]) -> Any:
+        with self._lock:
+            flight = self._flights.get(key)
+            leader = flight is None
+            if leader:
+                flight = self._flights[key] = _Flight()
+        if not leader:
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            return flight.result
+        try:
+            flight.result = fn()
+            return flight.result
+        except BaseException as exc:
+            flight.error = exc
+            raise
+        finally:
+            with self._lock:
+                del self._flights[key]
+            flight.done.set()
+
+
+FLIGHTS = SingleFlight()
+
+
+def forward(ctx: Context, project: dict[str, Any], fingerprint: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The entry row for a miss, recorded from the upstream provider (one call per prompt per process)."""
+    stored = redact.redact_obj(body, ctx.settings.secrets())
+    if project["upstream_dry_run"]:
+        ctx.store.run(
+            "record_dry_run",
+            project_id=project["id"],
+            fingerprint=fingerprint,
+            workspace_id=ctx.principal.workspace_id,
+            model=body.get("model"),
+            request=dumps(stored),
+            now=now(),
+        )
+        raise UpstreamDryRun()
+    key = (ctx.principal.workspace_id, project["id"], fingerprint)
+    return FLIGHTS.run(key, lambda: _forward_once(ctx, project, fingerprint, body, stored))
+
+
+def _forward_once(
+    ctx: Context, project: dict[str, Any], fingerprint: str, body: dict[str, Any], stored: dict[str, Any]
+) -> dict[str, Any]:
+    # An earlier flight (or another process) may have recorded it since this request looked.
+    entry = entries_service.lookup(ctx, project["id"], fingerprint)
+    if entry is not None:
+        return entry
+    _take_budget(ctx, project)
+    try:
+        completion, chunks = call_provider(ctx.settings, body, project["upstream_model"])
+        try:
+            parsed = answers.parse_answer(completion, stored)
+            answers.validate_tool_calls(parsed, stored)
+        except InvalidAnswer as exc:
+            raise UpstreamError(
+                f"The upstream provider's answer failed validation: {exc.message}",
+                param=exc.param,
+                code="semula_upstream_invalid",
+            ) from None
+        with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+            saved = entries_service.save(
+                tx,
+                ctx,
+                project_id=project["id"],
+                fingerprint=fingerprint,
+                request=stored,
+                response=parsed,
+                chunks=chunks,
+                actor="agent",
+                summary=SUMMARY,
+            )
+    except BaseException:
+        ctx.store.run("give_back_upstream_call", project_id=project["id"])
+        raise
+    usage = parsed.get("usage") or {}
+    ctx.store.run(
+        "add_upstream_tokens",
+        project_id=project["id"],
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+    )
+    logger.info("forwarded", extra={"project_id": project["id"], "entry_id": saved["id"]})
+    return ctx.store.one("get_entry", id=saved["id"])
+
+
+def _take_budget(ctx: Context, project: dict[str, Any]) -> None:
+    ctx.store.run("ensure_upstream_usage", project_id=project["id"], workspace_id=ctx.principal.workspace_id)
+    if not ctx.store.run(
+        "take_upstream_call",
+        project_id=project["id"],
+        max_calls=project["upstream_max_calls"],
+        max_tokens=project["upstream_max_tokens"],
+    ):
+        raise UpstreamBudget(
+            f"Project {project['name']!r} has spent its record-through budget "
+            f"(upstream_max_calls {project['upstream_max_calls']}, upstream_max_tokens "
+            f"{project['upstream_max_tokens']}); an admin can raise it or reset the usage."
+        )
+
+
+def call_provider(settings: Any, body: dict[str, Any], model: str | None) -> tuple[dict[str, Any], Any]:
+    """POST the app's own JSON to the provider; a stream is read whole, with usage forced on."""
+    payload = dict(body)
+    if model:
+        payload["model"] = model
+    streaming = payload.get("stream") is True
+    if streaming:
+        payload["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}
+    headers = {"Authorization": f"Bearer {settings.upstream_key}", "Content-Type": "application/json"}
+    try:
+        response = _session.post(
+            settings.upstream_url + "/chat/completions",
+            data=json.dumps(payload),
+            headers=headers,
+            timeout=settings.upstream_timeout,
+            stream=True,
+            allow_redirects=False,
+        )
+        with response:
+            raw = _read_capped(response)
+    except requests.RequestException as exc:
+        # By exception type only: its text names the URL, which may carry a credential.
+        raise UpstreamError(
+            f"The upstream provider is unreachable ({type(exc).__name__}).",
+            code="semula_upstream_unreachable",
+        ) from None
+    if response.status_code != 200:
+        text = redact.redact_text(raw.decode("utf-8", "replace")[:4000], settings.secrets())
+        raise UpstreamError(
+            f"The upstream provider answered {response.status_code}: {text[:ERROR_TEXT_CHARS]}"
+        )
+    try:
+        if streaming:
+            chunks = _parse_sse(raw)
+            return stream.assemble_chunks(chunks), chunks
+        return json.loads(raw), None
+    except ValueError:
+        raise UpstreamError("The upstream provider's answer is not valid JSON.") from None
+
+
+def _read_capped(response: requests.Response) -> bytes:
+    parts, size = [], 0
+    for part in response.iter_content(65536):
+        size += len(part)
+        if size > MAX_RESPONSE_BYTES:
+            raise UpstreamError("The upstream provider's answer is too large.")
+        parts.append(part)
+    return b"".join(parts)
+
+
+def _parse_sse(raw: bytes) -> list[dict[str, Any]]:
+    chunks = []
+    for line in raw.decode("utf-8").splitlines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            break
+        chunks.append(json.loads(data))
+    if not chunks:
+        raise ValueError("empty stream")
+    return chunks
+
+
+def usage(ctx: Context, name: str, *, limit: int = 100) -> dict[str, Any]:
+    """The project's record-through settings, spend and dry-run prompts (distinct, with counts)."""
+    require(ctx, role="viewer")
+    project = projects_service.get_row(ctx, name)
+    spent = ctx.store.one("get_upstream_usage", project_id=project["id"]) or {}
+    prompts = [
+        {
+            "fingerprint": r["fingerprint"],
+            "model": r["model"],
+            "count": r["count"],
+            "first_seen": int(r["first_seen"]),
+            "last_seen": int(r["last_seen"]),
+            "request": json.loads(r["request"]),
+        }
+        for r in ctx.store.all("list_dry_runs", project_id=project["id"], limit=limit)
+    ]
+    return {
+        "object": "upstream_usage",
+        "project": name,
+        "record_through": bool(project["record_through"]),
+        "dry_run": bool(project["upstream_dry_run"]),
+        "calls": spent.get("calls", 0),
+        "max_calls": project["upstream_max_calls"],
+        "prompt_tokens": spent.get("prompt_tokens", 0),
+        "completion_tokens": spent.get("completion_tokens", 0),
+        "max_tokens": project["upstream_max_tokens"],
+        "dry_run_prompts": prompts,
+    }
+
+
+def reset(ctx: Context, name: str) -> dict[str, Any]:
+    """Zero the project's spend and forget its dry-run prompts; admin only, audited."""
+    require(ctx, role="admin")
+    project = projects_service.get_row(ctx, name)
+    with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+        tx.run("reset_upstream_usage", project_id=project["id"])
+        tx.run("clear_dry_runs", project_id=project["id"])
+        audit.record(tx, ctx, "project.upstream_reset", name, ["calls", "tokens", "dry_run_prompts"])
+    return usage(ctx, name)

@@ -1,0 +1,98 @@
+"""A fake OpenAI-compatible provider on 127.0.0.1 for record-through tests; never a real one."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class FakeUpstream:
+    """Answers POST /v1/chat/completions; `mode` is ok, error (echoes the key back) or invalid."""
+
+    def __init__(self, delay: float = 0.0):
+        self.delay = delay
+        self.mode = "ok"
+        self.calls: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with fake._lock:
+                    fake.calls.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                if fake.delay:
+                    time.sleep(fake.delay)
+                status, content_type, data = fake.respond(body, self.headers.get("Authorization", ""))
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def respond(self, body: dict[str, Any], authorization: str) -> tuple[int, str, bytes]:
+        if self.mode == "error":
+            error = {
+                "error": {"message": f"Incorrect API key provided: {authorization[7:]}", "code": "bad_key"}
+            }
+            return 401, "application/json", json.dumps(error).encode()
+        text = f"upstream says: {body['messages'][-1]['content']}"
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        finish = "stop"
+        if self.mode == "invalid":
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "no_such_tool", "arguments": "{}"},
+                    }
+                ],
+            }
+            finish = "tool_calls"
+        usage = {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30}
+        base = {"id": "chatcmpl-upstream", "created": 1, "model": body["model"]}
+        if not body.get("stream"):
+            completion = {
+                **base,
+                "object": "chat.completion",
+                "usage": usage,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            }
+            return 200, "application/json", json.dumps(completion).encode()
+        chunk = {**base, "object": "chat.completion.chunk"}
+        chunks = [
+            {
+                **chunk,
+                "choices": [
+                    {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                ],
+            },
+            {**chunk, "choices": [{"index": 0, "delta": {"content": text[:8]}, "finish_reason": None}]},
+            {**chunk, "choices": [{"index": 0, "delta": {"content": text[8:]}, "finish_reason": None}]},
+            {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        ]
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**chunk, "choices": [], "usage": usage})
+        data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        return 200, "text/event-stream", data.encode()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,236 @@
+"""Record-through (ADR-0013) against a fake provider on 127.0.0.1, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import pytest
+
+from semula import logs
+from semula.fingerprint import fingerprint
+from semula.service import CLI, Context, projects
+from semula.web import create_app
+from tests.fake_upstream import FakeUpstream
+from tests.helpers import free_port
+
+CANARY = "sk-upstream-CANARY0123456789abcdefghijklmnop"
+URL = "/p/shop/v1/chat/completions"
+
+
+def body(text: str = "hello", **extra) -> dict:
+    return {"model": "gpt-4o", "messages": [{"role": "user", "content": text}], **extra}
+
+
+@pytest.fixture
+def fake():
+    server = FakeUpstream()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def upstream_settings(settings, fake):
+    return replace(settings, upstream_key=CANARY, upstream_url=fake.url)
+
+
+@pytest.fixture
+def uctx(store, upstream_settings):
+    return Context(store, upstream_settings, CLI)
+
+
+@pytest.fixture
+def client(store, upstream_settings):
+    return create_app(upstream_settings, store).test_client()
+
+
+@pytest.fixture
+def shop(uctx):
+    return projects.create(uctx, {"name": "shop", "record_through": True, "upstream_max_calls": 5})
+
+
+@pytest.fixture
+def headers(make_token):
+    return make_token("admin")
+
+
+def usage(client, headers):
+    return client.get("/api/v1/projects/shop/upstream", headers=headers).json
+
+
+def calls(store, shop):
+    return [r["outcome"] for r in store.all("calls_in_project", project_id=shop["id"])]
+
+
+def test_forward_records_an_entry_and_then_replays_it(client, shop, headers, fake, store):
+    r = client.post(URL, json=body(), headers={**headers, "X-App-Secret": "app-only"})
+    assert r.status_code == 200, r.json
+    assert r.json["choices"][0]["message"]["content"] == "upstream says: hello"
+    assert r.json["model"] == "gpt-4o" and r.json["id"] != "chatcmpl-upstream"
+    again = client.post(URL, json=body(), headers=headers)
+    assert again.json["choices"][0]["message"]["content"] == "upstream says: hello"
+    assert len(fake.calls) == 1
+    sent = fake.calls[0]
+    assert sent["headers"]["Authorization"] == f"Bearer {CANARY}"
+    assert "X-App-Secret" not in sent["headers"] and sent["body"] == body()
+    assert calls(store, shop) == ["forwarded", "hit"]
+    assert usage(client, headers)["calls"] == 1 and usage(client, headers)["prompt_tokens"] == 20
+
+
+def test_upstream_model_replaces_the_model_sent(client, uctx, shop, headers, fake):
+    projects.update(uctx, "shop", {"upstream_model": "gpt-4o-mini"})
+    r = client.post(URL, json=body(), headers=headers)
+    assert fake.calls[0]["body"]["model"] == "gpt-4o-mini" and r.json["model"] == "gpt-4o"
+
+
+def test_budget_cap_then_429_and_replay_still_works(client, uctx, shop, headers, fake, store):
+    projects.update(uctx, "shop", {"upstream_max_calls": 2})
+    assert client.post(URL, json=body("a"), headers=headers).status_code == 200
+    assert client.post(URL, json=body("b"), headers=headers).status_code == 200
+    r = client.post(URL, json=body("c"), headers=headers)
+    assert r.status_code == 429 and r.json["error"]["code"] == "semula_upstream_budget"
+    assert client.post(URL, json=body("a"), headers=headers).status_code == 200
+    assert len(fake.calls) == 2 and calls(store, shop)[-2:] == ["budget", "hit"]
+
+
+def test_token_cap_is_checked_before_a_call(client, uctx, shop, headers):
+    projects.update(uctx, "shop", {"upstream_max_tokens": 10})
+    assert client.post(URL, json=body("a"), headers=headers).status_code == 200  # spends 30: overshoots once
+    assert client.post(URL, json=body("b"), headers=headers).json["error"]["code"] == "semula_upstream_budget"
+
+
+def test_failed_call_gives_its_count_back_and_error_text_is_redacted(
+    client, shop, headers, fake, store, capfd
+):
+    logs.setup("info", (CANARY,))
+    fake.mode = "error"
+    r = client.post(URL, json=body(), headers=headers)
+    assert r.status_code == 502 and r.json["error"]["code"] == "semula_upstream_error"
+    message = r.json["error"]["message"]
+    assert "401" in message and "[REDACTED]" in message and CANARY not in message
+    assert usage(client, headers)["calls"] == 0
+    fake.mode = "invalid"
+    r = client.post(URL, json=body(), headers=headers)
+    assert r.status_code == 502 and r.json["error"]["code"] == "semula_upstream_invalid"
+    assert usage(client, headers)["calls"] == 0
+    assert calls(store, shop) == ["error", "error"]
+    logging.getLogger("semula.test").info("done")
+    assert CANARY not in "".join(capfd.readouterr())
+
+
+def test_unreachable_upstream_is_named_by_exception_type_only(store, settings, headers):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    s = replace(settings, upstream_key=CANARY, upstream_url=url)
+    projects.create(Context(store, s, CLI), {"name": "shop", "record_through": True})
+    r = create_app(s, store).test_client().post(URL, json=body(), headers=headers)
+    assert r.status_code == 502 and r.json["error"]["code"] == "semula_upstream_unreachable"
+    assert "ConnectionError" in r.json["error"]["message"] and "127.0.0.1" not in r.json["error"]["message"]
+
+
+def test_dry_run_lists_prompts_and_never_calls(client, uctx, shop, headers, fake, store):
+    projects.update(uctx, "shop", {"upstream_dry_run": True})
+    for _ in range(2):
+        r = client.post(URL, json=body("dry"), headers=headers)
+        assert r.status_code == 424 and r.json["error"]["code"] == "semula_upstream_dry_run"
+    client.post(URL, json=body("other"), headers=headers)
+    listed = usage(client, headers)["dry_run_prompts"]
+    assert sorted((p["count"], p["request"]["messages"][0]["content"]) for p in listed) == [
+        (1, "other"),
+        (2, "dry"),
+    ]
+    assert fake.calls == [] and calls(store, shop) == ["dry_run"] * 3
+
+
+def test_replay_mode_and_replay_scope_never_forward(client, uctx, shop, make_token, headers, fake):
+    r = client.post(URL, json=body(), headers=make_token("viewer", scope="replay"))
+    assert r.status_code == 424 and r.json["error"]["code"] == "semula_replay_miss"
+    projects.update(uctx, "shop", {"mode": "replay"})
+    assert client.post(URL, json=body(), headers=headers).status_code == 424
+    assert fake.calls == []
+
+
+def test_stream_is_forwarded_with_usage_and_saved_with_chunks(client, shop, headers, fake, store):
+    r = client.post(URL, json=body(stream=True), headers=headers)
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+    assert fake.calls[0]["body"]["stream_options"] == {"include_usage": True}
+    events = [json.loads(x[6:]) for x in r.get_data(as_text=True).split("\n\n") if x and x != "data: [DONE]"]
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"]) == (
+        "upstream says: hello"
+    )
+    assert all("usage" not in e or e["usage"] is None for e in events)  # the app did not ask for usage
+    entry = store.one("entry_by_fingerprint", project_id=shop["id"], fingerprint=fingerprint(body()))
+    saved = json.loads(entry["chunks"])
+    assert len(saved) == 5 and saved[-1]["usage"]["total_tokens"] == 30  # kept with the usage chunk
+    plain = client.post(URL, json=body(), headers=headers).json
+    assert plain["choices"][0]["message"]["content"] == "upstream says: hello" and len(fake.calls) == 1
+
+
+def test_fifty_identical_concurrent_misses_make_one_upstream_call(client, shop, headers, fake):
+    fake.delay = 0.3
+    with ThreadPoolExecutor(50) as pool:
+        results = list(pool.map(lambda _: client.post(URL, json=body("same"), headers=headers), range(50)))
+    assert {r.status_code for r in results} == {200}
+    assert len(fake.calls) == 1 and usage(client, headers)["calls"] == 1
+
+
+def test_reset_is_admin_only_and_audited(client, shop, headers, make_token):
+    client.post(URL, json=body(), headers=headers)
+    editor = make_token("editor")
+    assert client.post("/api/v1/projects/shop/upstream/reset", headers=editor).status_code == 403
+    r = client.post("/api/v1/projects/shop/upstream/reset", headers=headers)
+    assert r.status_code == 200 and r.json["calls"] == 0
+    events = client.get("/api/v1/audit?action=project.upstream_reset", headers=headers).json["data"]
+    assert len(events) == 1 and CANARY not in json.dumps(events)
+
+
+def test_switching_on_is_admin_only_audited_and_needs_a_key(client, settings, store, headers, make_token):
+    projects.create(Context(store, settings, CLI), {"name": "p"})
+    r = client.patch("/api/v1/projects/p", json={"record_through": True}, headers=make_token("editor"))
+    assert r.status_code == 403
+    assert (
+        client.patch("/api/v1/projects/p", json={"record_through": True}, headers=headers).status_code == 200
+    )
+    events = client.get("/api/v1/audit?action=project.settings", headers=headers).json["data"]
+    assert events[0]["fields"] == ["record_through"]
+
+
+def test_hosted_tenants_need_the_operator_switch(store, settings):
+    hosted = replace(settings, hosted=True, upstream_key=CANARY)
+    ctx = Context(store, hosted, CLI)
+    from semula.errors import Forbidden
+
+    with pytest.raises(Forbidden):
+        projects.create(ctx, {"name": "p", "record_through": True})
+    allowed = Context(store, replace(hosted, upstream_tenants=True), CLI)
+    assert projects.create(allowed, {"name": "p", "record_through": True})["record_through"] is True
+
+
+def test_key_never_reaches_the_database(client, shop, headers, fake, store):
+    client.post(URL, json=body(f"my own key {CANARY}"), headers=headers)
+    fake.mode = "error"
+    client.post(URL, json=body("x"), headers=headers)
+    for query, params in [
+        ("calls_in_project", {"project_id": shop["id"]}),
+        (
+            "list_audit",
+            {"workspace_id": "wsp_default", "action": None, "target": None, "before": None, "limit": 100},
+        ),
+    ]:
+        assert CANARY not in json.dumps(store.all(query, **params))
+    assert CANARY not in json.dumps(usage(client, headers))
+
+
+def test_cli_shows_and_resets_usage(db_url, uctx, shop, monkeypatch):
+    from click.testing import CliRunner
+
+    from semula.cli import main
+
+    uctx.store.run("ensure_upstream_usage", project_id=shop["id"], workspace_id="wsp_default")
+    uctx.store.run("take_upstream_call", project_id=shop["id"], max_calls=5, max_tokens=None)
+    monkeypatch.setenv("SEMULA_DATABASE_URL", db_url)
+    shown = CliRunner().invoke(main, ["project", "upstream", "shop"])
+    assert shown.exit_code == 0 and json.loads(shown.output)["calls"] == 1
+    reset = CliRunner().invoke(main, ["project", "upstream", "shop", "--reset"])
+    assert json.loads(reset.output)["calls"] == 0
