@@ -42,6 +42,15 @@ DEFAULTS: dict[str, Any] = {
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
+class StrictBoolean(fields.Boolean):
+    """JSON true or false only: in Python 0 == False, so truthy/falsy sets alone let 0 and 1 through."""
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> bool:
+        if not isinstance(value, bool):
+            raise self.make_error("invalid", input=value)
+        return value
+
+
 class SettingsSchema(Schema):
     class Meta:
         unknown = RAISE
@@ -51,12 +60,12 @@ class SettingsSchema(Schema):
     max_misses = fields.Integer(strict=True, validate=validate.Range(1, 1_000_000))
     ignore_fields = fields.Raw()
     normalize = fields.Raw()
-    record_through = fields.Boolean(truthy={True}, falsy={False})
+    record_through = StrictBoolean()
     upstream_model = fields.String(allow_none=True, validate=validate.Length(1, 200))
     upstream_max_calls = fields.Integer(strict=True, validate=validate.Range(0, 100_000_000))
     upstream_max_tokens = fields.Integer(strict=True, allow_none=True, validate=validate.Range(0, 10**12))
-    upstream_dry_run = fields.Boolean(truthy={True}, falsy={False})
-    answerer = fields.Boolean(truthy={True}, falsy={False})
+    upstream_dry_run = StrictBoolean()
+    answerer = StrictBoolean()
 
     @validates("ignore_fields")
     def _ignore_fields(self, value: Any, **_: Any) -> None:

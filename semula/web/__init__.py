@@ -62,7 +62,12 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
             err.status, err.code, err.type = exc.code or 500, "http_error", "invalid_request_error"
         else:
             err = cls()
-        return error_response(err)
+        response = error_response(err)
+        # A 405 must name the methods the path has (RFC 9110); werkzeug's exception carries them.
+        allow = dict(exc.get_headers()).get("Allow")
+        if allow:
+            response.headers["Allow"] = allow
+        return response
 
     @app.errorhandler(Busy)
     @app.errorhandler(Unavailable)
