@@ -1,4 +1,4 @@
-"""Parked calls (SPEC §3-§5): park a miss, answer it, and wake whoever holds it."""
+"""Parked calls (SPEC §3-§5): park a miss, list, claim and answer it, and wake whoever holds it."""
 
 from __future__ import annotations
 
@@ -8,13 +8,21 @@ from collections.abc import Callable
 from typing import Any
 
 from semula import answers
-from semula.errors import NotFound, PendingResolved
+from semula.errors import BadRequest, NotFound, PendingResolved
 from semula.ids import new_id
-from semula.service import Context, dumps, now
+from semula.service import Context, dumps, now, page
 from semula.service import entries as entries_service
+from semula.service import projects as projects_service
 from semula.service.auth import check_project, require
 
 logger = logging.getLogger("semula.pending")
+
+STATUSES = ("pending", "answered", "cancelled")
+DEFAULT_LEASE = 300
+MAX_LEASE = 3600
+MAX_WORKER_LENGTH = 200
+# Candidates read per look: enough that a claimer losing a race moves on without another SELECT.
+CLAIM_BATCH = 16
 
 # Called with (pending_id, status, entry_id, resolved_at) after an answer or cancel commits in
 # this process, so a call held here is released at once instead of at the next poll.
@@ -140,3 +148,110 @@ def cancel(ctx: Context, pending_id: str) -> dict[str, Any]:
 def notify(pending_id: str, status: str, entry_id: str | None, resolved_at: float) -> None:
     for listener in RESOLVED_LISTENERS:
         listener(pending_id, status, entry_id, resolved_at)
+
+
+def list_pending(
+    ctx: Context,
+    *,
+    project: str | None = None,
+    status: str | None = "pending",
+    after: str | None = None,
+    limit: int = 50,
+) -> dict[str, Any]:
+    """Parked calls, oldest first, as an OpenAI list; status None (or "all") lists every status."""
+    require(ctx, role="viewer", scope="record")
+    if status == "all":
+        status = None
+    if status is not None and status not in STATUSES:
+        raise BadRequest(f"status must be one of {', '.join(STATUSES)} or all.", param="status")
+    rows = ctx.store.all(
+        "list_pending",
+        workspace_id=ctx.principal.workspace_id,
+        project_id=_project_filter(ctx, project),
+        status=status,
+        after=after,
+        limit=limit + 1,
+    )
+    return page([present(r) for r in rows], limit)
+
+
+def claim_next(
+    ctx: Context, project: str | None = None, lease_seconds: int = DEFAULT_LEASE, worker: str | None = None
+) -> dict[str, Any] | None:
+    """Claim the oldest pending call nobody holds, for lease_seconds; None when there is none.
+
+    One guarded UPDATE decides each claim and its row count says who won; a lost race moves on
+    to the next oldest. The same on SQLite and PostgreSQL, across processes: no SKIP LOCKED and
+    no in-process lock. Not audited (SPEC §5).
+    """
+    require(ctx, role="editor", scope="record")
+    lease = _lease(lease_seconds)
+    worker = _worker(ctx, worker)
+    project_id = _project_filter(ctx, project)
+    while True:
+        candidates = ctx.store.all(
+            "claim_candidates",
+            workspace_id=ctx.principal.workspace_id,
+            project_id=project_id,
+            now=now(),
+            limit=CLAIM_BATCH,
+        )
+        if not candidates:
+            return None
+        for candidate in candidates:
+            claimed = _try_claim(ctx, candidate["id"], worker, lease)
+            if claimed is not None:
+                return claimed
+        # Every candidate of this look went to someone else meanwhile: look again.
+
+
+def claim_by_id(
+    ctx: Context, pending_id: str, worker: str, lease_seconds: int = DEFAULT_LEASE
+) -> dict[str, Any] | None:
+    """Claim one given call (the answerer of ADR-0014); None when it is resolved or someone holds it."""
+    require(ctx, role="editor", scope="record")
+    lease = _lease(lease_seconds)
+    worker = _worker(ctx, worker)
+    get_row(ctx, pending_id)
+    return _try_claim(ctx, pending_id, worker, lease)
+
+
+def release_claim(ctx: Context, pending_id: str, worker: str) -> bool:
+    """Give back a call this worker holds, so the next claim_next takes it at once; service only."""
+    require(ctx, role="editor", scope="record")
+    get_row(ctx, pending_id)
+    return bool(ctx.store.run("release_claim", id=pending_id, worker=worker))
+
+
+def _try_claim(ctx: Context, pending_id: str, worker: str, lease: int) -> dict[str, Any] | None:
+    at = now()
+    until = at + lease
+    if not ctx.store.run("claim_pending", id=pending_id, worker=worker, until=until, now=at):
+        return None
+    logger.debug("claimed", extra={"pending_id": pending_id, "lease_seconds": lease})
+    out = present(get_row(ctx, pending_id), full=True)
+    out["claim"] = {"worker": worker, "lease_seconds": lease, "claimed_until": int(until)}
+    return out
+
+
+def _project_filter(ctx: Context, project: str | None) -> str | None:
+    """The project id to filter on: the named one (404 outside a token's binding), else the binding."""
+    if project is not None:
+        return projects_service.get_row(ctx, project)["id"]
+    return ctx.principal.project_id
+
+
+def _lease(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LEASE:
+        raise BadRequest(
+            f"lease_seconds must be a whole number from 1 to {MAX_LEASE}.", param="lease_seconds"
+        )
+    return value
+
+
+def _worker(ctx: Context, worker: str | None) -> str:
+    if worker is None:
+        return ctx.principal.actor
+    if not isinstance(worker, str) or not worker.strip() or len(worker) > MAX_WORKER_LENGTH:
+        raise BadRequest(f"worker must be a name of 1 to {MAX_WORKER_LENGTH} characters.", param="worker")
+    return worker.strip()

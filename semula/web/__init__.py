@@ -34,9 +34,11 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.extensions["semula"] = {"settings": settings, "store": store, "parking": parking, "calllog": calllog}
 
     from semula.web.api import api
+    from semula.web.api_pending import api_pending
     from semula.web.api_upstream import api_upstream
 
     app.register_blueprint(api)
+    app.register_blueprint(api_pending)
     app.register_blueprint(api_upstream)
     app.wsgi_app = ProxyApp(app.wsgi_app, settings, store, parking, calllog)  # type: ignore[method-assign]
 

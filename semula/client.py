@@ -1,0 +1,142 @@
+"""A small REST client for semula's /api/v1 (used by the CLI agent commands, the MCP server and tests).
+
+The base URL comes from SEMULA_URL and the token from SEMULA_TOKEN. Every failure is a ClientError
+carrying the OpenAI error object; the token never appears in a message, a repr or a log line.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_TIMEOUT = 30.0
+
+
+class ClientError(Exception):
+    """A request failed; `error` is the OpenAI error object ({message, type, param, code})."""
+
+    def __init__(self, status: int | None, error: dict[str, Any]):
+        self.status = status
+        self.error = error
+        self.code = error.get("code")
+        self.param = error.get("param")
+        self.message = str(error.get("message") or "request failed")
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        where = f" ({self.param})" if self.param else ""
+        return f"{self.message}{where}"
+
+
+class Client:
+    """semula's REST API over requests; one session, so connections are reused."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        session: requests.Session | None = None,
+    ):
+        self.url = (url or os.environ.get("SEMULA_URL") or DEFAULT_URL).rstrip("/")
+        self._token = token if token is not None else os.environ.get("SEMULA_TOKEN") or None
+        self.timeout = timeout
+        self.session = session or requests.Session()
+
+    def __repr__(self) -> str:
+        return f"Client(url={self.url!r})"
+
+    def request(
+        self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None
+    ) -> Any:
+        """Send one request; the parsed JSON body, or None for 204."""
+        headers = {"Accept": "application/json"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        params = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            response = self.session.request(
+                method,
+                self.url + path,
+                json=json,
+                params=params,
+                headers=headers,
+                timeout=self.timeout,
+            )
+        except requests.RequestException as exc:
+            # The exception text names the URL only; the token travels in a header and is not in it.
+            raise ClientError(
+                None,
+                {
+                    "message": f"cannot reach semula at {self.url}: {type(exc).__name__}",
+                    "type": "connection_error",
+                    "param": None,
+                    "code": "connection_error",
+                },
+            ) from None
+        if response.status_code == 204:
+            return None
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.ok and body is not None:
+            return body
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            raise ClientError(response.status_code, body["error"])
+        raise ClientError(
+            response.status_code,
+            {
+                "message": f"semula answered HTTP {response.status_code} without a JSON body",
+                "type": "server_error",
+                "param": None,
+                "code": "bad_response",
+            },
+        )
+
+    # The pending queue (SPEC §5).
+
+    def list_pending(
+        self,
+        project: str | None = None,
+        status: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        params = {"project": project, "status": status, "after": after, "limit": limit}
+        return self.request("GET", "/api/v1/pending", params=params)
+
+    def get_pending(self, pending_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/pending/{_segment(pending_id)}")
+
+    def answer_pending(self, pending_id: str, answer: Any, summary: str | None = None) -> dict[str, Any]:
+        body = answer
+        if summary:
+            body = (
+                {**answer, "summary": summary}
+                if isinstance(answer, dict)
+                else {"content": answer, "summary": summary}
+            )
+        return self.request("POST", f"/api/v1/pending/{_segment(pending_id)}/answer", json=body)
+
+    def cancel_pending(self, pending_id: str) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/pending/{_segment(pending_id)}/cancel")
+
+    def claim_next(
+        self, project: str | None = None, lease_seconds: int | None = None, worker: str | None = None
+    ) -> dict[str, Any] | None:
+        """The claimed call in full, or None when there is nothing to claim."""
+        body = {"project": project, "lease_seconds": lease_seconds, "worker": worker}
+        return self.request(
+            "POST", "/api/v1/pending/claim", json={k: v for k, v in body.items() if v is not None}
+        )
+
+
+def _segment(value: str) -> str:
+    # An id is one path segment: "../tokens" must not walk to another route.
+    return quote(value, safe="")

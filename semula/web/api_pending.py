@@ -1,0 +1,81 @@
+"""REST for the pending queue (SPEC §5): list, get, answer, cancel, and claim with a lease."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, request
+from marshmallow import RAISE, Schema, fields, validate
+
+from semula.errors import BadRequest
+from semula.service import load
+from semula.service import pending as pending_service
+from semula.web import context, json_body, openapi
+from semula.web.api import paging
+
+api_pending = Blueprint("api_pending", __name__, url_prefix="/api/v1")
+# The description of every /api/v1 route lives in openapi.py; it is served from here.
+api_pending.add_url_rule("/openapi.json", "openapi", openapi.serve)
+
+MAX_SUMMARY_LENGTH = 1000
+
+
+class ClaimSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    project = fields.String(load_default=None, allow_none=True)
+    lease_seconds = fields.Integer(
+        strict=True,
+        load_default=pending_service.DEFAULT_LEASE,
+        validate=validate.Range(1, pending_service.MAX_LEASE),
+    )
+    worker = fields.String(
+        load_default=None, allow_none=True, validate=validate.Length(1, pending_service.MAX_WORKER_LENGTH)
+    )
+
+
+@api_pending.get("/pending")
+def list_pending() -> Any:
+    return pending_service.list_pending(
+        context(),
+        project=request.args.get("project") or None,
+        status=request.args.get("status") or "pending",
+        **paging(),
+    )
+
+
+@api_pending.post("/pending/claim")
+def claim() -> Any:
+    # The body is optional: an empty POST claims the oldest call anywhere the token may see.
+    data = load(ClaimSchema(), json_body() if request.get_data() else {})
+    claimed = pending_service.claim_next(
+        context(), project=data["project"], lease_seconds=data["lease_seconds"], worker=data["worker"]
+    )
+    if claimed is None:
+        return Response(status=204)
+    return claimed
+
+
+@api_pending.get("/pending/<pending_id>")
+def get_pending(pending_id: str) -> Any:
+    return pending_service.get(context(), pending_id)
+
+
+@api_pending.post("/pending/<pending_id>/answer")
+def answer(pending_id: str) -> Any:
+    payload = json_body()
+    summary = ""
+    if isinstance(payload, dict) and "summary" in payload:
+        payload = dict(payload)
+        summary = payload.pop("summary")
+        if not isinstance(summary, str) or len(summary) > MAX_SUMMARY_LENGTH:
+            raise BadRequest(
+                f"summary must be text of at most {MAX_SUMMARY_LENGTH} characters.", param="summary"
+            )
+    return pending_service.answer(context(), pending_id, payload, summary=summary)
+
+
+@api_pending.post("/pending/<pending_id>/cancel")
+def cancel(pending_id: str) -> Any:
+    return pending_service.cancel(context(), pending_id)

@@ -1,0 +1,576 @@
+"""The OpenAPI 3.1 document of the REST API under /api/v1, served at /api/v1/openapi.json.
+
+Written by hand and kept true by tests: one fails when a registered /api/v1 route is missing here,
+and schemathesis checks that responses match what is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import current_app
+
+from semula import fingerprint
+from semula.config import MAX_RECORD_TIMEOUT
+from semula.service.pending import DEFAULT_LEASE, MAX_LEASE, MAX_WORKER_LENGTH
+
+JSON = "application/json"
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def obj(properties: dict[str, Any], required: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": properties}
+    out["required"] = list(properties) if required is None else required
+    return out | extra
+
+
+def list_of(item: str) -> dict[str, Any]:
+    return obj(
+        {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": ref(item)},
+            "has_more": {"type": "boolean"},
+        }
+    )
+
+
+ERRORS = {
+    400: "The request is not valid (a bad field, parameter or body).",
+    401: "A valid token is required: `Authorization: Bearer <token>`.",
+    403: "The token's role or scope does not allow this, or the token is bound to one project.",
+    404: "Not found, or outside the token's project binding (the same answer either way).",
+    409: "The request conflicts with the current state.",
+    413: "The body is larger than SEMULA_MAX_BODY_BYTES.",
+    422: "The request is well-formed but cannot be carried out (for answers: `invalid_answer`).",
+    503: "The database is busy or unreachable; retry shortly.",
+}
+ALWAYS = (401, 403, 503)
+
+
+def operation(
+    operation_id: str,
+    summary: str,
+    responses: dict[int, tuple[str, dict[str, Any] | None]],
+    *,
+    errors: tuple[int, ...] = (),
+    links: dict[str, Any] | None = None,
+    parameters: list[dict[str, Any]] | None = None,
+    body: dict[str, Any] | None = None,
+    body_required: bool = True,
+    tag: str,
+    description: str | None = None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"operationId": operation_id, "summary": summary, "tags": [tag], "responses": {}}
+    if description:
+        out["description"] = description
+    if parameters:
+        out["parameters"] = parameters
+    if body is not None:
+        out["requestBody"] = {"required": body_required, "content": {JSON: {"schema": body}}}
+        errors = (*errors, 400, 413)
+    for status, (text, schema) in responses.items():
+        out["responses"][str(status)] = {"description": text}
+        if schema is not None:
+            out["responses"][str(status)]["content"] = {JSON: {"schema": schema}}
+        if links and 200 <= status < 300 and schema is not None:
+            out["responses"][str(status)]["links"] = links
+    for status in sorted(set(errors) | set(ALWAYS)):
+        out["responses"][str(status)] = {
+            "description": ERRORS[status],
+            "content": {JSON: {"schema": ref("Error")}},
+        }
+    return out
+
+
+def path_param(name: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string"},
+    }
+
+
+def query(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema or {"type": "string"},
+    }
+
+
+def link_to(operation_id: str, parameter: str, field: str) -> dict[str, Any]:
+    return {"operationId": operation_id, "parameters": {parameter: f"$response.body#/{field}"}}
+
+
+PROJECT_LINKS = {
+    "GetProject": link_to("getProject", "name", "name"),
+    "UpdateProject": link_to("updateProject", "name", "name"),
+    "GetUpstreamUsage": link_to("getUpstreamUsage", "name", "name"),
+}
+PENDING_LINKS = {
+    "GetPending": link_to("getPending", "pending_id", "id"),
+    "AnswerPending": link_to("answerPending", "pending_id", "id"),
+    "CancelPending": link_to("cancelPending", "pending_id", "id"),
+}
+
+LIMIT = query(
+    "limit", "Page size, 1 to 1000 (default 50).", {"type": "integer", "minimum": 1, "maximum": 1000}
+)
+AFTER = query("after", "Cursor: the last id (or name, for projects) of the previous page.")
+PROJECT_NAME = path_param("name", "The project's name (a slug).")
+PENDING_ID = path_param("pending_id", "A pending call's id (`pnd_…`).")
+
+SETTINGS_PROPERTIES: dict[str, Any] = {
+    "mode": {"type": "string", "enum": ["record", "replay"]},
+    "record_timeout": {"type": "integer", "minimum": 1, "maximum": MAX_RECORD_TIMEOUT},
+    "max_misses": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
+    "ignore_fields": {
+        "type": "array",
+        "maxItems": fingerprint.MAX_IGNORE_FIELDS,
+        "items": {"type": "string", "pattern": "^(/([^~]|~[01])*)*$"},
+        "description": "JSON pointers (RFC 6901) of request fields the fingerprint leaves out.",
+    },
+    "normalize": {
+        "type": "array",
+        "maxItems": fingerprint.MAX_NORMALIZE_RULES,
+        "description": "Rules applied to message text before fingerprinting: a regex and its replacement.",
+        "items": obj(
+            {
+                "pattern": {
+                    "type": "string",
+                    "format": "regex",
+                    "minLength": 1,
+                    "maxLength": fingerprint.MAX_PATTERN_LENGTH,
+                },
+                "replacement": {"type": "string"},
+            },
+            ["pattern"],
+            additionalProperties=False,
+        ),
+    },
+    "record_through": {"type": "boolean"},
+    "upstream_model": nullable({"type": "string", "minLength": 1, "maxLength": 200}),
+    "upstream_max_calls": {"type": "integer", "minimum": 0, "maximum": 100_000_000},
+    "upstream_max_tokens": nullable({"type": "integer", "minimum": 0, "maximum": 10**12}),
+    "upstream_dry_run": {"type": "boolean"},
+    "answerer": {"type": "boolean"},
+}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": obj(
+        {
+            "error": obj(
+                {
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "param": nullable({"type": "string"}),
+                    "code": nullable({"type": "string"}),
+                }
+            )
+        },
+        description="The OpenAI error object; every error on every surface has this shape.",
+    ),
+    "Project": obj(
+        {
+            "object": {"const": "project"},
+            "id": {"type": "string", "pattern": "^prj_"},
+            "name": {"type": "string"},
+            **SETTINGS_PROPERTIES,
+            "created": {"type": "integer"},
+        }
+    ),
+    "ProjectSettings": obj(SETTINGS_PROPERTIES, [], additionalProperties=False),
+    "ProjectCreate": obj(
+        {"name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,62}$"}, **SETTINGS_PROPERTIES},
+        ["name"],
+        additionalProperties=False,
+    ),
+    "ProjectList": list_of("Project"),
+    "Token": obj(
+        {
+            "object": {"const": "token"},
+            "id": {"type": "string", "pattern": "^tok_"},
+            "name": {"type": "string"},
+            "role": {"type": "string", "enum": ["viewer", "editor", "admin"]},
+            "scope": {"type": "string", "enum": ["replay", "record", "full"]},
+            "project": nullable({"type": "string"}),
+            "created": {"type": "integer"},
+            "revoked": {"type": "boolean"},
+        }
+    ),
+    "TokenCreate": obj(
+        {
+            "role": {"type": "string", "enum": ["viewer", "editor", "admin"]},
+            "scope": {"type": "string", "enum": ["replay", "record", "full"], "default": "full"},
+            "project": nullable({"type": "string", "description": "Bind the token to this project."}),
+            "name": {"type": "string", "maxLength": 200},
+        },
+        ["role"],
+        additionalProperties=False,
+    ),
+    "TokenCreated": {
+        "allOf": [
+            ref("Token"),
+            obj({"token": {"type": "string", "description": "The secret, shown in this response only."}}),
+        ]
+    },
+    "TokenList": list_of("Token"),
+    "AuditEvent": obj(
+        {
+            "object": {"const": "audit_event"},
+            "id": {"type": "string", "pattern": "^aud_"},
+            "created": {"type": "integer"},
+            "actor": {"type": "string"},
+            "action": {"type": "string"},
+            "target": nullable({"type": "string"}),
+            "fields": {"type": "array", "items": {"type": "string"}},
+        }
+    ),
+    "AuditList": list_of("AuditEvent"),
+    "UpstreamUsage": obj(
+        {
+            "object": {"const": "upstream_usage"},
+            "project": {"type": "string"},
+            "record_through": {"type": "boolean"},
+            "dry_run": {"type": "boolean"},
+            "calls": {"type": "integer"},
+            "max_calls": {"type": "integer"},
+            "prompt_tokens": {"type": "integer"},
+            "completion_tokens": {"type": "integer"},
+            "max_tokens": nullable({"type": "integer"}),
+            "dry_run_prompts": {
+                "type": "array",
+                "items": obj(
+                    {
+                        "fingerprint": {"type": "string"},
+                        "model": nullable({"type": "string"}),
+                        "count": {"type": "integer"},
+                        "first_seen": {"type": "integer"},
+                        "last_seen": {"type": "integer"},
+                        "request": {"type": "object"},
+                    }
+                ),
+            },
+        },
+        description="Record-through spend against the project's caps, and the prompts a dry run saw.",
+    ),
+    "Pending": obj(
+        {
+            "object": {"const": "pending"},
+            "id": {"type": "string", "pattern": "^pnd_"},
+            "project": {"type": "string"},
+            "status": {"type": "string", "enum": ["pending", "answered", "cancelled"]},
+            "model": nullable({"type": "string"}),
+            "stream": {"type": "boolean"},
+            "created": {"type": "integer"},
+            "claimed_by": nullable(
+                {"type": "string", "description": "The worker holding the lease, while it runs."}
+            ),
+            "claimed_until": nullable(
+                {"type": "integer", "description": "When the lease ends (Unix seconds)."}
+            ),
+            "entry_id": nullable({"type": "string"}),
+        }
+    ),
+    "Shape": obj(
+        {
+            "tools": {
+                "type": "array",
+                "items": obj(
+                    {
+                        "name": {"type": "string"},
+                        "description": nullable({"type": "string"}),
+                        "parameters": nullable({"type": "object"}),
+                    }
+                ),
+            },
+            "response_format": nullable({"type": "object"}),
+            "skeleton": {"type": "object", "description": "An answer to fill in and send to /answer."},
+        },
+        description="What an answer must look like: the request's tools, its response schema, a skeleton.",
+    ),
+    "PendingFull": {
+        "allOf": [
+            ref("Pending"),
+            obj(
+                {
+                    "request": {"type": "object", "description": "The chat completion request."},
+                    "shape": ref("Shape"),
+                }
+            ),
+        ]
+    },
+    "Claim": obj(
+        {
+            "worker": {"type": "string"},
+            "lease_seconds": {"type": "integer", "minimum": 1, "maximum": MAX_LEASE},
+            "claimed_until": {"type": "integer"},
+        }
+    ),
+    "PendingClaimed": {"allOf": [ref("PendingFull"), obj({"claim": ref("Claim")})]},
+    "PendingList": list_of("Pending"),
+    "ClaimRequest": obj(
+        {
+            "project": nullable({"type": "string", "description": "Claim only in this project."}),
+            "lease_seconds": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_LEASE,
+                "default": DEFAULT_LEASE,
+            },
+            "worker": nullable(
+                {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_WORKER_LENGTH,
+                    "pattern": "\\S",
+                    "description": "Shown as claimed_by.",
+                }
+            ),
+        },
+        [],
+        additionalProperties=False,
+    ),
+    "Answer": {
+        "description": (
+            'One of: `{"content": text}`; `{"tool_calls": [{"name", "arguments"}], "content"?}`; '
+            '`{"message": assistant message}`; a whole `chat.completion`. Optional `finish_reason`, '
+            "`usage`, and `summary` (recorded with the entry revision). Plain JSON text is taken as content."
+        ),
+        "anyOf": [{"type": "object"}, {"type": "string"}],
+    },
+}
+
+PATHS: dict[str, Any] = {
+    "/api/v1/projects": {
+        "get": operation(
+            "listProjects",
+            "List projects",
+            {200: ("Projects by name.", ref("ProjectList"))},
+            errors=(400,),
+            parameters=[AFTER, LIMIT],
+            tag="projects",
+        ),
+        "post": operation(
+            "createProject",
+            "Create a project (admin)",
+            {201: ("The project.", ref("Project"))},
+            errors=(409, 422),
+            body=ref("ProjectCreate"),
+            links=PROJECT_LINKS,
+            tag="projects",
+        ),
+    },
+    "/api/v1/projects/{name}": {
+        "get": operation(
+            "getProject",
+            "Get a project",
+            {200: ("The project.", ref("Project"))},
+            errors=(404,),
+            parameters=[PROJECT_NAME],
+            tag="projects",
+        ),
+        "patch": operation(
+            "updateProject",
+            "Change a project's settings (admin; audited)",
+            {200: ("The project.", ref("Project"))},
+            errors=(404, 422),
+            parameters=[PROJECT_NAME],
+            body=ref("ProjectSettings"),
+            tag="projects",
+        ),
+    },
+    "/api/v1/projects/{name}/upstream": {
+        "get": operation(
+            "getUpstreamUsage",
+            "Record-through spend and dry-run prompts of a project",
+            {200: ("Spend, caps and dry-run prompts.", ref("UpstreamUsage"))},
+            errors=(404,),
+            parameters=[PROJECT_NAME],
+            tag="projects",
+        ),
+    },
+    "/api/v1/projects/{name}/upstream/reset": {
+        "post": operation(
+            "resetUpstreamUsage",
+            "Zero a project's record-through spend and forget its dry-run prompts (admin; audited)",
+            {200: ("Spend after the reset.", ref("UpstreamUsage"))},
+            errors=(404,),
+            parameters=[PROJECT_NAME],
+            tag="projects",
+        ),
+    },
+    "/api/v1/tokens": {
+        "get": operation(
+            "listTokens",
+            "List tokens (admin; never their secrets)",
+            {200: ("Tokens by id.", ref("TokenList"))},
+            errors=(400,),
+            parameters=[AFTER, LIMIT],
+            tag="tokens",
+        ),
+        "post": operation(
+            "createToken",
+            "Create a token (admin); the secret is in this response only",
+            {201: ("The token and its secret.", ref("TokenCreated"))},
+            errors=(404,),
+            body=ref("TokenCreate"),
+            links={"RevokeToken": link_to("revokeToken", "token_id", "id")},
+            tag="tokens",
+        ),
+    },
+    "/api/v1/tokens/{token_id}": {
+        "delete": operation(
+            "revokeToken",
+            "Revoke a token (admin)",
+            {200: ("The revoked token.", ref("Token"))},
+            errors=(404,),
+            parameters=[path_param("token_id", "The token's id (`tok_…`).")],
+            tag="tokens",
+        ),
+    },
+    "/api/v1/audit": {
+        "get": operation(
+            "listAudit",
+            "List audit events, newest first (admin)",
+            {200: ("Audit events.", ref("AuditList"))},
+            errors=(400,),
+            parameters=[
+                query("action", "Only this action, like `project.settings`."),
+                query("target", "Only this target (a project name or token id)."),
+                query("after", "Cursor: the last id of the previous page (older events follow)."),
+                LIMIT,
+            ],
+            tag="audit",
+        ),
+    },
+    "/api/v1/pending": {
+        "get": operation(
+            "listPending",
+            "List parked calls, oldest first",
+            {200: ("Parked calls; claimed_by and claimed_until show a running lease.", ref("PendingList"))},
+            errors=(400, 404),
+            parameters=[
+                query("project", "Only this project's calls."),
+                query(
+                    "status",
+                    "Only this status (default pending); `all` for every status.",
+                    {"type": "string", "enum": ["pending", "answered", "cancelled", "all"]},
+                ),
+                AFTER,
+                LIMIT,
+            ],
+            tag="pending",
+        ),
+    },
+    "/api/v1/pending/claim": {
+        "post": operation(
+            "claimPending",
+            "Claim the oldest parked call nobody holds (editor, record scope)",
+            {
+                200: ("The call in full, its shape, and the claim.", ref("PendingClaimed")),
+                204: ("Nothing to claim.", None),
+            },
+            errors=(404,),
+            body=ref("ClaimRequest"),
+            body_required=False,
+            links=PENDING_LINKS,
+            tag="pending",
+            description=(
+                "Holds the call for lease_seconds (default 300, at most 3600) so other claimers skip it. "
+                "The lease is advisory: anyone may still answer. An expired lease is no lease."
+            ),
+        ),
+    },
+    "/api/v1/pending/{pending_id}": {
+        "get": operation(
+            "getPending",
+            "Get a parked call in full, with its shape",
+            {200: ("The call, its request and its shape.", ref("PendingFull"))},
+            errors=(404,),
+            parameters=[PENDING_ID],
+            tag="pending",
+        ),
+    },
+    "/api/v1/pending/{pending_id}/answer": {
+        "post": operation(
+            "answerPending",
+            "Answer a parked call (editor, record scope)",
+            {200: ("The call, now answered, with its entry_id.", ref("Pending"))},
+            errors=(404, 409, 422),
+            parameters=[PENDING_ID],
+            body=ref("Answer"),
+            tag="pending",
+            description=(
+                "The answer is validated against the request (tool names, argument schemas, "
+                "response_format); a failure is 422 invalid_answer whose param names the field. "
+                "409 pending_resolved when the call is no longer pending."
+            ),
+        ),
+    },
+    "/api/v1/pending/{pending_id}/cancel": {
+        "post": operation(
+            "cancelPending",
+            "Cancel a parked call: held requests fail, nothing is saved (editor, record scope)",
+            {200: ("The call, now cancelled.", ref("Pending"))},
+            errors=(404, 409),
+            parameters=[PENDING_ID],
+            tag="pending",
+        ),
+    },
+    "/api/v1/openapi.json": {
+        "get": {
+            "operationId": "getOpenAPI",
+            "summary": "This document",
+            "tags": ["meta"],
+            "security": [],
+            "responses": {
+                "200": {"description": "OpenAPI 3.1.", "content": {JSON: {"schema": {"type": "object"}}}}
+            },
+        },
+    },
+}
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI document, with the server's version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        semula_version = version("semula")
+    except PackageNotFoundError:
+        semula_version = "0"
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "semula REST API",
+            "version": semula_version,
+            "description": (
+                "Projects, tokens, audit and the pending queue of semula. Errors are OpenAI error objects. "
+                "Authenticate with `Authorization: Bearer <semula token>`."
+            ),
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "paths": PATHS,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def serve() -> Any:
+    """GET /api/v1/openapi.json; public, like any API description."""
+    return current_app.json.response(document())

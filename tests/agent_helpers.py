@@ -1,0 +1,87 @@
+"""Helpers for the agent surfaces: park calls fast, and a REST client that talks to a Flask test client."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+from requests.adapters import BaseAdapter
+from requests.structures import CaseInsensitiveDict
+
+from semula.client import Client
+from semula.service import Context
+from semula.service import pending as pending_service
+from semula.service import projects as projects_service
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def chat_request(text: str, *, tools: bool = False, model: str = "gpt-4o-mini") -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": text}]}
+    if tools:
+        body["tools"] = [WEATHER_TOOL]
+    return body
+
+
+def park(ctx: Context, project: str, text: str, *, tools: bool = False) -> str:
+    """Park a call as the proxy would on a miss (without anyone holding it); its pending id."""
+    row = projects_service.get_row(ctx, project)
+    pending_id = pending_service.park(
+        ctx, row, f"v1:test:{project}:{text}", chat_request(text, tools=tools), False
+    )
+    assert pending_id is not None
+    return pending_id
+
+
+def secret(headers: dict[str, str]) -> str:
+    """The token secret of a make_token() header."""
+    return headers["Authorization"].removeprefix("Bearer ")
+
+
+class FlaskAdapter(BaseAdapter):
+    """Send requests' requests to a Flask test client, so client.py runs against the app in-process."""
+
+    def __init__(self, app: Any):
+        super().__init__()
+        self.test_client = app.test_client()
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        url = urlsplit(request.url)
+        result = self.test_client.open(
+            url.path,
+            query_string=url.query,
+            method=request.method,
+            headers=dict(request.headers),
+            data=request.body,
+        )
+        response = requests.Response()
+        response.status_code = result.status_code
+        response._content = result.get_data()
+        response.headers = CaseInsensitiveDict(result.headers)
+        response.url = request.url
+        response.request = request
+        response.encoding = "utf-8"
+        return response
+
+    def close(self) -> None:
+        pass
+
+
+def in_process_client(app: Any, headers: dict[str, str] | None = None) -> Client:
+    """A semula Client whose requests go to app in-process; headers are a make_token() result."""
+    session = requests.Session()
+    session.mount("http://semula.test", FlaskAdapter(app))
+    return Client("http://semula.test", secret(headers) if headers else "", session=session)
