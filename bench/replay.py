@@ -1,0 +1,305 @@
+"""Replay hits per second: semula beside WireMock and a bare Flask route, all serving one recorded pair.
+
+Each server gets the same 1.6 KB request from `wrk -t2 -c50 -d10s --latency`; rounds are interleaved
+(every server once per round, the order rotated) and the report gives medians over the rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from bench import pair
+from bench.common import (
+    CACHE,
+    HOST,
+    OUT,
+    BenchError,
+    PostgresDatabase,
+    Process,
+    free_port,
+    median,
+    require_tool,
+    semula_server,
+    wait_quiet,
+)
+
+PROJECT = "bench"
+WIREMOCK_VERSION = "3.13.2"
+CONNECTIONS, THREADS = 50, 2
+WRK_TIMEOUT = "2s"
+
+
+@dataclass
+class Target:
+    name: str
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    process: Process | None = None
+    rounds: list[dict[str, float]] = field(default_factory=list)
+
+
+def load_pair(db_url: str) -> str:
+    """Record the pair into a fresh project through the service layer, switch it to replay mode, and
+    return the secret of a replay-scope token bound to it (what a CI job would use)."""
+    from semula import fingerprint as fp
+    from semula.config import Settings
+    from semula.db import connect
+    from semula.migrate import migrate
+    from semula.service import CLI, Context, pending, projects, tokens
+
+    store = connect(db_url, pool_size=2)
+    try:
+        migrate(store)
+        ctx = Context(store, dc_replace(Settings(), database_url=db_url), CLI)
+        projects.create(ctx, {"name": PROJECT, "mode": "record"})
+        body = pair.request_body()
+        pending_id = pending.park(ctx, projects.get_row(ctx, PROJECT), fp.fingerprint(body), body, False)
+        assert pending_id is not None
+        pending.answer(ctx, pending_id, pair.completion(), actor="import", summary="bench pair")
+        projects.update(ctx, PROJECT, {"mode": "replay"})
+        made = tokens.create(ctx, {"role": "viewer", "scope": "replay", "project": PROJECT, "name": "bench"})
+        return made["token"]
+    finally:
+        store.close()
+
+
+def wiremock_jar() -> Path:
+    """The jar bundled by the npm package `wiremock`, installed into bench/.cache on first use."""
+    jars = sorted((CACHE / "node_modules" / "wiremock" / "build").glob("wiremock-standalone-*.jar"))
+    if not jars:
+        npm = require_tool("npm", "install Node.js and npm to fetch WireMock (npm package `wiremock`)")
+        CACHE.mkdir(parents=True, exist_ok=True)
+        print(f"installing wiremock@{WIREMOCK_VERSION} into {CACHE} ...", file=sys.stderr)
+        subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--prefix", CACHE, f"wiremock@{WIREMOCK_VERSION}"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=300,
+        )
+        jars = sorted((CACHE / "node_modules" / "wiremock" / "build").glob("wiremock-standalone-*.jar"))
+    if not jars:
+        raise BenchError("npm installed `wiremock` but no wiremock-standalone jar was found in it")
+    return jars[-1]
+
+
+def start_wiremock() -> Target:
+    java = require_tool("java", "install a Java 11+ runtime for WireMock")
+    port = free_port()
+    # No request journal: it would grow by every request of the run and time the JVM's GC, not WireMock.
+    process = Process(
+        "wiremock",
+        [
+            java,
+            "-jar",
+            str(wiremock_jar()),
+            "--bind-address",
+            HOST,
+            "--port",
+            str(port),
+            "--disable-banner",
+            "--no-request-journal",
+            "--disable-request-logging",
+        ],
+    )
+    url = f"http://{HOST}:{port}"
+    process.start(url + "/__admin/health")
+    stub = {
+        "request": {
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "bodyPatterns": [{"equalToJson": pair.request_body()}],
+        },
+        "response": {
+            "status": 200,
+            "headers": {"Content-Type": "application/json"},
+            "body": pair.answer_bytes().decode(),
+        },
+    }
+    requests.post(url + "/__admin/mappings", json=stub, timeout=10).raise_for_status()
+    return Target("WireMock", url + "/v1/chat/completions", process=process)
+
+
+def start_flask() -> Target:
+    port = free_port()
+    argv = [sys.executable, "-m", "gunicorn", "-k", "gevent", "-w", "2", "-b", f"{HOST}:{port}"]
+    process = Process("flask", [*argv, "--log-level", "warning", "bench.flask_app:app"])
+    url = f"http://{HOST}:{port}"
+    process.start(url + "/healthz")
+    return Target("bare Flask route (gevent, 2 workers)", url + "/v1/chat/completions", process=process)
+
+
+def start_semula(label: str, name: str, db_url: str, token: str, *, auth: bool = True) -> Target:
+    process, url = semula_server(name, db_url, auth=auth)
+    headers = {"Authorization": f"Bearer {token}"} if auth else {}
+    return Target(label, f"{url}/p/{PROJECT}/v1/chat/completions", headers, process)
+
+
+def check(target: Target) -> None:
+    """One request by hand: a 200 carrying the recorded answer, or the benchmark would measure errors."""
+    response = requests.post(
+        target.url,
+        data=pair.request_bytes(),
+        headers={"Content-Type": "application/json", **target.headers},
+        timeout=10,
+    )
+    if response.status_code != 200:
+        raise BenchError(f"{target.name} answered {response.status_code}: {response.text[:300]}")
+    content = response.json()["choices"][0]["message"]["content"]
+    if content != pair.ANSWER_TEXT:
+        raise BenchError(f"{target.name} answered something else than the recorded answer")
+
+
+def wrk_script(target: Target) -> Path:
+    lines = ['wrk.method = "POST"', 'wrk.headers["Content-Type"] = "application/json"']
+    lines += [f'wrk.headers["{k}"] = "{v}"' for k, v in target.headers.items()]
+    lines.append(f"wrk.body = [==[{pair.request_bytes().decode()}]==]")
+    path = OUT / f"wrk-{re.sub(r'[^a-z0-9]+', '-', target.name.lower())}.lua"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
+
+
+def _ms(text: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()  # type: ignore[union-attr]
+    return float(number) * _UNITS[unit]
+
+
+def parse_wrk(output: str) -> dict[str, float]:
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    p50 = re.search(r"^\s+50%\s+(\S+)", output, re.M)
+    p99 = re.search(r"^\s+99%\s+(\S+)", output, re.M)
+    if not (rps and p50 and p99):
+        raise BenchError(f"cannot read wrk's output:\n{output}")
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)
+    return {
+        "rps": float(rps.group(1)),
+        "p50_ms": _ms(p50.group(1)),
+        "p99_ms": _ms(p99.group(1)),
+        "non2xx": int(non2xx.group(1)) if non2xx else 0,
+        "socket_errors": sum(int(n) for n in errors.groups()) if errors else 0,
+    }
+
+
+def run_wrk(target: Target, duration: int) -> dict[str, float]:
+    """One wrk run, once the machine is quiet; adds the server's CPU time per request to wrk's figures."""
+    wrk = require_tool("wrk", "install it with `apt-get install -y wrk` (Debian/Ubuntu)")
+    argv = [wrk, f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{duration}s", "--latency", "--timeout", WRK_TIMEOUT]
+    argv += ["-s", str(wrk_script(target)), target.url]
+    busy_before = wait_quiet()
+    cpu_before = target.process.cpu_seconds() if target.process else 0.0
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60, check=True)
+    result = parse_wrk(done.stdout)
+    cpu = (target.process.cpu_seconds() if target.process else 0.0) - cpu_before
+    requests_done = result["rps"] * duration
+    result["cpu_us"] = 1e6 * cpu / requests_done if requests_done else float("nan")
+    result["busy_before"] = busy_before
+    return result
+
+
+def report(targets: list[Target], duration: int, rounds: int) -> str:
+    def row(t: Target) -> dict[str, float]:
+        return {k: median([r[k] for r in t.rounds]) for k in ("rps", "p50_ms", "p99_ms", "cpu_us")} | {
+            "non2xx": sum(r["non2xx"] for r in t.rounds),
+            "socket_errors": sum(r["socket_errors"] for r in t.rounds),
+        }
+
+    rows = {t.name: row(t) for t in targets}
+    by_kind = {t.name.split(" ")[0]: rows[t.name] for t in targets}
+    wiremock, flask = by_kind.get("WireMock"), by_kind.get("bare")
+    lines = [
+        f"Replay hits: wrk -t{THREADS} -c{CONNECTIONS} -d{duration}s --latency, POST of a "
+        f"{len(pair.request_bytes())} B request answered by a {len(pair.answer_bytes())} B recording; "
+        f"medians of {rounds} interleaved rounds.",
+        "",
+        "| server | req/s | p50 ms | p99 ms | × WireMock | × bare Flask | server CPU µs/req | non-2xx "
+        "| socket errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for t in targets:
+        r = rows[t.name]
+        vs_wm = f"{r['rps'] / wiremock['rps']:.2f}" if wiremock else "-"
+        vs_fl = f"{r['rps'] / flask['rps']:.2f}" if flask else "-"
+        lines.append(
+            f"| {t.name} | {r['rps']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.1f} | {vs_wm} | {vs_fl} "
+            f"| {r['cpu_us']:.0f} | {r['non2xx']} | {r['socket_errors']} |"
+        )
+    lines += ["", "Per round (req/s, and the cores' busy share from other work just before the run):"]
+    lines += [
+        f"- {t.name}: " + ", ".join(f"{r['rps']:,.0f} ({r['busy_before']:.0%})" for r in t.rounds)
+        for t in targets
+    ]
+    semula = [t for t in targets if t.name.startswith("semula")]
+    if semula and wiremock and flask:
+        lines.append("")
+        lines.append("Targets: semula ≥ 0.6 × WireMock req/s, ≥ 2 × the bare Flask route, p99 ≤ 100 ms.")
+        for t in semula:
+            r = rows[t.name]
+            ok = r["rps"] >= 0.6 * wiremock["rps"] and r["rps"] >= 2 * flask["rps"] and r["p99_ms"] <= 100
+            lines.append(f"- {t.name}: {'met' if ok else 'NOT met'}")
+    return "\n".join(lines)
+
+
+SERVERS = ("wiremock", "flask", "semula-sqlite", "semula-sqlite-noauth", "semula-postgres")
+
+
+def run(*, duration: int = 10, rounds: int = 3, warmup: int = 5, only: tuple[str, ...] = SERVERS) -> str:
+    require_tool("wrk", "install it with `apt-get install -y wrk` (Debian/Ubuntu)")
+    OUT.mkdir(parents=True, exist_ok=True)
+    targets: list[Target] = []
+    pg: PostgresDatabase | None = None
+    workdir = OUT / f"replay-{int(time.time())}"
+    workdir.mkdir(parents=True)
+    try:
+        if "wiremock" in only:
+            targets.append(start_wiremock())
+        if "flask" in only:
+            targets.append(start_flask())
+        if {"semula-sqlite", "semula-sqlite-noauth"} & set(only):
+            sqlite_url = f"sqlite:///{workdir}/semula.db"
+            token = load_pair(sqlite_url)
+            if "semula-sqlite" in only:
+                targets.append(start_semula("semula, SQLite, auth on", "semula-sqlite", sqlite_url, token))
+            if "semula-sqlite-noauth" in only:
+                label = "semula, SQLite, auth off"
+                targets.append(start_semula(label, "semula-sqlite-noauth", sqlite_url, token, auth=False))
+        if "semula-postgres" in only:
+            pg = PostgresDatabase().create()
+            token = load_pair(pg.url)
+            targets.append(start_semula("semula, PostgreSQL, auth on", "semula-postgres", pg.url, token))
+        for target in targets:
+            check(target)
+            if warmup:
+                run_wrk(target, warmup)
+        for number in range(rounds):
+            order = targets[number % len(targets) :] + targets[: number % len(targets)]
+            for target in order:
+                result = run_wrk(target, duration)
+                target.rounds.append(result)
+                print(
+                    f"round {number + 1} {target.name}: {result['rps']:,.0f} req/s, "
+                    f"p50 {result['p50_ms']:.2f} ms, p99 {result['p99_ms']:.1f} ms",
+                    file=sys.stderr,
+                )
+        text = report(targets, duration, rounds)
+        data: dict[str, Any] = {t.name: t.rounds for t in targets}
+        (OUT / "replay.json").write_text(json.dumps(data, indent=2))
+        return text
+    finally:
+        for target in targets:
+            if target.process:
+                target.process.stop()
+        if pg is not None:
+            pg.drop()
