@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -92,6 +93,9 @@ def serve(dev: bool, port: int | None, bind: str | None, workers: int | None) ->
     if workers:
         os.environ["SEMULA_WORKERS"] = str(workers)
     prepare_metrics_dir()
+    # Every worker must sign dashboard sessions with the same key; without SEMULA_SECRET one is
+    # made per start (sessions end with a restart; several hosts need a shared SEMULA_SECRET).
+    os.environ.setdefault("SEMULA_SECRET", secrets.token_urlsafe(32))
     with local_context() as ctx:
         if dev:
             from semula.service import projects

@@ -105,6 +105,8 @@ class Settings:
     log_retention_days: int = setting("SEMULA_LOG_RETENTION_DAYS", 14, _number(int, 1, 3650))
     log_level: str = setting("SEMULA_LOG_LEVEL", "info", _choice("debug", "info", "warning", "error"))
     db_pool_size: int = setting("SEMULA_DB_POOL_SIZE", 10, _number(int, 1, 200))
+    secret_key: str | None = setting("SEMULA_SECRET", None, secret=True)
+    cookie_secure: bool = setting("SEMULA_COOKIE_SECURE", False, _bool)
     upstream_key: str | None = setting("SEMULA_UPSTREAM_KEY", None, secret=True)
     upstream_url: str = setting("SEMULA_UPSTREAM_URL", "https://api.openai.com/v1", _http_url, secret=True)
     upstream_timeout: float = setting("SEMULA_UPSTREAM_TIMEOUT", 120.0, _number(float, 1, 3600))
@@ -139,7 +141,7 @@ class Settings:
 
     def secrets(self) -> tuple[str, ...]:
         """Values that must never reach a response, a log line or the database."""
-        values = [self.upstream_key, self.answerer_url, self.answerer_bearer]
+        values = [self.upstream_key, self.answerer_url, self.answerer_bearer, self.secret_key]
         if self.answerer_command:
             values += [json.dumps(self.answerer_command), " ".join(self.answerer_command)]
         return tuple(v for v in values if v and len(v) >= 8)

@@ -27,7 +27,14 @@ def authenticate(ctx: Context, authorization: str | None) -> Principal:
     if not authorization or not authorization.startswith("Bearer "):
         raise Unauthorized()
     secret = authorization[7:].strip()
-    row = ctx.store.one("token_by_hash", hash=token_hash(secret)) if secret else None
+    if not secret:
+        raise Unauthorized("The token is unknown or revoked.")
+    return principal_for_hash(ctx, token_hash(secret))
+
+
+def principal_for_hash(ctx: Context, hashed: str) -> Principal:
+    """The principal of a token by its hash (the dashboard's session keeps the hash, never the token)."""
+    row = ctx.store.one("token_by_hash", hash=hashed)
     if row is None:
         raise Unauthorized("The token is unknown or revoked.")
     workspace = ctx.store.one("get_workspace", id=row["workspace_id"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 from typing import Any
 
 from flask import Flask, Response, g, jsonify, request
@@ -28,6 +29,13 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     store = store or connect(settings.database_url, pool_size=settings.db_pool_size)
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.secret_key = settings.secret_key or secrets.token_urlsafe(32)
+    app.config.update(
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Strict",
+        SESSION_COOKIE_SECURE=settings.cookie_secure,
+        SESSION_COOKIE_NAME="semula_session",
+    )
     app.json.sort_keys = False
     parking = Parking(store, settings.poll_interval)
     calllog = CallLog(store)
@@ -36,10 +44,12 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     from semula.web.api import api
     from semula.web.api_pending import api_pending
     from semula.web.api_upstream import api_upstream
+    from semula.web.ui import ui
 
     app.register_blueprint(api)
     app.register_blueprint(api_pending)
     app.register_blueprint(api_upstream)
+    app.register_blueprint(ui)
     app.wsgi_app = ProxyApp(app.wsgi_app, settings, store, parking, calllog)  # type: ignore[method-assign]
 
     @app.get("/healthz")

@@ -161,7 +161,7 @@ def test_wrong_method_and_huge_body(shop, client, admin, app):
     assert r.status_code == 413 and r.json["error"]["code"] == "payload_too_large"
 
 
-def test_max_misses_caps_parked_rows(ctx, shop, client, admin):
+def test_max_misses_caps_parked_rows(ctx, shop, client, admin, app):
     futures = [
         call_async(client, admin, {**BODY, "messages": [{"role": "user", "content": f"q{i}"}]})
         for i in range(3)
@@ -173,6 +173,8 @@ def test_max_misses_caps_parked_rows(ctx, shop, client, admin):
     assert r.status_code == 429 and r.json["error"]["code"] == "semula_max_misses"
     # An identical miss still joins its parked row rather than being refused.
     joiner = call_async(client, admin, {**BODY, "messages": [{"role": "user", "content": "q0"}]})
+    parking = app.extensions["semula"]["parking"]
+    wait_for(lambda: parking.held == 4, what="the joiner held beside the three")
     for row in ctx.store.all("parked_in_project", project_id=shop["id"]):
         pending.answer(ctx, row["id"], {"content": "ok"})
     assert all(f.result(10).status_code == 200 for f in [*futures, joiner])

@@ -1,0 +1,232 @@
+"""The dashboard under /ui: people answer parked calls and curate entries (server-rendered, Jinja).
+
+Everything goes through the service layer with the API's role rules. The session keeps the
+token's hash, never the token; every form carries a CSRF token checked on POST. Prompts and
+answers are untrusted text: Jinja autoescaping is on for every template.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+import secrets
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from flask import Blueprint, abort, flash, g, redirect, render_template, request, session, url_for
+
+from semula import errors
+from semula.service import LOCAL, Context, audit, overview, pending, projects
+from semula.service.auth import principal_for_hash, token_hash
+from semula.web import current_extension
+
+ui = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates")
+
+
+def ui_context() -> Context:
+    ctx = g.get("ui_ctx")
+    if ctx is None:
+        ext = current_extension()
+        base = Context(ext["store"], ext["settings"], principal=None)  # type: ignore[arg-type]
+        if not ext["settings"].auth:
+            ctx = base.as_(LOCAL)
+        elif "token_hash" in session:
+            ctx = base.as_(principal_for_hash(base, session["token_hash"]))
+        else:
+            raise errors.Unauthorized("Sign in first.")
+        g.ui_ctx = ctx
+    return ctx
+
+
+def page(view: Callable[..., Any]) -> Callable[..., Any]:
+    """Sign-in, CSRF and service errors for every dashboard page."""
+
+    @wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if request.method == "POST":
+            check_csrf()
+        try:
+            ui_context()
+        except errors.Unauthorized:
+            session.pop("token_hash", None)
+            return redirect(url_for("ui.login", next=request.path))
+        try:
+            return view(*args, **kwargs)
+        except errors.SemulaError as exc:
+            return render_template("ui/error.html", error=exc), exc.status
+
+    return wrapper
+
+
+def csrf_token() -> str:
+    if "csrf" not in session:
+        session["csrf"] = secrets.token_urlsafe(24)
+    return session["csrf"]
+
+
+def check_csrf() -> None:
+    sent = request.form.get("csrf", "")
+    if not sent or not hmac.compare_digest(sent, session.get("csrf", "")):
+        abort(400, "The form's CSRF token is missing or wrong; reload the page and try again.")
+
+
+@ui.app_context_processor
+def helpers() -> dict[str, Any]:
+    def can(role: str) -> bool:
+        ctx = g.get("ui_ctx")
+        if ctx is None:
+            return False
+        p = ctx.principal
+        return ("viewer", "editor", "admin").index(p.role) >= ("viewer", "editor", "admin").index(role) and (
+            role == "viewer" or p.scope != "replay"
+        )
+
+    return {
+        "csrf_token": csrf_token,
+        "can": can,
+        "pretty": lambda v: json.dumps(v, indent=2, ensure_ascii=False),
+    }
+
+
+@ui.route("/login", methods=["GET", "POST"])
+def login() -> Any:
+    error = None
+    if request.method == "POST":
+        check_csrf()
+        secret = request.form.get("token", "").strip()
+        ext = current_extension()
+        base = Context(ext["store"], ext["settings"], principal=None)  # type: ignore[arg-type]
+        try:
+            principal_for_hash(base, token_hash(secret))
+        except errors.Unauthorized:
+            error = "That token is unknown or revoked."
+        else:
+            session.clear()
+            session["token_hash"] = token_hash(secret)
+            target = request.args.get("next", "")
+            return redirect(target if target.startswith("/ui/") else url_for("ui.home"))
+    return render_template("ui/login.html", error=error), 401 if error else 200
+
+
+@ui.post("/logout")
+def logout() -> Any:
+    check_csrf()
+    session.clear()
+    return redirect(url_for("ui.login"))
+
+
+@ui.get("/")
+@page
+def home() -> Any:
+    return render_template("ui/home.html", projects=overview.overview(ui_context()))
+
+
+@ui.get("/p/<name>/pending")
+@page
+def queue(name: str) -> Any:
+    ctx = ui_context()
+    project = projects.get(ctx, name)
+    calls = pending.list_pending(ctx, project=name, limit=200)["data"]
+    template = "ui/_queue.html" if request.args.get("fragment") else "ui/queue.html"
+    return render_template(template, project=project, calls=calls)
+
+
+@ui.route("/pending/<pending_id>", methods=["GET", "POST"])
+@page
+def pending_call(pending_id: str) -> Any:
+    ctx = ui_context()
+    call = pending.get(ctx, pending_id)
+    form: dict[str, Any] = {"kind": "text", "content": "", "tool_name": "", "arguments": "", "json": ""}
+    field_errors: dict[str, str] = {}
+    skeleton = call["shape"]["skeleton"]
+    if skeleton.get("tool_calls"):
+        form.update(
+            kind="tool",
+            tool_name=skeleton["tool_calls"][0]["name"],
+            arguments=json.dumps(skeleton["tool_calls"][0]["arguments"], indent=2),
+        )
+    elif skeleton.get("content"):
+        form["content"] = skeleton["content"]
+    form["json"] = json.dumps(skeleton, indent=2)
+    if request.method == "POST":
+        form.update({k: request.form.get(k, "") for k in form})
+        try:
+            payload = answer_payload(form)
+            pending.answer(ctx, pending_id, payload, actor="human", summary="answered in the dashboard")
+        except errors.InvalidAnswer as exc:
+            field_errors[field_for(exc.param, form["kind"])] = exc.message
+        except errors.BadRequest as exc:
+            field_errors[form["kind"] if form["kind"] == "json" else "arguments"] = exc.message
+        else:
+            flash(f"Answered {pending_id}.")
+            return redirect(url_for("ui.queue", name=call["project"]))
+    status = 422 if field_errors else 200
+    return render_template("ui/pending.html", call=call, form=form, errors=field_errors), status
+
+
+def answer_payload(form: dict[str, Any]) -> Any:
+    """The answer payload a form describes: text, one tool call, or raw JSON."""
+    if form["kind"] == "json":
+        try:
+            return json.loads(form["json"])
+        except ValueError:
+            raise errors.BadRequest("This is not valid JSON.") from None
+    if form["kind"] == "tool":
+        try:
+            arguments = json.loads(form["arguments"] or "{}")
+        except ValueError:
+            raise errors.BadRequest("The arguments are not valid JSON.") from None
+        payload: dict[str, Any] = {"tool_calls": [{"name": form["tool_name"], "arguments": arguments}]}
+        if form["content"].strip():
+            payload["content"] = form["content"]
+        return payload
+    return {"content": form["content"]}
+
+
+def field_for(param: str | None, kind: str) -> str:
+    """Which form field an answer error's param points at."""
+    if kind == "json" or not param:
+        return "json" if kind == "json" else "general"
+    if re.fullmatch(r"tool_calls\[\d+\]\.name", param):
+        return "tool_name"
+    if param.startswith("tool_calls"):
+        return "arguments"
+    return "content"
+
+
+@ui.post("/pending/<pending_id>/cancel")
+@page
+def cancel_call(pending_id: str) -> Any:
+    call = pending.cancel(ui_context(), pending_id)
+    flash(f"Cancelled {pending_id}.")
+    return redirect(url_for("ui.queue", name=call["project"]))
+
+
+@ui.route("/p/<name>/settings", methods=["GET", "POST"])
+@page
+def settings(name: str) -> Any:
+    ctx = ui_context()
+    project = projects.get(ctx, name)
+    error = None
+    if request.method == "POST":
+        try:
+            changes = json.loads(request.form.get("settings", "{}"))
+            project = projects.update(ctx, name, changes)
+            flash("Settings saved.")
+        except ValueError:
+            error = errors.BadRequest("The settings are not valid JSON.")
+        except errors.SemulaError as exc:
+            error = exc
+    editable = {k: v for k, v in project.items() if k in projects.DEFAULTS}
+    return render_template("ui/settings.html", project=project, editable=editable, error=error), (
+        error.status if error else 200
+    )
+
+
+@ui.get("/audit")
+@page
+def audit_log() -> Any:
+    events = audit.list_events(ui_context(), action=request.args.get("action") or None, limit=200)["data"]
+    return render_template("ui/audit.html", events=events, action=request.args.get("action", ""))
