@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from semula import cli_agent
 from semula.config import ConfigError, Settings
 from semula.errors import SemulaError
 from semula.service import CLI, Context
@@ -231,3 +232,7 @@ def token_revoke(token_id: str) -> None:
     with local_context() as ctx:
         tokens.revoke(ctx, token_id)
     click.echo(f"revoked {token_id}")
+
+
+# The agent commands (pending, show, answer, claim, mcp) talk to a running server over REST.
+cli_agent.register(main)

@@ -1,0 +1,260 @@
+"""The agent commands: pending, show, answer, claim and mcp. They talk to a running server over REST.
+
+SEMULA_URL and SEMULA_TOKEN say where and as whom, so an agent on another machine can answer calls.
+Exit codes: 0 ok, 1 error (its message is printed), 2 usage, 3 nothing to claim.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from typing import Any
+
+import click
+
+from semula.client import Client, ClientError
+
+EXIT_NOTHING_TO_CLAIM = 3
+WAIT_FIRST, WAIT_MAX = 0.25, 2.0
+
+
+class AgentError(click.ClickException):
+    """A REST error: the CLI prints its message and exits 1."""
+
+    exit_code = 1
+
+
+def client() -> Client:
+    """The REST client; a test may hand one in as the click context's obj["client"]."""
+    obj = click.get_current_context().find_root().obj
+    if isinstance(obj, dict) and isinstance(obj.get("client"), Client):
+        return obj["client"]
+    return Client()
+
+
+def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except ClientError as exc:
+        raise AgentError(str(exc)) from None
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+@click.command("pending")
+@click.option("--project", default=None, help="Only this project's calls.")
+@click.option(
+    "--status",
+    type=click.Choice(["pending", "answered", "cancelled", "all"]),
+    default="pending",
+    show_default=True,
+)
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the API's list object as JSON.")
+def pending(project: str | None, status: str, limit: int, as_json: bool) -> None:
+    """List parked calls, oldest first (claimed ones show who holds them)."""
+    listing = call(client().list_pending, project=project, status=status, limit=limit)
+    if as_json:
+        emit_json(listing)
+        return
+    if not listing["data"]:
+        click.echo("no calls" if status == "all" else f"no {status} calls")
+        return
+    rows = [("ID", "PROJECT", "MODEL", "STATUS", "AGE", "CLAIMED")]
+    for p in listing["data"]:
+        claimed = (
+            f"{p['claimed_by']} ({_duration(p['claimed_until'] - time.time())} left)"
+            if p["claimed_by"]
+            else "-"
+        )
+        rows.append(
+            (
+                p["id"],
+                p["project"] or "-",
+                p["model"] or "-",
+                p["status"],
+                _duration(time.time() - p["created"]),
+                claimed,
+            )
+        )
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=False)) + "  " + row[-1])
+    if listing["has_more"]:
+        click.echo(f"... more: semula pending --limit {min(limit * 2, 1000)}", err=True)
+
+
+@click.command("show")
+@click.argument("pending_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the call as JSON.")
+def show(pending_id: str, as_json: bool) -> None:
+    """Show parked call PENDING_ID in full: its messages, tools, response format and answer skeleton."""
+    item = call(client().get_pending, pending_id)
+    if as_json:
+        emit_json(item)
+    else:
+        render(item)
+
+
+@click.command("answer")
+@click.argument("pending_id")
+@click.argument("text", required=False)
+@click.option(
+    "--file", "file", type=click.File("r"), help="Read the answer text from this file (- for stdin)."
+)
+@click.option(
+    "--json",
+    "json_text",
+    metavar="JSON",
+    help="The answer as JSON: {content}, {tool_calls}, {message} or a chat.completion; - reads stdin.",
+)
+@click.option("--summary", default=None, help="A note kept with the recorded entry.")
+def answer(pending_id: str, text: str | None, file: Any, json_text: str | None, summary: str | None) -> None:
+    """Answer parked call PENDING_ID with TEXT (- reads stdin), --file F, or --json JSON.
+
+    Plain text becomes {"content": TEXT}. Tool calls need --json, for example
+    '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}'.
+    """
+    given = [x for x in (text, file, json_text) if x is not None]
+    if len(given) != 1:
+        raise click.UsageError("give the answer once: TEXT, --file F or --json JSON")
+    if json_text is not None:
+        raw = sys.stdin.read() if json_text == "-" else json_text
+        try:
+            payload: Any = json.loads(raw)
+        except ValueError as exc:
+            raise click.UsageError(f"--json is not valid JSON: {exc}") from None
+    elif file is not None:
+        payload = {"content": file.read()}
+    else:
+        payload = {"content": sys.stdin.read() if text == "-" else text}
+    done = call(client().answer_pending, pending_id, payload, summary=summary)
+    click.echo(f"answered {done['id']}: entry {done['entry_id']}")
+
+
+@click.command("claim")
+@click.option("--project", default=None, help="Only claim in this project.")
+@click.option(
+    "--lease",
+    type=click.IntRange(1, 3600),
+    default=300,
+    show_default=True,
+    help="Seconds the call stays reserved for you.",
+)
+@click.option("--worker", default=None, help="Your name, shown as claimed_by (default: the token's id).")
+@click.option("--wait", is_flag=True, help="Block until there is a call to claim.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0),
+    default=0,
+    help="With --wait: give up after this many seconds (exit 3); 0 waits forever.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the claimed call as JSON.")
+def claim(
+    project: str | None, lease: int, worker: str | None, wait: bool, timeout: float, as_json: bool
+) -> None:
+    """Claim the oldest parked call nobody holds and show it in full; exit 3 when there is none."""
+    api = client()
+    deadline = time.monotonic() + timeout if timeout else None
+    delay = WAIT_FIRST
+    warned = False
+    while True:
+        try:
+            claimed = api.claim_next(project=project, lease_seconds=lease, worker=worker)
+        except ClientError as exc:
+            # While waiting, a server restart or a busy database is a pause, not the end of the loop.
+            if not (wait and (exc.status is None or exc.status == 503)):
+                raise AgentError(str(exc)) from None
+            if not warned:
+                click.echo(f"waiting for a call to claim ({exc})", err=True)
+                warned = True
+            claimed = None
+        if claimed is not None:
+            break
+        if not wait or (deadline is not None and time.monotonic() + delay > deadline):
+            click.echo("nothing to claim", err=True)
+            sys.exit(EXIT_NOTHING_TO_CLAIM)
+        if not warned:
+            click.echo("waiting for a call to claim", err=True)
+            warned = True
+        time.sleep(delay)
+        delay = min(delay * 1.5, WAIT_MAX)
+    if as_json:
+        emit_json(claimed)
+    else:
+        render(claimed)
+
+
+@click.command("mcp")
+def mcp() -> None:
+    """Run the MCP server on stdio (tools list_pending, get_pending, claim_next, answer_pending)."""
+    from semula.mcp_server import run
+
+    run()
+
+
+COMMANDS = (pending, show, answer, claim, mcp)
+
+
+def register(group: click.Group) -> None:
+    for command in COMMANDS:
+        group.add_command(command)
+
+
+def render(item: dict[str, Any]) -> None:
+    """A parked call for a reader: what was asked, what the answer must look like, how to send it."""
+    line = f"{item['id']}  project {item['project']}  model {item['model']}  status {item['status']}"
+    if item.get("claimed_by"):
+        line += f"  claimed by {item['claimed_by']} ({_duration(item['claimed_until'] - time.time())} left)"
+    click.echo(line)
+    request = item.get("request") or {}
+    click.echo("\nmessages:")
+    for message in request.get("messages") or []:
+        click.echo(_message_text(message))
+    shape = item.get("shape") or {}
+    if shape.get("tools"):
+        click.echo("\ntools:")
+        for tool in shape["tools"]:
+            description = f" - {tool['description']}" if tool.get("description") else ""
+            click.echo(f"  {tool['name']}{description}")
+            click.echo(f"    parameters: {json.dumps(tool.get('parameters'), ensure_ascii=False)}")
+    if shape.get("response_format") is not None:
+        click.echo("\nresponse_format (content must be JSON valid against):")
+        click.echo("  " + json.dumps(shape["response_format"], ensure_ascii=False))
+    skeleton = json.dumps(shape.get("skeleton", {"content": ""}), ensure_ascii=False)
+    click.echo(f"\nanswer skeleton:\n  {skeleton}")
+    pid, filled = item["id"], shlex.quote(skeleton)
+    text = "" if shape.get("tools") else f"semula answer {pid} 'TEXT'   or   "
+    click.echo(f"\nanswer with: {text}semula answer {pid} --json {filled}")
+
+
+def _message_text(message: Any) -> str:
+    if not isinstance(message, dict):
+        return f"  {message!r}"
+    role = message.get("role", "?")
+    content = message.get("content")
+    if isinstance(content, list):
+        parts = [
+            p.get("text", f"[{p.get('type', 'part')}]") if isinstance(p, dict) else str(p) for p in content
+        ]
+        content = "\n".join(parts)
+    text = f"  [{role}] {content if content is not None else ''}"
+    for tool_call in message.get("tool_calls") or []:
+        function = tool_call.get("function", {}) if isinstance(tool_call, dict) else {}
+        text += f"\n  [{role} calls] {function.get('name')}({function.get('arguments')})"
+    if message.get("tool_call_id"):
+        text = text.replace(f"[{role}]", f"[{role} {message['tool_call_id']}]", 1)
+    return text
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"

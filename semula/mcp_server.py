@@ -1,0 +1,164 @@
+"""`semula mcp`: an MCP server over stdio, so a coding agent can answer parked calls as tools.
+
+Built with the official MCP Python SDK. It holds no state and no database: every tool is one REST call
+through semula.client (SEMULA_URL, SEMULA_TOKEN), and every REST error comes back as a tool error
+carrying the OpenAI error object. Named mcp_server, not mcp, so it does not shadow the SDK.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from semula.client import Client, ClientError
+
+T = TypeVar("T")
+
+INSTRUCTIONS = """\
+semula is a record/replay server for OpenAI chat completions. When an application's request has no
+recorded answer, semula parks it ("a pending call") and holds the application's HTTP call open until
+someone answers. You are that someone: you write the reply the model should have given.
+
+The loop: call claim_next. It returns the oldest unanswered call and reserves it for you for
+lease_seconds (default 300) so other agents skip it. Read call.request.messages (and request.tools or
+request.response_format, if present) and call.shape.skeleton, which is an answer of the right form with
+placeholder values. Fill it in and send it with answer_pending(pending_id, answer). The waiting
+application receives your answer at once and semula saves it, so the same request replays it later.
+If answer_pending returns an invalid_answer error, its param names the field to fix
+(like tool_calls[0].arguments.city); fix that and call answer_pending again. When claim_next says there
+is nothing to claim, the queue is empty. Nothing you answer is executed: tool calls are returned to the
+application as the model's tool calls, exactly as you write them.
+"""
+
+ANSWER_FORMS = """\
+The answer is one of:
+- {"content": "the assistant's reply text"}  (a plain string is the same as this)
+- {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}], "content": null}
+  to call tools: each name must be one of request.tools, arguments must satisfy that tool's
+  parameters JSON schema (arguments may be an object or a JSON string)
+- {"message": {"role": "assistant", "content": ..., "tool_calls": [...]}}  (an assistant message)
+- a whole chat.completion object with exactly one choice
+Optional next to content/tool_calls: "finish_reason" ("stop", "length", "tool_calls", ...) and "usage".
+If request.response_format is a json_schema, content must be JSON text that validates against it.
+Start from call.shape.skeleton: it already has the right form."""
+
+LIST_PENDING = """\
+List parked calls, oldest first: id, project, model, status, and claimed_by/claimed_until while another \
+agent holds one. To work through the queue, use claim_next instead: it reserves the call for you and \
+returns it in full."""
+
+GET_PENDING = """\
+Get one parked call in full: request (the chat completion request: model, messages, tools, \
+response_format) and shape (the tools with their JSON schemas, the response_format schema, and skeleton: \
+an answer of the right form with placeholder values to fill in)."""
+
+CLAIM_NEXT = """\
+Claim the oldest parked call nobody is working on and get it in full: request, shape (with skeleton) and \
+claim. It stays reserved for you for lease_seconds; if you do not answer in time another agent may claim \
+it. Returns {"claimed": false, ...} when nothing is waiting. Next: write the answer and call \
+answer_pending with the call's id."""
+
+ANSWER_PENDING = (
+    "Answer a parked call: semula checks the answer against the request, saves it as the recorded reply, "
+    "and releases the application waiting on it. Returns the call with status answered and its entry_id. "
+    "A mistake comes back as an invalid_answer error whose param names the field: fix it and call again. "
+    "pending_resolved means someone answered or cancelled the call already.\n\n" + ANSWER_FORMS
+)
+
+
+def _call(fn: Callable[[], T]) -> T:
+    """Run one REST call; a REST error becomes a tool error the agent can read and act on."""
+    try:
+        return fn()
+    except ClientError as exc:
+        error = {
+            "message": exc.message,
+            "type": exc.error.get("type"),
+            "param": exc.param,
+            "code": exc.code,
+        }
+        where = f" (param: {exc.param})" if exc.param and exc.param not in exc.message else ""
+        raise ToolError(
+            f"{exc.code or 'error'}: {exc.message}{where}\n{json.dumps({'error': error})}"
+        ) from None
+
+
+def build(client: Client | None = None) -> MCPServer:
+    """The MCP server with the four pending tools, talking to semula through client."""
+    client = client or Client()
+    server = MCPServer(
+        "semula",
+        instructions=INSTRUCTIONS,
+        log_level="WARNING",
+        warn_on_duplicate_tools=True,
+    )
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+    @server.tool(description=LIST_PENDING, annotations=read_only)
+    def list_pending(
+        project: Annotated[str | None, Field(description="Only this project's calls (its name).")] = None,
+        status: Annotated[
+            Literal["pending", "answered", "cancelled", "all"],
+            Field(description="Which calls: pending (default) are waiting for an answer."),
+        ] = "pending",
+        after: Annotated[
+            str | None, Field(description="Paging cursor: the last id of the previous page.")
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=1000, description="Page size.")] = 20,
+    ) -> dict[str, Any]:
+        return _call(lambda: client.list_pending(project=project, status=status, after=after, limit=limit))
+
+    @server.tool(description=GET_PENDING, annotations=read_only)
+    def get_pending(
+        pending_id: Annotated[str, Field(description="The call's id, like pnd_0190a1b2c3d4e5f6a7b8c9d0.")],
+    ) -> dict[str, Any]:
+        return _call(lambda: client.get_pending(pending_id))
+
+    @server.tool(
+        description=CLAIM_NEXT,
+        annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=False, open_world_hint=False),
+    )
+    def claim_next(
+        project: Annotated[str | None, Field(description="Only claim in this project (its name).")] = None,
+        lease_seconds: Annotated[
+            int, Field(ge=1, le=3600, description="How long the call stays reserved for you (default 300).")
+        ] = 300,
+        worker: Annotated[
+            str | None, Field(description="Your name, shown to others as claimed_by (optional).")
+        ] = None,
+    ) -> dict[str, Any]:
+        claimed = _call(
+            lambda: client.claim_next(project=project, lease_seconds=lease_seconds, worker=worker)
+        )
+        if claimed is None:
+            return {"claimed": False, "message": "Nothing to claim: no parked call is waiting right now."}
+        return {"claimed": True, **claimed}
+
+    @server.tool(
+        description=ANSWER_PENDING,
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+    )
+    def answer_pending(
+        pending_id: Annotated[str, Field(description="The call's id (pnd_...).")],
+        answer: Annotated[
+            dict[str, Any] | str,
+            Field(description="The answer object (see the tool description), or plain text for content."),
+        ],
+        summary: Annotated[
+            str | None, Field(description="A short note kept with the recorded entry (optional).")
+        ] = None,
+    ) -> dict[str, Any]:
+        return _call(lambda: client.answer_pending(pending_id, answer, summary=summary))
+
+    return server
+
+
+def run() -> None:
+    """Serve over stdio until the client closes the connection."""
+    build().run("stdio")

@@ -1,0 +1,142 @@
+"""The agent commands (semula pending/show/answer/claim) over REST, here against the app in-process.
+
+tests/acceptance/test_agents.py runs the same commands as real processes against a real server.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from semula.cli import main
+from semula.service import pending as pending_service
+from semula.service import projects
+from tests.agent_helpers import in_process_client, park
+
+
+@pytest.fixture
+def queue(ctx):
+    projects.create(ctx, {"name": "alpha"})
+    projects.create(ctx, {"name": "beta"})
+    return {
+        "a1": park(ctx, "alpha", "What is 2+2?"),
+        "b1": park(ctx, "beta", "Weather in Paris?", tools=True),
+    }
+
+
+@pytest.fixture
+def cli(app, make_token):
+    """Run `semula ARGS` as a token of this role/scope/binding; the result has stdout, stderr, exit_code."""
+
+    def run(*args: str, role: str = "editor", scope: str = "record", project: str | None = None, input=None):
+        client = in_process_client(app, make_token(role, scope=scope, project=project))
+        return CliRunner().invoke(main, list(args), obj={"client": client}, input=input)
+
+    return run
+
+
+def test_pending_lists_calls_for_people_and_scripts(cli, queue):
+    human = cli("pending")
+    assert human.exit_code == 0
+    lines = human.stdout.splitlines()
+    assert lines[0].split() == ["ID", "PROJECT", "MODEL", "STATUS", "AGE", "CLAIMED"]
+    assert lines[1].startswith(queue["a1"]) and "alpha" in lines[1] and lines[1].rstrip().endswith("-")
+    listing = json.loads(cli("pending", "--project", "beta", "--json").stdout)
+    assert [p["id"] for p in listing["data"]] == [queue["b1"]]
+    assert cli("pending", "--status", "answered").stdout.strip() == "no answered calls"
+
+
+def test_show_prints_the_messages_tools_and_skeleton(cli, queue):
+    shown = cli("show", queue["b1"])
+    assert shown.exit_code == 0
+    assert "[user] Weather in Paris?" in shown.stdout
+    assert "get_weather - Current weather in a city." in shown.stdout
+    assert '"tool_calls": [{"name": "get_weather", "arguments": {"city": ""}}]' in shown.stdout
+    assert f"semula answer {queue['b1']} --json" in shown.stdout
+    as_json = json.loads(cli("show", queue["b1"], "--json").stdout)
+    assert as_json["request"]["tools"][0]["function"]["name"] == "get_weather"
+
+
+def test_answer_with_text_stdin_file_and_json(cli, queue, ctx, tmp_path):
+    done = cli("answer", queue["a1"], "4")
+    assert done.exit_code == 0 and done.stdout.startswith(f"answered {queue['a1']}: entry ent_")
+    assert cli("answer", queue["a1"], "4").exit_code == 1  # no longer pending
+
+    bad = cli("answer", queue["b1"], "--json", '{"tool_calls": [{"name": "get_weather", "arguments": {}}]}')
+    assert bad.exit_code == 1
+    assert "tool_calls[0].arguments" in bad.stderr and "city" in bad.stderr
+    good = cli(
+        "answer",
+        queue["b1"],
+        "--json",
+        "-",
+        input='{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}',
+    )
+    assert good.exit_code == 0, good.stderr
+
+    c1, c2 = park(ctx, "alpha", "from stdin"), park(ctx, "alpha", "from a file")
+    assert cli("answer", c1, "-", input="typed answer").exit_code == 0
+    path = tmp_path / "answer.txt"
+    path.write_text("file answer")
+    assert cli("answer", c2, "--file", str(path), "--summary", "by hand").exit_code == 0
+    assert [p["status"] for p in pending_service.list_pending(ctx, status="all")["data"]] == ["answered"] * 4
+
+
+def test_answer_usage_errors_exit_2(cli, queue):
+    assert cli("answer", queue["a1"]).exit_code == 2
+    assert cli("answer", queue["a1"], "text", "--json", "{}").exit_code == 2
+    not_json = cli("answer", queue["a1"], "--json", "{oops")
+    assert not_json.exit_code == 2 and "not valid JSON" in not_json.stderr
+
+
+def test_claim_shows_the_call_and_exits_3_when_there_is_none(cli, queue):
+    first = cli("claim", "--worker", "me", "--lease", "60")
+    assert first.exit_code == 0
+    assert first.stdout.startswith(f"{queue['a1']}  project alpha") and "claimed by me" in first.stdout
+    second = json.loads(cli("claim", "--json").stdout)
+    assert second["id"] == queue["b1"] and second["claim"]["lease_seconds"] == 300
+    empty = cli("claim")
+    assert empty.exit_code == 3 and empty.stdout == "" and "nothing to claim" in empty.stderr
+    waited = cli("claim", "--wait", "--timeout", "0.3")
+    assert waited.exit_code == 3
+
+
+def test_errors_exit_1_with_the_message_and_never_the_token(app, make_token, queue):
+    headers = make_token("viewer", scope="record")
+    client = in_process_client(app, headers)
+    result = CliRunner().invoke(main, ["claim"], obj={"client": client})
+    assert result.exit_code == 1 and "role is viewer" in result.stderr
+    assert headers["Authorization"][7:] not in result.output
+
+
+# Roles, scopes and binding on every pending command (SPEC §5, §8)
+
+
+def commands(queue):
+    return {
+        "pending": ("pending", "--project", "beta"),
+        "show": ("show", queue["b1"]),
+        "claim": ("claim", "--project", "beta"),
+        "answer": ("answer", queue["b1"], "hello"),
+    }
+
+
+@pytest.mark.parametrize("command", ["claim", "answer"])
+def test_viewer_cannot_claim_or_answer(cli, queue, command):
+    result = cli(*commands(queue)[command], role="viewer")
+    assert result.exit_code == 1 and "needs editor" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["pending", "show", "claim", "answer"])
+def test_replay_scope_cannot_use_the_queue(cli, queue, command):
+    result = cli(*commands(queue)[command], role="admin", scope="replay")
+    assert result.exit_code == 1 and "scope is replay" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["pending", "show", "claim", "answer"])
+def test_bound_token_gets_not_found_for_another_project(cli, queue, command):
+    result = cli(*commands(queue)[command], project="alpha")
+    assert result.exit_code == 1 and "No " in result.stderr
+    assert cli("pending", "--json", project="alpha").exit_code == 0

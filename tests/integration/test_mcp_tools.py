@@ -1,0 +1,134 @@
+"""The MCP tools through the SDK's in-process client, against the app in-process over client.py.
+
+tests/acceptance/test_agents.py runs `semula mcp` over stdio against a real server.
+"""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import pytest
+from mcp import Client
+
+from semula.mcp_server import build
+from semula.service import projects
+from tests.agent_helpers import in_process_client, park
+
+TOOLS = {"list_pending", "get_pending", "claim_next", "answer_pending"}
+
+
+@pytest.fixture
+def queue(ctx):
+    projects.create(ctx, {"name": "alpha"})
+    projects.create(ctx, {"name": "beta"})
+    return {
+        "a1": park(ctx, "alpha", "What is 2+2?"),
+        "b1": park(ctx, "beta", "Weather in Paris?", tools=True),
+    }
+
+
+@pytest.fixture
+def mcp_call(app, make_token):
+    """Call tools in order as one token; a list of CallToolResults."""
+
+    def run(*calls: tuple[str, dict], role="editor", scope="record", project=None):
+        server = build(in_process_client(app, make_token(role, scope=scope, project=project)))
+
+        async def session():
+            async with Client(server) as client:
+                return [await client.call_tool(name, args) for name, args in calls]
+
+        return anyio.run(session)
+
+    return run
+
+
+def error_of(result) -> dict:
+    assert result.is_error
+    text = result.content[0].text
+    return json.loads(text[text.index("{") :])["error"]
+
+
+def test_tools_are_listed_with_descriptions_an_agent_can_work_from(app):
+    async def listing():
+        async with Client(build(in_process_client(app))) as client:
+            return (await client.list_tools()).tools
+
+    tools = {tool.name: tool for tool in anyio.run(listing)}
+    assert set(tools) == TOOLS
+    assert (
+        "skeleton" in tools["claim_next"].description and "answer_pending" in tools["claim_next"].description
+    )
+    answer = tools["answer_pending"]
+    assert "tool_calls" in answer.description and "invalid_answer" in answer.description
+    assert set(answer.input_schema["required"]) == {"pending_id", "answer"}
+
+
+def test_list_claim_answer(mcp_call, queue):
+    listed, claimed, bad, good, empty = mcp_call(
+        ("list_pending", {}),
+        ("claim_next", {"project": "beta", "worker": "claude"}),
+        (
+            "answer_pending",
+            {"pending_id": queue["b1"], "answer": {"tool_calls": [{"name": "get_weather", "arguments": {}}]}},
+        ),
+        (
+            "answer_pending",
+            {
+                "pending_id": queue["b1"],
+                "answer": {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+            },
+        ),
+        ("claim_next", {"project": "beta"}),
+    )
+    assert [p["id"] for p in listed.structured_content["data"]] == [queue["a1"], queue["b1"]]
+    call = claimed.structured_content
+    assert call["claimed"] is True and call["id"] == queue["b1"] and call["claimed_by"] == "claude"
+    assert call["shape"]["skeleton"] == {"tool_calls": [{"name": "get_weather", "arguments": {"city": ""}}]}
+    error = error_of(bad)
+    assert error["code"] == "invalid_answer" and error["param"] == "tool_calls[0].arguments.city"
+    assert good.is_error is False and good.structured_content["status"] == "answered"
+    assert empty.structured_content == {"claimed": False, "message": empty.structured_content["message"]}
+
+
+def test_get_and_answer_with_plain_text(mcp_call, queue):
+    got, answered, again = mcp_call(
+        ("get_pending", {"pending_id": queue["a1"]}),
+        ("answer_pending", {"pending_id": queue["a1"], "answer": "4", "summary": "arithmetic"}),
+        ("answer_pending", {"pending_id": queue["a1"], "answer": "4"}),
+    )
+    assert got.structured_content["request"]["messages"][0]["content"] == "What is 2+2?"
+    assert answered.structured_content["entry_id"].startswith("ent_")
+    assert error_of(again)["code"] == "pending_resolved"
+
+
+# Roles, scopes and binding on every tool (SPEC §5, §8)
+
+
+def tool_calls(queue):
+    return {
+        "list_pending": {"project": "beta"},
+        "get_pending": {"pending_id": queue["b1"]},
+        "claim_next": {"project": "beta"},
+        "answer_pending": {"pending_id": queue["b1"], "answer": "hello"},
+    }
+
+
+@pytest.mark.parametrize("tool", ["claim_next", "answer_pending"])
+def test_viewer_cannot_claim_or_answer(mcp_call, queue, tool):
+    (result,) = mcp_call((tool, tool_calls(queue)[tool]), role="viewer")
+    assert error_of(result)["code"] == "insufficient_role"
+
+
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_replay_scope_cannot_use_the_queue(mcp_call, queue, tool):
+    (result,) = mcp_call((tool, tool_calls(queue)[tool]), role="admin", scope="replay")
+    assert error_of(result)["code"] == "insufficient_scope"
+
+
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_bound_token_gets_not_found_for_another_project(mcp_call, queue, tool):
+    result, own = mcp_call((tool, tool_calls(queue)[tool]), ("list_pending", {}), project="alpha")
+    assert error_of(result)["code"] in ("pending_not_found", "project_not_found")
+    assert [p["id"] for p in own.structured_content["data"]] == [queue["a1"]]
