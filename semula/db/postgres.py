@@ -57,6 +57,12 @@ class _Conn:
         with _translated():
             return self._execute(name, params).rowcount
 
+    def many(self, name: str, rows: list[Row], /) -> None:
+        """One statement for many parameter sets; psycopg pipelines them, one round trip per batch."""
+        if rows:
+            with _translated(), self.raw.cursor() as cursor:
+                cursor.executemany(PG_QUERIES[name], rows)
+
     def script(self, sql: str) -> None:
         with _translated():
             self.raw.execute(sql)

@@ -49,6 +49,12 @@ class _Conn:
         with _translated():
             return self.raw.execute(QUERIES[name], params).rowcount
 
+    def many(self, name: str, rows: list[Row], /) -> None:
+        """One statement for many parameter sets (bulk writes inside a transaction)."""
+        if rows:
+            with _translated():
+                self.raw.executemany(QUERIES[name], rows)
+
     def script(self, sql: str) -> None:
         # executescript() would COMMIT the open transaction, so run statements one by one.
         with _translated():

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from semula import answers, stream
 from semula.db import Tx
-from semula.errors import Conflict
+from semula.errors import BadRequest, Conflict, NotFound
 from semula.ids import new_id
-from semula.service import Context, dumps, now
+from semula.service import Context, audit, dumps, now, page, projects
+from semula.service.auth import check_project, require
 
 ACTORS = ("agent", "human", "import")
 
@@ -68,3 +70,230 @@ def save(
 def decode(row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
     """The stored completion and chunks of an entry row."""
     return json.loads(row["response"]), json.loads(row["chunks"]) if row.get("chunks") else None
+
+
+# The lifecycle of an entry (SPEC §6): list, show, edit, revert, pin, review, delete.
+
+REVIEW_STATUSES = ("unreviewed", "approved", "rejected")
+MAX_SUMMARY_LENGTH = 500
+PREVIEW_CHARS = 120
+
+
+def get_row(ctx: Context, entry_id: str) -> dict[str, Any]:
+    """The entry row in the caller's workspace; 404 if absent or outside a token's project binding."""
+    row = ctx.store.one("get_entry_in_workspace", id=entry_id, workspace_id=ctx.principal.workspace_id)
+    if row is None:
+        raise NotFound(f"No entry {entry_id}.", code="entry_not_found")
+    try:
+        check_project(ctx, row["project_id"])
+    except NotFound:
+        raise NotFound(f"No entry {entry_id}.", code="entry_not_found") from None
+    return row
+
+
+def present(row: dict[str, Any], *, full: bool = False) -> dict[str, Any]:
+    """The public view of an entry; `full` adds the request, response and chunks."""
+    out: dict[str, Any] = {
+        "object": "entry",
+        "id": row["id"],
+        "project": row.get("project_name"),
+        "fingerprint": row["fingerprint"],
+        "model": row["model"],
+        "revision": row["revision"],
+        "pinned": bool(row["pinned"]),
+        "review_status": row["review_status"],
+        "created": int(row["created_at"]),
+        "updated": int(row["updated_at"]),
+    }
+    request = json.loads(row["request"])
+    response, chunks = decode(row)
+    if full:
+        out.update(request=request, response=response, chunks=chunks)
+    else:
+        out["preview"] = {"prompt": _prompt_preview(request), "answer": _answer_preview(response, chunks)}
+    return out
+
+
+def _present_revision(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "object": "entry.revision",
+        "number": row["number"],
+        "actor": row["actor"],
+        "summary": row["summary"],
+        "created": int(row["created_at"]),
+        "response": json.loads(row["response"]),
+        "chunks": json.loads(row["chunks"]) if row["chunks"] else None,
+    }
+
+
+def _clip(text: Any) -> str:
+    text = " ".join(str(text).split()) if text is not None else ""
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def _prompt_preview(request: dict[str, Any]) -> str:
+    for message in reversed(request.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return _clip(content)
+    return ""
+
+
+def _answer_preview(response: dict[str, Any], chunks: list[dict[str, Any]] | None) -> str:
+    if not response.get("choices") and chunks:
+        response = stream.assemble_chunks(chunks)
+    try:
+        message = response["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        return ""
+    if message.get("content"):
+        return _clip(message["content"])
+    names = [c.get("function", {}).get("name", "?") for c in message.get("tool_calls") or []]
+    return _clip("tool calls: " + ", ".join(names)) if names else ""
+
+
+def list_entries(
+    ctx: Context,
+    project: str,
+    *,
+    model: str | None = None,
+    text: str | None = None,
+    review_status: str | None = None,
+    pinned: bool | None = None,
+    after: str | None = None,
+    limit: int = 50,
+) -> dict[str, Any]:
+    """A project's entries, newest first, as an OpenAI list; `text` is a case-insensitive substring
+    of the request or response."""
+    require(ctx, role="viewer")
+    if review_status is not None and review_status not in REVIEW_STATUSES:
+        raise BadRequest(f"review_status must be one of {', '.join(REVIEW_STATUSES)}.", param="review_status")
+    project_id = projects.get_row(ctx, project)["id"]
+    rows = ctx.store.all(
+        "list_entries",
+        project_id=project_id,
+        model=model or None,
+        review_status=review_status,
+        pinned=None if pinned is None else int(pinned),
+        text=_like_pattern(text) if text else None,
+        after=after,
+        limit=limit + 1,
+    )
+    return page([present(r) for r in rows], limit)
+
+
+def _like_pattern(text: str) -> str:
+    # Entries are stored as JSON text, so the term is searched as JSON spells it ("a \"b\"").
+    encoded = json.dumps(text.lower(), ensure_ascii=False)[1:-1]
+    escaped = encoded.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def get(ctx: Context, entry_id: str) -> dict[str, Any]:
+    """An entry in full with its revisions, oldest first."""
+    require(ctx, role="viewer")
+    row = get_row(ctx, entry_id)
+    out = present(row, full=True)
+    out["revisions"] = [_present_revision(r) for r in ctx.store.all("list_revisions", entry_id=row["id"])]
+    return out
+
+
+def edit(ctx: Context, entry_id: str, payload: Any, *, summary: str = "") -> dict[str, Any]:
+    """Replace the response with an answer in any SPEC §4 form, validated against the entry's request.
+
+    A new revision by a human; the entry goes back to unreviewed. Pinned entries may be edited:
+    a pin guards against imports and re-recording, not against people.
+    """
+    require(ctx, role="editor")
+    row = get_row(ctx, entry_id)
+    request = json.loads(row["request"])
+    completion = answers.parse_answer(payload, request)
+    answers.validate_tool_calls(completion, request)
+    return _replace(ctx, row, completion, None, "entry.edit", summary or f"edited by {ctx.principal.actor}")
+
+
+def revert(ctx: Context, entry_id: str, number: int, *, summary: str = "") -> dict[str, Any]:
+    """A new revision that copies revision `number`'s response and chunks."""
+    require(ctx, role="editor")
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise BadRequest("revision must be a whole number from 1.", param="revision")
+    row = get_row(ctx, entry_id)
+    old = ctx.store.one("get_revision", entry_id=row["id"], number=number)
+    if old is None:
+        raise NotFound(f"Entry {entry_id} has no revision {number}.", code="revision_not_found")
+    response, chunks = decode(old)
+    return _replace(ctx, row, response, chunks, "entry.revert", summary or f"reverted to revision {number}")
+
+
+def _replace(
+    ctx: Context,
+    row: dict[str, Any],
+    response: dict[str, Any],
+    chunks: list[dict[str, Any]] | None,
+    action: str,
+    summary: str,
+) -> dict[str, Any]:
+    response_json = dumps(response)
+    chunks_json = dumps(chunks) if chunks is not None else None
+    with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+        updated = tx.one(
+            "replace_entry_response", id=row["id"], response=response_json, chunks=chunks_json, now=now()
+        )
+        if updated is None:
+            raise NotFound(f"No entry {row['id']}.", code="entry_not_found")
+        tx.run(
+            "insert_revision",
+            id=new_id("revision"),
+            workspace_id=ctx.principal.workspace_id,
+            entry_id=row["id"],
+            number=updated["revision"],
+            response=response_json,
+            chunks=chunks_json,
+            actor="human",
+            summary=_summary(summary),
+            now=now(),
+        )
+        audit.record(tx, ctx, action, row["id"], ["response"])
+    return get(ctx, row["id"])
+
+
+def _summary(summary: Any) -> str:
+    if not isinstance(summary, str):
+        raise BadRequest("summary must be text.", param="summary")
+    return summary.strip()[:MAX_SUMMARY_LENGTH]
+
+
+def set_pinned(ctx: Context, entry_id: str, pinned: bool) -> dict[str, Any]:
+    """Pin (lock against import and re-recording) or unpin; audited when it changes."""
+    require(ctx, role="editor")
+    row = get_row(ctx, entry_id)
+    if bool(row["pinned"]) != pinned:
+        with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+            tx.run("set_entry_pinned", id=row["id"], pinned=int(pinned), now=now())
+            audit.record(tx, ctx, "entry.pin" if pinned else "entry.unpin", row["id"], ["pinned"])
+    return present(get_row(ctx, entry_id))
+
+
+def review(ctx: Context, entry_id: str, status: Any) -> dict[str, Any]:
+    """Set the review status; a rejected entry does not replay (its request parks again in record mode)."""
+    require(ctx, role="editor")
+    if status not in REVIEW_STATUSES:
+        raise BadRequest(f"status must be one of {', '.join(REVIEW_STATUSES)}.", param="status")
+    row = get_row(ctx, entry_id)
+    if row["review_status"] != status:
+        with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+            tx.run("set_review_status", id=row["id"], review_status=status, now=now())
+            audit.record(tx, ctx, "entry.review", row["id"], ["review_status"])
+    return present(get_row(ctx, entry_id))
+
+
+def delete(ctx: Context, entry_id: str) -> dict[str, Any]:
+    """Delete an entry and its revisions; its request misses again."""
+    require(ctx, role="editor")
+    row = get_row(ctx, entry_id)
+    with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+        tx.run("delete_entry", id=row["id"])
+        audit.record(tx, ctx, "entry.delete", row["id"])
+    return {"object": "entry.deleted", "id": row["id"], "deleted": True}

@@ -42,11 +42,13 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.extensions["semula"] = {"settings": settings, "store": store, "parking": parking, "calllog": calllog}
 
     from semula.web.api import api
+    from semula.web.api_entries import api_entries
     from semula.web.api_pending import api_pending
     from semula.web.api_upstream import api_upstream
     from semula.web.ui import ui
 
     app.register_blueprint(api)
+    app.register_blueprint(api_entries)
     app.register_blueprint(api_pending)
     app.register_blueprint(api_upstream)
     app.register_blueprint(ui)

@@ -1,0 +1,586 @@
+"""Export and import bundles (SPEC §6): a project's entries and non-operator settings as versioned JSON.
+
+The format is JSON with sorted keys and two-space indents, entries ordered by fingerprint, so a
+bundle kept in git diffs line by line and the same entries always export to the same bytes:
+
+    {
+      "bundle": {"format": "semula-bundle", "version": 1},
+      "config": {non-operator settings},
+      "entries": [{"chunks", "fingerprint", "pinned", "request", "response", "review_status"}, ...]
+    }
+
+The key names sort so that the header comes before the entries, which lets an import read a
+bundle of any size in one streaming pass (ijson) without holding it in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import IO, Any
+
+import ijson
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
+
+from semula import answers, redact
+from semula import fingerprint as fp
+from semula.db import UniqueViolation
+from semula.errors import BadRequest, Conflict, SemulaError
+from semula.ids import new_id
+from semula.service import Context, audit, dumps, now
+from semula.service import entries as entries_service
+from semula.service import projects as projects_service
+from semula.service.auth import require
+from semula.service.proxy import check_body
+
+FORMAT = "semula-bundle"
+VERSION = 1
+CONFIG_FIELDS = tuple(k for k in projects_service.DEFAULTS if k not in projects_service.OPERATOR_FIELDS)
+BATCH = 500
+FINGERPRINT_PATTERN = r"^v[0-9]+:[0-9a-f]{64}$"
+TOP_LEVEL = ("bundle", "config", "entries")
+
+# progress(stage, done, total): stage "read" counts bytes (total unknown), "write" counts entries.
+Progress = Callable[[str, int, int | None], None]
+
+
+class InvalidBundle(BadRequest):
+    """The bundle is not valid."""
+
+    code = "invalid_bundle"
+
+
+# --- export -----------------------------------------------------------------------------------------
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False)
+
+
+def _nested(value: Any, indent: int) -> str:
+    # json.dumps escapes newlines inside strings, so every raw newline is structure and may be indented.
+    return _dump(value).replace("\n", "\n" + " " * indent)
+
+
+def _config(row: dict[str, Any]) -> dict[str, Any]:
+    view = projects_service.present(row)
+    return {key: view[key] for key in CONFIG_FIELDS}
+
+
+def export_bundle(ctx: Context, project: str) -> Iterator[bytes]:
+    """The project's bundle, a piece at a time (entries are streamed from the database).
+
+    Byte for byte what json.dumps(bundle, sort_keys=True, indent=2, ensure_ascii=False) gives, plus
+    a final newline. Every string is redacted again on the way out (defence in depth).
+    """
+    require(ctx, role="viewer")
+    row = projects_service.get_row(ctx, project)
+    secrets = ctx.settings.secrets()
+    # Check the caller before the first byte: a generator's errors come too late for a status code.
+    return _export_pieces(ctx, row, secrets)
+
+
+def _export_pieces(ctx: Context, row: dict[str, Any], secrets: tuple[str, ...]) -> Iterator[bytes]:
+    header = {"format": FORMAT, "version": VERSION}
+    yield _encode(f'{{\n  "bundle": {_nested(header, 2)},\n  "config": {_nested(_config(row), 2)},\n')
+    first = True
+    for entry in ctx.store.iterate("export_entries", project_id=row["id"]):
+        response, chunks = entries_service.decode(entry)
+        item = {
+            "chunks": redacted(chunks, secrets) if chunks is not None else None,
+            "fingerprint": entry["fingerprint"],
+            "pinned": bool(entry["pinned"]),
+            "request": redacted(json.loads(entry["request"]), secrets),
+            "response": redacted(response, secrets),
+            "review_status": entry["review_status"],
+        }
+        yield _encode(('  "entries": [\n    ' if first else ",\n    ") + _nested(item, 4))
+        first = False
+    yield _encode('  "entries": []\n}\n' if first else "\n  ]\n}\n")
+
+
+def _encode(text: str) -> bytes:
+    # A lone surrogate (valid in JSON, not in UTF-8) is written as its \\u escape, which reads back the same.
+    return text.encode("utf-8", "backslashreplace")
+
+
+# --- reading a bundle -------------------------------------------------------------------------------
+
+
+def _events(source: IO[bytes]) -> Iterator[tuple[str, Any]]:
+    try:
+        yield from ijson.basic_parse(source, use_float=True)
+    except ijson.JSONError as exc:
+        raise _json_error(exc) from None
+
+
+def _json_error(exc: Exception) -> InvalidBundle:
+    # The first line only: the parser's later lines quote the bundle, which may hold anything.
+    text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    if "premature EOF" in text or "Incomplete" in text:
+        return InvalidBundle(f"The bundle ends too early (truncated JSON): {text}")
+    return InvalidBundle(f"The bundle is not valid JSON: {text}")
+
+
+_STARTS = {"start_map": dict, "start_array": list}
+_ENDS = frozenset({"end_map", "end_array"})
+
+
+def _build(event: str, value: Any, events: Iterator[tuple[str, Any]]) -> Any:
+    """The whole JSON value that starts with this event (a small builder: the hot loop of an import)."""
+    make = _STARTS.get(event)
+    if make is None:
+        return value
+    root = make()
+    stack: list[Any] = [root]
+    key = None
+    for event, value in events:
+        if event == "map_key":
+            key = value
+            continue
+        if event in _ENDS:
+            stack.pop()
+            if not stack:
+                return root
+            continue
+        make = _STARTS.get(event)
+        item = make() if make else value
+        top = stack[-1]
+        if type(top) is dict:
+            top[key] = item
+        else:
+            top.append(item)
+        if make:
+            stack.append(item)
+    return root
+
+
+def read_bundle(source: IO[bytes]) -> Iterator[tuple[str, Any]]:
+    """Yield ("bundle", header), ("config", settings) and ("entry", value) in file order, streaming."""
+    events = _events(source)
+    first = next(events, None)
+    if first is None:
+        raise InvalidBundle("The bundle is empty.")
+    if first[0] != "start_map":
+        raise InvalidBundle("A bundle is a JSON object with bundle, config and entries.")
+    seen: set[str] = set()
+    for event, key in events:
+        if event == "end_map":
+            break
+        if key not in TOP_LEVEL:
+            raise InvalidBundle(f"Unknown key {key!r} in the bundle.", param=str(key))
+        if key in seen:
+            raise InvalidBundle(f"The bundle has {key!r} twice.", param=key)
+        seen.add(key)
+        event, value = next(events)
+        if key != "entries":
+            yield key, _build(event, value, events)
+            continue
+        if "bundle" not in seen:
+            raise InvalidBundle('The bundle header ("bundle") must come before "entries".', param="bundle")
+        if event != "start_array":
+            raise InvalidBundle("entries must be a list.", param="entries")
+        for event, value in events:
+            if event == "end_array":
+                break
+            yield "entry", _build(event, value, events)
+    if "bundle" not in seen:
+        raise InvalidBundle('This is not a semula bundle: it has no "bundle" header.', param="bundle")
+    for _ in events:
+        pass  # Drain to the end, so trailing garbage is reported as invalid JSON.
+
+
+def redacted(value: Any, secrets: tuple[str, ...]) -> Any:
+    """redact_obj(), with one scan over all the strings first: almost every entry has nothing to redact."""
+    strings: list[str] = []
+    _strings(value, strings)
+    if not redact.contains_secret("\n".join(strings), secrets):
+        return value
+    return redact.redact_obj(value, secrets)
+
+
+def _strings(value: Any, out: list[str]) -> None:
+    # Keys too: contains_secret() over the joined text can only over-report, never miss one.
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            out.append(key)
+            _strings(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _strings(item, out)
+
+
+# --- validation -------------------------------------------------------------------------------------
+
+
+class HeaderSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    format = fields.String(required=True, validate=validate.Equal(FORMAT))
+    version = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
+
+
+class EntrySchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    fingerprint = fields.String(load_default=None, validate=validate.Regexp(FINGERPRINT_PATTERN))
+    request = fields.Dict(required=True)
+    response = fields.Raw(required=True, allow_none=False)
+    chunks = fields.List(fields.Dict(), load_default=None, allow_none=True)
+    pinned = fields.Boolean(load_default=False, truthy={True}, falsy={False})
+    review_status = fields.String(
+        load_default="unreviewed", validate=validate.OneOf(entries_service.REVIEW_STATUSES)
+    )
+
+
+_HEADER, _ENTRY = HeaderSchema(), EntrySchema()
+
+
+def _first_error(exc: ValidationError) -> tuple[str, str]:
+    messages: Any = exc.normalized_messages()
+    path = []
+    while isinstance(messages, dict):
+        key, messages = next(iter(messages.items()))
+        path.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    text = messages[0] if isinstance(messages, list) else str(messages)
+    return "".join(path).lstrip("."), text
+
+
+def _check_header(value: Any) -> None:
+    if not isinstance(value, dict):
+        raise InvalidBundle("bundle must be an object with format and version.", param="bundle")
+    version = value.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
+        raise InvalidBundle(
+            f"This bundle is format version {version}; this semula reads version {VERSION} and older. "
+            "Upgrade semula to import it.",
+            param="bundle.version",
+            code="bundle_version_unsupported",
+        )
+    try:
+        _HEADER.load(value)
+    except ValidationError as exc:
+        path, text = _first_error(exc)
+        raise InvalidBundle(f"bundle.{path}: {text}", param=f"bundle.{path}") from None
+
+
+def _check_config(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidBundle("config must be an object of project settings.", param="config")
+    for key in value:
+        if key in projects_service.OPERATOR_FIELDS:
+            raise InvalidBundle(
+                f"config.{key}: operator fields are never imported; remove it from the bundle.",
+                param=f"config.{key}",
+            )
+        if key not in CONFIG_FIELDS:
+            raise InvalidBundle(f"config.{key}: unknown setting.", param=f"config.{key}")
+    try:
+        return projects_service.SettingsSchema(only=CONFIG_FIELDS).load(value)
+    except ValidationError as exc:
+        path, text = _first_error(exc)
+        raise InvalidBundle(f"config.{path}: {text}", param=f"config.{path}") from None
+    except BadRequest as exc:
+        raise InvalidBundle(f"config: {exc.message}", param=f"config.{exc.param or ''}".rstrip(".")) from None
+
+
+class _Prepared:
+    """One validated entry as it will be written; pickled to a temporary file between the two phases."""
+
+    __slots__ = ("index", "fingerprint", "model", "request", "response", "chunks", "pinned", "review_status")
+
+    def __init__(self, **values: Any):
+        for key, value in values.items():
+            setattr(self, key, value)
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, k) for k in self.__slots__)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for key, value in zip(self.__slots__, state, strict=True):
+            setattr(self, key, value)
+
+
+def _prepare(
+    index: int,
+    value: Any,
+    rules: tuple[list[str], list[dict[str, str]]],
+    limit: int,
+    secrets: tuple[str, ...],
+) -> tuple[_Prepared, bool]:
+    """Validate one entry; return it ready to write and whether its fingerprint was recomputed."""
+    where = f"entries[{index}]"
+    given = value.get("fingerprint") if isinstance(value, dict) else None
+    label = f"{where} ({given[:15]}…)" if isinstance(given, str) and given else where
+
+    def fail(path: str, text: str) -> InvalidBundle:
+        return InvalidBundle(
+            f"{label}: {path}: {text}" if path else f"{label}: {text}", param=f"{where}.{path}"
+        )
+
+    if not isinstance(value, dict):
+        raise InvalidBundle(f"{where}: an entry must be an object.", param=where)
+    try:
+        data = _ENTRY.load(value)
+    except ValidationError as exc:
+        raise fail(*_first_error(exc)) from None
+    request = data["request"]
+    try:
+        check_body(request)
+        computed = fp.fingerprint(request, *rules)
+    except BadRequest as exc:
+        raise fail(f"request.{exc.param}" if exc.param else "request", exc.message) from None
+    try:
+        response = answers.parse_answer(data["response"], request)
+        answers.validate_tool_calls(response, request)
+    except SemulaError as exc:
+        raise fail(f"response.{exc.param}" if exc.param else "response", exc.message) from None
+    stored_request = redacted(request, secrets)
+    request_json, response_json = dumps(stored_request), dumps(response)
+    chunks_json = dumps(data["chunks"]) if data["chunks"] is not None else None
+    for name, text in (("request", request_json), ("response", response_json), ("chunks", chunks_json)):
+        if text is not None and len(text) > limit:
+            raise fail(name, f"longer than {limit} characters (SEMULA_MAX_BODY_BYTES).")
+    # The fingerprint is taken before redaction, so a recorded request that held a secret is stored
+    # redacted and cannot reproduce it: keep the bundle's then. Otherwise the request as written wins,
+    # so a hand-edited request replays for what it now says.
+    fingerprint, recomputed = computed, False
+    if given and given != computed:
+        if redact.REDACTED in request_json:
+            fingerprint = given
+        else:
+            recomputed = True
+    prepared = _Prepared(
+        index=index,
+        fingerprint=fingerprint,
+        model=request.get("model"),
+        request=request_json,
+        response=response_json,
+        chunks=chunks_json,
+        pinned=int(data["pinned"]),
+        review_status=data["review_status"],
+    )
+    return prepared, recomputed
+
+
+# --- import -----------------------------------------------------------------------------------------
+
+
+class _CountingReader:
+    """Reports how many bytes were read, for a progress bar over a stream of unknown structure."""
+
+    def __init__(self, source: IO[bytes], progress: Progress | None):
+        self.source, self.progress = source, progress
+
+    def read(self, size: int = -1) -> bytes:
+        if size == 0:
+            # ijson probes with read(0); werkzeug's request stream takes an empty read for a disconnect.
+            return b""
+        data = self.source.read(size)
+        if self.progress and data:
+            self.progress("read", len(data), None)
+        return data
+
+
+def import_bundle(
+    ctx: Context, project: str, source: IO[bytes], *, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Import a bundle into a project: all of it or, on any error, nothing.
+
+    Two phases: the bundle is read and every entry validated while streaming, into a temporary
+    file (no database writes, so a bad bundle cannot leave anything behind); then one transaction
+    applies the settings, resets operator fields and writes the entries in batches. Entries are
+    matched by fingerprint: new ones are created, changed ones get a new revision (actor import),
+    identical ones are left alone, and pinned ones in this project are skipped.
+    """
+    require(ctx, role="admin")
+    row = projects_service.get_row(ctx, project)
+    current = projects_service.present(row)
+    limit = ctx.settings.max_body_bytes
+    secrets = ctx.settings.secrets()
+    raw_config: Any = None
+    config: dict[str, Any] | None = None
+    seen: set[bytes] = set()
+    recomputed = count = 0
+    with tempfile.TemporaryFile(prefix="semula-import-") as spool:
+        for kind, value in read_bundle(_CountingReader(source, progress)):
+            if kind == "bundle":
+                _check_header(value)
+                continue
+            if kind == "config":
+                raw_config = value
+                continue
+            if config is None:
+                # Read after the header, so a newer bundle is refused for its version, not a new setting.
+                config = _check_config(raw_config) if raw_config is not None else {}
+                settings = {**current, **config}
+                rules = (settings["ignore_fields"], settings["normalize"])
+            item, changed = _prepare(count, value, rules, limit, secrets)
+            # 16 bytes per entry is all the import keeps in memory about the entries it has read.
+            key = hashlib.blake2b(item.fingerprint.encode(), digest_size=16).digest()
+            if key in seen:
+                raise InvalidBundle(
+                    f"entries[{count}] ({item.fingerprint[:15]}…): fingerprint: another entry of the "
+                    "bundle has the same fingerprint (the same request under this project's rules).",
+                    param=f"entries[{count}].fingerprint",
+                )
+            seen.add(key)
+            pickle.dump(item, spool, protocol=pickle.HIGHEST_PROTOCOL)
+            recomputed += changed
+            count += 1
+            if count % BATCH == 0:
+                time.sleep(0)  # Under gevent: let the worker's other requests run between batches.
+        if config is None:
+            config = _check_config(raw_config) if raw_config is not None else {}
+        spool.seek(0)
+        try:
+            report = _write(ctx, row, current, config, spool, count, progress)
+        except UniqueViolation:
+            raise Conflict(
+                "An entry was recorded in this project while the bundle was being imported; nothing "
+                "was imported. Import it again.",
+                code="import_conflict",
+            ) from None
+    report["fingerprints_recomputed"] = recomputed
+    return report
+
+
+def _read_prepared(spool: IO[bytes], count: int) -> Iterator[list[_Prepared]]:
+    batch: list[_Prepared] = []
+    for _ in range(count):
+        batch.append(pickle.load(spool))  # noqa: S301 - our own temporary file, written just above
+        if len(batch) == BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _write(
+    ctx: Context,
+    row: dict[str, Any],
+    current: dict[str, Any],
+    config: dict[str, Any],
+    spool: IO[bytes],
+    count: int,
+    progress: Progress | None,
+) -> dict[str, Any]:
+    workspace = ctx.principal.workspace_id
+    values = {k: current[k] for k in projects_service.DEFAULTS} | config
+    values |= {k: projects_service.DEFAULTS[k] for k in projects_service.OPERATOR_FIELDS}
+    changed = sorted(k for k in values if values[k] != current[k])
+    report = {"created": 0, "updated": 0, "unchanged": 0, "skipped": 0}
+    stamp = now()
+    with ctx.store.transaction(workspace) as tx:
+        tx.run("update_project", id=row["id"], now=stamp, **projects_service._columns(values))
+        for batch in _read_prepared(spool, count):
+            found = tx.all(
+                "entries_by_fingerprints",
+                project_id=row["id"],
+                fingerprints=dumps([item.fingerprint for item in batch]),
+            )
+            existing = {r["fingerprint"]: r for r in found}
+            inserts, updates, revisions = [], [], []
+            for item in batch:
+                old = existing.get(item.fingerprint)
+                values_ = {
+                    "model": item.model,
+                    "request": item.request,
+                    "response": item.response,
+                    "chunks": item.chunks,
+                    "pinned": item.pinned,
+                    "review_status": item.review_status,
+                    "now": stamp,
+                }
+                if old is None:
+                    entry_id, number = new_id("entry"), 1
+                    inserts.append(
+                        {
+                            "id": entry_id,
+                            "workspace_id": workspace,
+                            "project_id": row["id"],
+                            "fingerprint": item.fingerprint,
+                            **values_,
+                        }
+                    )
+                    report["created"] += 1
+                elif old["pinned"]:
+                    report["skipped"] += 1
+                    continue
+                elif _same(old, item):
+                    report["unchanged"] += 1
+                    continue
+                else:
+                    entry_id, number = old["id"], old["revision"] + 1
+                    updates.append({"id": entry_id, "revision": number, **values_})
+                    report["updated"] += 1
+                revisions.append(
+                    {
+                        "id": new_id("revision"),
+                        "workspace_id": workspace,
+                        "entry_id": entry_id,
+                        "number": number,
+                        "response": item.response,
+                        "chunks": item.chunks,
+                        "actor": "import",
+                        "summary": "imported from a bundle",
+                        "now": stamp,
+                    }
+                )
+            tx.many("import_insert_entry", inserts)
+            tx.many("import_update_entry", updates)
+            tx.many("insert_revision", revisions)
+            if progress:
+                progress("write", len(batch), count)
+        audit.record(tx, ctx, "project.import", row["name"], changed)
+    return {"object": "import_report", "project": row["name"], "entries": count, **report}
+
+
+def _same(old: dict[str, Any], item: _Prepared) -> bool:
+    if old["review_status"] != item.review_status or bool(old["pinned"]) != bool(item.pinned):
+        return False
+    for name in ("request", "response", "chunks"):
+        mine, theirs = getattr(item, name), old[name]
+        # Text first (bundles imported before compare equal); else as JSON, which ignores key order.
+        if mine != theirs and (mine is None or theirs is None or json.loads(mine) != json.loads(theirs)):
+            return False
+    return True
+
+
+# --- checking a bundle for credentials --------------------------------------------------------------
+
+
+def _parse_with_prefixes(source: IO[bytes]) -> Iterator[tuple[str, str, Any]]:
+    try:
+        yield from ijson.parse(source, use_float=True)
+    except ijson.JSONError as exc:
+        raise _json_error(exc) from None
+
+
+def find_secrets(
+    source: IO[bytes], extra_secrets: tuple[str, ...] = (), limit: int = 20
+) -> tuple[list[str], int]:
+    """Paths in a bundle whose text looks like a credential (first `limit`), and how many in all."""
+    found: list[str] = []
+    total = 0
+    index = -1
+    for prefix, event, value in _parse_with_prefixes(source):
+        if prefix == "entries.item" and event == "start_map":
+            index += 1
+        if event not in ("string", "map_key") or not redact.contains_secret(value, extra_secrets):
+            continue
+        total += 1
+        if len(found) < limit:
+            path = prefix.replace(".item", "[]")
+            if prefix.startswith("entries.item"):
+                path = f"entries[{index}]" + prefix[len("entries.item") :].replace(".item", "[]")
+            found.append(path + (f" (key {value[:40]!r})" if event == "map_key" else ""))
+    return found, total

@@ -1,0 +1,125 @@
+"""REST for entries (SPEC §6, §7): list and search, show, edit, revert, pin, review, delete,
+bundle export and import, and the call log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, request, stream_with_context
+
+from semula.errors import BadRequest
+from semula.service import bundles, calls
+from semula.service import entries as entries_service
+from semula.web import context, json_body
+from semula.web.api import paging
+
+api_entries = Blueprint("api_entries", __name__, url_prefix="/api/v1")
+
+
+def _flag(name: str) -> bool | None:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return None
+    if raw.lower() in ("true", "1"):
+        return True
+    if raw.lower() in ("false", "0"):
+        return False
+    raise BadRequest(f"{name} must be true or false.", param=name)
+
+
+def _object_body() -> dict[str, Any]:
+    body = json_body()
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object.")
+    return body
+
+
+@api_entries.get("/projects/<name>/entries")
+def list_entries(name: str) -> Any:
+    args = request.args
+    return entries_service.list_entries(
+        context(),
+        name,
+        model=args.get("model") or None,
+        text=args.get("text") or None,
+        review_status=args.get("review_status") or None,
+        pinned=_flag("pinned"),
+        **paging(),
+    )
+
+
+@api_entries.get("/entries/<entry_id>")
+def get_entry(entry_id: str) -> Any:
+    return entries_service.get(context(), entry_id)
+
+
+@api_entries.patch("/entries/<entry_id>")
+def edit_entry(entry_id: str) -> Any:
+    """The body is an answer in any SPEC §4 form, plus an optional `summary` of the change."""
+    body = json_body()
+    summary = ""
+    if isinstance(body, dict) and "summary" in body:
+        body = dict(body)
+        summary = body.pop("summary")
+        if not isinstance(summary, str):
+            raise BadRequest("summary must be text.", param="summary")
+    return entries_service.edit(context(), entry_id, body, summary=summary)
+
+
+@api_entries.post("/entries/<entry_id>/revert")
+def revert_entry(entry_id: str) -> Any:
+    body = _object_body()
+    unknown = sorted(set(body) - {"revision", "summary"})
+    if unknown:
+        raise BadRequest(f"Unknown field {unknown[0]!r}.", param=unknown[0])
+    summary = body.get("summary", "")
+    if not isinstance(summary, str):
+        raise BadRequest("summary must be text.", param="summary")
+    return entries_service.revert(context(), entry_id, body.get("revision"), summary=summary)
+
+
+@api_entries.post("/entries/<entry_id>/pin")
+def pin_entry(entry_id: str) -> Any:
+    return entries_service.set_pinned(context(), entry_id, True)
+
+
+@api_entries.post("/entries/<entry_id>/unpin")
+def unpin_entry(entry_id: str) -> Any:
+    return entries_service.set_pinned(context(), entry_id, False)
+
+
+@api_entries.post("/entries/<entry_id>/review")
+def review_entry(entry_id: str) -> Any:
+    body = _object_body()
+    unknown = sorted(set(body) - {"status"})
+    if unknown:
+        raise BadRequest(f"Unknown field {unknown[0]!r}.", param=unknown[0])
+    return entries_service.review(context(), entry_id, body.get("status"))
+
+
+@api_entries.delete("/entries/<entry_id>")
+def delete_entry(entry_id: str) -> Any:
+    return entries_service.delete(context(), entry_id)
+
+
+@api_entries.get("/projects/<name>/export")
+def export_project(name: str) -> Response:
+    pieces = bundles.export_bundle(context(), name)
+    return Response(
+        stream_with_context(pieces),
+        content_type="application/json; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{name}.semula.json"'},
+    )
+
+
+@api_entries.post("/projects/<name>/import")
+def import_project(name: str) -> Any:
+    """The body is the bundle itself, read as a stream: a bundle may be far larger than a request."""
+    ctx = context()
+    request.max_content_length = ctx.settings.max_import_bytes
+    return bundles.import_bundle(ctx, name, request.stream)
+
+
+@api_entries.get("/projects/<name>/calls")
+def list_calls(name: str) -> Any:
+    return calls.list_calls(context(), name, outcome=request.args.get("outcome") or None, **paging())

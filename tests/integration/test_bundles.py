@@ -1,0 +1,325 @@
+"""Export and import bundles on SQLite and PostgreSQL: the round trip, idempotence, pins, operator
+fields, and malformed bundles that must leave the project exactly as it was."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from semula import fingerprint as fp
+from semula.errors import BadRequest, Forbidden
+from semula.service import CLI, Principal, audit, bundles, entries, projects
+from tests.entry_helpers import request_for, save_entry, snapshot
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "parameters": {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"]},
+        },
+    }
+]
+CHUNKS = [
+    {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hé"}}],
+    },
+    {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "llo"}, "finish_reason": "stop"}],
+    },
+]
+
+
+def export(ctx, name: str) -> bytes:
+    return b"".join(bundles.export_bundle(ctx, name))
+
+
+def import_(ctx, name: str, data: bytes | str) -> dict:
+    return bundles.import_bundle(ctx, name, io.BytesIO(data.encode() if isinstance(data, str) else data))
+
+
+@pytest.fixture
+def source(ctx):
+    projects.create(
+        ctx,
+        {
+            "name": "source",
+            "record_timeout": 42,
+            "max_misses": 7,
+            "normalize": [{"pattern": "\\d{4}-\\d\\d-\\d\\d", "replacement": "DATE"}],
+            "ignore_fields": ["/temperature"],
+            "mode": "replay",
+        },
+    )
+    save_entry(ctx, "source", "plain question")
+    tool = save_entry(
+        ctx,
+        "source",
+        "find sku",
+        {"tool_calls": [{"name": "lookup", "arguments": {"sku": "A1"}}]},
+        tools=TOOLS,
+    )
+    streamed = save_entry(
+        ctx, "source", "stream me ünïcode ✓", {"content": "Héllo"}, chunks=CHUNKS, stream=True
+    )
+    dated = save_entry(ctx, "source", "report for 2026-01-02", temperature=0.5)
+    entries.set_pinned(ctx, tool["id"], True)
+    entries.review(ctx, streamed["id"], "approved")
+    entries.edit(ctx, dated["id"], {"content": "edited"})
+    entries.review(ctx, dated["id"], "rejected")
+    return "source"
+
+
+def test_round_trip_is_byte_identical(ctx, source):
+    first = export(ctx, source)
+    # The streamed export is exactly json.dumps with sorted keys and two-space indents.
+    assert (
+        first == (json.dumps(json.loads(first), sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+    )
+    bundle = json.loads(first)
+    assert bundle["bundle"] == {"format": "semula-bundle", "version": 1}
+    assert bundle["config"] == {
+        "ignore_fields": ["/temperature"],
+        "max_misses": 7,
+        "normalize": [{"pattern": "\\d{4}-\\d\\d-\\d\\d", "replacement": "DATE"}],
+        "record_timeout": 42,
+    }
+    fingerprints = [e["fingerprint"] for e in bundle["entries"]]
+    assert fingerprints == sorted(fingerprints) and len(fingerprints) == 4
+    assert sorted(e["review_status"] for e in bundle["entries"]) == ["approved", "rejected", "unreviewed"] + [
+        "unreviewed"
+    ]
+    assert sum(e["pinned"] for e in bundle["entries"]) == 1
+    assert any(e["chunks"] == CHUNKS for e in bundle["entries"])
+
+    projects.create(ctx, {"name": "copy"})
+    report = import_(ctx, "copy", first)
+    assert (report["created"], report["updated"], report["unchanged"], report["skipped"]) == (4, 0, 0, 0)
+    assert export(ctx, "copy") == first
+    # And the copy replays: the same fingerprints under the same rules.
+    copy = projects.get_row(ctx, "copy")
+    fingerprint = fp.fingerprint(
+        request_for("report for 2031-12-31", temperature=0.9),
+        ["/temperature"],
+        [{"pattern": "\\d{4}-\\d\\d-\\d\\d", "replacement": "DATE"}],
+    )
+    assert entries.lookup(ctx, copy["id"], fingerprint) is None  # rejected in the source, so not replayed
+    [rejected] = entries.list_entries(ctx, "copy", review_status="rejected")["data"]
+    assert rejected["fingerprint"] == fingerprint
+    plain = fp.fingerprint(request_for("plain question"), ["/temperature"], bundle["config"]["normalize"])
+    assert entries.lookup(ctx, copy["id"], plain) is not None
+
+
+def test_empty_project_round_trip(ctx):
+    projects.create(ctx, {"name": "empty"})
+    first = export(ctx, "empty")
+    assert json.loads(first)["entries"] == []
+    projects.create(ctx, {"name": "empty2"})
+    assert import_(ctx, "empty2", first)["created"] == 0
+    assert export(ctx, "empty2") == first
+
+
+def test_import_is_idempotent_skips_pinned_and_revises_changed(ctx, source):
+    bundle = export(ctx, source)
+    projects.create(ctx, {"name": "copy"})
+    import_(ctx, "copy", bundle)
+    again = import_(ctx, "copy", bundle)
+    assert (again["created"], again["updated"], again["unchanged"], again["skipped"]) == (0, 0, 3, 1)
+
+    changed = json.loads(bundle)
+    for entry in changed["entries"]:
+        entry["response"] = {"content": "changed " + entry["fingerprint"][:8]}
+        entry["pinned"] = False
+        entry.pop("chunks")
+    report = import_(ctx, "copy", json.dumps(changed))
+    assert (report["created"], report["updated"], report["unchanged"], report["skipped"]) == (0, 3, 0, 1)
+    for item in entries.list_entries(ctx, "copy", limit=100)["data"]:
+        shown = entries.get(ctx, item["id"])
+        if shown["pinned"]:  # pinned in the copy: untouched
+            assert len(shown["revisions"]) == 1
+            continue
+        assert shown["response"]["choices"][0]["message"]["content"].startswith("changed ")
+        assert shown["chunks"] is None
+        assert [r["actor"] for r in shown["revisions"]] == ["import", "import"]
+
+
+def test_import_resets_operator_fields_applies_settings_and_is_audited(ctx, source):
+    bundle = export(ctx, source)
+    projects.create(ctx, {"name": "copy", "mode": "replay", "upstream_max_calls": 5, "record_timeout": 9})
+    import_(ctx, "copy", bundle)
+    copy = projects.get(ctx, "copy")
+    for field in projects.OPERATOR_FIELDS:
+        assert copy[field] == projects.DEFAULTS[field], field
+    assert (copy["record_timeout"], copy["max_misses"], copy["ignore_fields"]) == (42, 7, ["/temperature"])
+    [event] = [e for e in audit.list_events(ctx, action="project.import")["data"]]
+    assert event["target"] == "copy" and event["actor"] == "cli"
+    assert event["fields"] == sorted(
+        ["ignore_fields", "max_misses", "mode", "normalize", "record_timeout", "upstream_max_calls"]
+    )
+
+
+def test_import_needs_an_admin_and_a_bundle_never_sets_operator_fields(ctx, source):
+    bundle = export(ctx, source)
+    projects.create(ctx, {"name": "copy"})
+    editor = ctx.as_(Principal(workspace_id=CLI.workspace_id, role="editor", scope="full", actor="t"))
+    with pytest.raises(Forbidden):
+        import_(editor, "copy", bundle)
+    sneaky = json.loads(bundle)
+    sneaky["config"]["answerer"] = True
+    with pytest.raises(BadRequest) as refused:
+        import_(ctx, "copy", json.dumps(sneaky))
+    assert refused.value.param == "config.answerer" and "operator" in refused.value.message
+
+
+def test_hand_edited_request_is_refingerprinted_and_redacted_one_keeps_its_fingerprint(ctx, source):
+    bundle = json.loads(export(ctx, source))
+    plain = next(e for e in bundle["entries"] if e["request"]["messages"][0]["content"] == "plain question")
+    plain["request"]["messages"][0]["content"] = "plain question, edited in git"
+    secret = dict(plain, request=request_for("my key is [REDACTED]"), fingerprint="v1:" + "ab" * 32)
+    bundle["entries"].append(secret)
+    projects.create(ctx, {"name": "copy"})
+    report = import_(ctx, "copy", json.dumps(bundle))
+    assert report["fingerprints_recomputed"] == 1 and report["created"] == 5
+    row = projects.get_row(ctx, "copy")
+    rules = (["/temperature"], json.loads(row["normalize"]))
+    assert entries.lookup(
+        ctx, row["id"], fp.fingerprint(request_for("plain question, edited in git"), *rules)
+    )
+    assert entries.lookup(ctx, row["id"], "v1:" + "ab" * 32)
+
+
+def test_import_redacts_credentials_in_requests_but_keeps_the_fingerprint_of_the_original(ctx):
+    projects.create(ctx, {"name": "copy"})
+    key = "sk-proj-" + "Q7" * 20
+    request = request_for(f"use {key} please")
+    bundle = {
+        "bundle": {"format": "semula-bundle", "version": 1},
+        "entries": [{"request": request, "response": {"content": "ok"}}],
+    }
+    import_(ctx, "copy", json.dumps(bundle))
+    [item] = entries.list_entries(ctx, "copy")["data"]
+    shown = entries.get(ctx, item["id"])
+    assert key not in json.dumps(shown) and "[REDACTED]" in shown["request"]["messages"][0]["content"]
+    assert shown["fingerprint"] == fp.fingerprint(request)
+
+
+VALID = {
+    "bundle": {"format": "semula-bundle", "version": 1},
+    "config": {"record_timeout": 10},
+    "entries": [{"request": request_for("one"), "response": {"content": "1"}}],
+}
+
+
+def with_entry(**changes):
+    entry = {**VALID["entries"][0], **changes}
+    return {**VALID, "entries": [VALID["entries"][0], {k: v for k, v in entry.items() if v is not ...}]}
+
+
+MALFORMED = {
+    "truncated JSON": (json.dumps(VALID)[:-30], "truncated JSON", None),
+    "not JSON": ("{'bundle': 1}", "not valid JSON", None),
+    "trailing garbage": (json.dumps(VALID) + " {}", "not valid JSON", None),
+    "empty": ("", "ends too early", None),
+    "a list": ("[]", "JSON object", None),
+    "no header": ({"entries": []}, "header", "bundle"),
+    "unknown top-level key": ({**VALID, "extra": 1}, "Unknown key", "extra"),
+    "entries before header": (
+        '{"entries": [], "bundle": {"format": "semula-bundle", "version": 1}}',
+        "must come before",
+        "bundle",
+    ),
+    "wrong format": ({**VALID, "bundle": {"format": "zip", "version": 1}}, "bundle.format", "bundle.format"),
+    "version as text": ({**VALID, "bundle": {"format": "semula-bundle", "version": "1"}}, "version", None),
+    "newer version": (
+        {**VALID, "bundle": {"format": "semula-bundle", "version": 2}, "config": {"new_setting": 1}},
+        "version 2",
+        "bundle.version",
+    ),
+    "entries not a list": ({**VALID, "entries": {"a": 1}}, "entries must be a list", "entries"),
+    "entry not an object": ({**VALID, "entries": [VALID["entries"][0], "x"]}, "entries[1]", "entries[1]"),
+    "config wrong type": ({**VALID, "config": {"record_timeout": "ten"}}, "config.record_timeout", None),
+    "config bad regex": ({**VALID, "config": {"normalize": [{"pattern": "("}]}}, "config", None),
+    "missing request": (with_entry(request=...), "entries[1]", "entries[1].request"),
+    "missing response": (with_entry(response=...), "entries[1]", "entries[1].response"),
+    "request wrong type": (with_entry(request="hello"), "entries[1]", "entries[1].request"),
+    "request without messages": (
+        with_entry(request={"model": "m"}),
+        "messages",
+        "entries[1].request.messages",
+    ),
+    "response wrong shape": (with_entry(response={"choices": "no"}), "entries[1]", None),
+    "answer with an unknown tool": (
+        with_entry(response={"tool_calls": [{"name": "rm", "arguments": {}}]}),
+        "entries[1]",
+        None,
+    ),
+    "pinned not a boolean": (with_entry(pinned="yes"), "entries[1]", "entries[1].pinned"),
+    "unknown review status": (with_entry(review_status="great"), "entries[1]", "entries[1].review_status"),
+    "bad fingerprint": (with_entry(fingerprint="md5:abc"), "entries[1]", "entries[1].fingerprint"),
+    "unknown entry field": (with_entry(colour="red"), "entries[1]", "entries[1].colour"),
+    "huge string": (with_entry(response={"content": "x" * 70_000}), "longer than", "entries[1].response"),
+    "duplicate fingerprints": (
+        {**VALID, "entries": [VALID["entries"][0], VALID["entries"][0]]},
+        "same fingerprint",
+        "entries[1].fingerprint",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_bundles_are_refused_and_change_nothing(ctx, source, case):
+    projects.create(ctx, {"name": "copy", "mode": "replay"})
+    import_(ctx, "copy", export(ctx, source))
+    projects.update(ctx, "copy", {"mode": "replay", "upstream_max_calls": 3})
+    ctx.settings.__dict__["max_body_bytes"] = 65_536  # so "huge" needs no huge test data
+    before = snapshot(ctx, "copy")
+    data, message, param = MALFORMED[case]
+    text = data if isinstance(data, str) else json.dumps(data)
+    with pytest.raises(BadRequest) as refused:
+        import_(ctx, "copy", text)
+    assert message in refused.value.message, refused.value.message
+    if param is not None:
+        assert refused.value.param == param
+    assert refused.value.code in ("invalid_bundle", "bundle_version_unsupported")
+    assert snapshot(ctx, "copy") == before
+
+
+def test_newer_version_is_refused_with_its_own_code(ctx):
+    projects.create(ctx, {"name": "copy"})
+    with pytest.raises(BadRequest) as refused:
+        import_(ctx, "copy", json.dumps({"bundle": {"format": "semula-bundle", "version": 3}, "entries": []}))
+    assert refused.value.code == "bundle_version_unsupported"
+    assert "Upgrade semula" in refused.value.message
+
+
+def test_rest_export_and_import(ctx, source, client, make_token):
+    admin, viewer = make_token("admin"), make_token("viewer")
+    exported = client.get("/api/v1/projects/source/export", headers=viewer)
+    assert exported.status_code == 200 and exported.mimetype == "application/json"
+    assert "source.semula.json" in exported.headers["Content-Disposition"]
+    assert exported.data == export(ctx, source)
+    projects.create(ctx, {"name": "copy"})
+    denied = client.post("/api/v1/projects/copy/import", data=exported.data, headers=viewer)
+    assert denied.status_code == 403
+    imported = client.post("/api/v1/projects/copy/import", data=exported.data, headers=admin)
+    assert imported.status_code == 200, imported.json
+    assert imported.json["object"] == "import_report" and imported.json["created"] == 4
+    broken = client.post("/api/v1/projects/copy/import", data=exported.data[:-100], headers=admin)
+    assert broken.status_code == 400 and broken.json["error"]["code"] == "invalid_bundle"
+    assert set(broken.json["error"]) == {"message", "type", "param", "code"}
+    assert client.get("/api/v1/projects/ghost/export", headers=admin).status_code == 404
+    bound = make_token("admin", project="copy")
+    assert client.get("/api/v1/projects/source/export", headers=bound).status_code == 404
+
+
+def test_export_redacts_even_what_was_stored_unredacted(ctx):
+    projects.create(ctx, {"name": "leaky"})
+    key = "ghp_" + "a1B2" * 10
+    save_entry(ctx, "leaky", "hello", {"content": f"your token is {key}"})
+    data = export(ctx, "leaky")
+    assert key.encode() not in data and b"[REDACTED]" in data
+    assert bundles.find_secrets(io.BytesIO(data)) == ([], 0)
