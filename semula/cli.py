@@ -9,6 +9,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -119,6 +120,24 @@ def prepare_metrics_dir() -> None:
     for name in os.listdir(directory):
         if name.endswith(".db"):
             os.remove(os.path.join(directory, name))
+
+
+@main.command()
+@click.argument("bundle", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--port", type=int, default=0, show_default=True, help="Port on 127.0.0.1; 0 picks a free one.")
+@click.option("--project", default="default", show_default=True, help="Project name in the base URL.")
+@click.option("--record", is_flag=True, help="Record mode: misses park; the bundle is rewritten on stop.")
+@click.option("--record-timeout", type=click.IntRange(1, 3600), default=300, show_default=True)
+def replay(bundle: Path, port: int, project: str, record: bool, record_timeout: int) -> None:
+    """Serve BUNDLE from a temporary database until stopped; prints the base URL first."""
+    from semula import replay as replay_server
+
+    try:
+        replay_server.serve(bundle, port=port, project=project, record=record, record_timeout=record_timeout)
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from None
+    except SemulaError as exc:
+        raise click.ClickException(exc.message) from None
 
 
 @main.group()
@@ -236,3 +255,9 @@ def token_revoke(token_id: str) -> None:
 
 # The agent commands (pending, show, answer, claim, mcp) talk to a running server over REST.
 cli_agent.register(main)
+
+# The operator's entry, bundle, audit and retention commands (cli_entries imports emit and
+# local_context from here, so it is imported last).
+from semula import cli_entries  # noqa: E402
+
+cli_entries.register(main)

@@ -10,8 +10,11 @@ import logging
 import sys
 import time
 
+from semula import redact
+
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 _secrets: tuple[str, ...] = ()
+_raw_secrets: tuple[str, ...] = ()
 
 
 class JSONFormatter(logging.Formatter):
@@ -23,6 +26,9 @@ class JSONFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         out.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
+        # Values are redacted before they are serialised, so a credential in a message or an extra
+        # (a provider's error text, a URL) never reaches the log, whatever its shape.
+        out = redact.redact_obj(out, _raw_secrets)
         if record.exc_info and record.exc_info[0] is not None:
             # The type only: exception text can carry a URL, a key or a prompt.
             out["exc_type"] = record.exc_info[0].__name__
@@ -35,7 +41,8 @@ class JSONFormatter(logging.Formatter):
 
 def setup(level: str = "info", secrets: tuple[str, ...] = ()) -> None:
     """Send every semula log line to stderr as one JSON object."""
-    global _secrets
+    global _secrets, _raw_secrets
+    _raw_secrets = tuple(secrets)
     _secrets = tuple(json.dumps(s)[1:-1] for s in secrets) + secrets
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter())

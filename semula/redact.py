@@ -101,6 +101,19 @@ def contains_secret(obj: Any, extra_secrets: Iterable[str] = ()) -> bool:
     return False
 
 
+def provider_error_text(
+    status: int, body: bytes | str, extra_secrets: Iterable[str] = (), limit: int = 300
+) -> str:
+    """A provider's error for people to read: its status and text, credentials redacted, then cut.
+
+    Redaction comes before the cut, so a key straddling the limit is never left half visible.
+    """
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    text = redact_text(text[: limit * 16], extra_secrets)
+    text = " ".join(text.split())
+    return f"{status}: {text[:limit]}" if text else str(status)
+
+
 def _replace(match: re.Match[str]) -> str:
     spans = [match.span(name) for name in match.re.groupindex if name.startswith("secret")]
     spans = [(start, end) for start, end in spans if start >= 0]

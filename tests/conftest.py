@@ -19,6 +19,8 @@ from semula.db import Store, connect
 from semula.migrate import migrate
 from semula.service import CLI, Context
 
+pytest_plugins = ["pytester"]
+
 PG_URL = os.environ.get("SEMULA_TEST_POSTGRES_URL")
 PG_SKIP = "PostgreSQL half skipped: SEMULA_TEST_POSTGRES_URL is not set (CI sets it)"
 _counter = itertools.count()

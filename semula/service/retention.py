@@ -1,0 +1,60 @@
+"""Call-log retention (SPEC §7): rows older than SEMULA_LOG_RETENTION_DAYS are deleted in small batches.
+
+Each batch is its own short transaction, so pruning a large backlog never holds SQLite's write
+lock (or a PostgreSQL row lock set) for long. It runs from `semula prune-logs` and hourly inside
+each server worker (docs/retention.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+
+from semula.db import DatabaseError, Store
+
+logger = logging.getLogger("semula.retention")
+
+BATCH = 500
+INTERVAL = 3600.0
+DAY = 86400.0
+
+
+def prune_call_log(store: Store, days: int, *, batch: int = BATCH, now: float | None = None) -> int:
+    """Delete call-log rows older than `days` days, `batch` rows per statement; return how many."""
+    cutoff = (time.time() if now is None else now) - days * DAY
+    total = 0
+    while True:
+        deleted = store.run("prune_call_log", cutoff=cutoff, batch=batch)
+        total += deleted
+        if deleted < batch:
+            break
+        time.sleep(0)  # Under gevent: let requests run between batches.
+    if total:
+        logger.info("pruned call log", extra={"rows": total, "retention_days": days})
+    return total
+
+
+def start_pruner(
+    store: Store, days: int, *, interval: float = INTERVAL, stop: threading.Event | None = None
+) -> threading.Thread:
+    """Prune every `interval` seconds from a daemon thread (a greenlet under gevent's patching).
+
+    The first run waits a random part of the interval, so the workers of one server, all started
+    at once, do not prune at the same moment. Failures are logged by type and retried next time.
+    """
+    stop = stop or threading.Event()
+
+    def run() -> None:
+        delay = random.uniform(0, interval)
+        while not stop.wait(delay):
+            try:
+                prune_call_log(store, days)
+            except DatabaseError as exc:
+                logger.warning("call log pruning failed", extra={"error": type(exc).__name__})
+            delay = interval
+
+    thread = threading.Thread(target=run, name="semula-retention", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,192 @@
+"""Replay in test suites: the pytest plugin and `semula replay`, run on a sample project (pytester)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from semula import answers
+from semula.config import Settings
+from semula.db import connect
+from semula.fingerprint import fingerprint
+from semula.migrate import migrate
+from semula.service import CLI, Context, bundles, entries, projects
+
+pytestmark = pytest.mark.acceptance
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+RECORDED = [
+    (
+        {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say hello"}]},
+        {"content": "Hello there!"},
+    ),
+    (
+        {
+            "model": "gpt-4o",
+            "messages": [{"role": "user", "content": "Weather in Oslo?"}],
+            "tools": [WEATHER],
+        },
+        {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
+    ),
+]
+
+SAMPLE_TESTS = """
+import json
+from openai import OpenAI
+
+client = OpenAI(max_retries=0)
+HELLO = [{"role": "user", "content": "Say hello"}]
+
+def test_plain():
+    r = client.chat.completions.create(model="gpt-4o", messages=HELLO)
+    assert r.choices[0].message.content == "Hello there!"
+
+def test_stream():
+    chunks = client.chat.completions.create(model="gpt-4o", messages=HELLO, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(chunks)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hello there!"
+    assert chunks[-1].usage.total_tokens > 0
+
+def test_tool_call():
+    question = [{"role": "user", "content": "Weather in Oslo?"}]
+    r = client.chat.completions.create(model="gpt-4o", messages=question, tools=[%(tool)s])
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Oslo"}
+
+def test_miss():
+    client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Say hellO"}])
+""".replace("%(tool)s", repr(WEATHER))
+
+
+def make_bundle(path: Path, recorded=RECORDED) -> None:
+    """A bundle recorded through the service layer and exported, as `semula export` would."""
+    settings = Settings.from_env({"SEMULA_DATABASE_URL": f"sqlite:///{path.parent}/source.db"})
+    store = connect(settings.database_url, pool_size=1)
+    migrate(store)
+    ctx = Context(store, settings, CLI)
+    project = projects.create(ctx, {"name": "source"})
+    for request, answer in recorded:
+        completion = answers.parse_answer(answer, request)
+        with store.transaction() as tx:
+            entries.save(
+                tx,
+                ctx,
+                project_id=project["id"],
+                fingerprint=fingerprint(request),
+                request=request,
+                response=completion,
+                chunks=None,
+                actor="agent",
+                summary="test",
+            )
+    path.write_bytes(b"".join(bundles.export_bundle(ctx, "source")))
+    store.close()
+
+
+def test_sample_project_replays_and_a_miss_explains_itself(pytester, tmp_path):
+    bundle = tmp_path / "llm.json"
+    make_bundle(bundle)
+    pytester.makepyfile(test_app=SAMPLE_TESTS)
+    result = pytester.runpytest_subprocess("--semula-bundle", str(bundle), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3, failed=1)
+    output = result.stdout.str()
+    assert "semula: replay from" in output
+    assert "Error code: 424 - No recorded entry matches this request" in output
+    assert "first difference at messages[0].content" in output
+
+
+def test_ini_option_and_record_round_trip(pytester, tmp_path):
+    bundle = tmp_path / "llm.json"
+    make_bundle(bundle, RECORDED[:1])
+    pytester.makeini(f"[pytest]\nsemula_bundle = {bundle}\n")
+    pytester.makepyfile(
+        test_new="""
+import os, threading, time
+import requests
+from openai import OpenAI
+
+def test_new_call_is_answered_by_an_agent():
+    root = os.environ["OPENAI_BASE_URL"].split("/p/")[0]
+    result = {}
+    ask = lambda: OpenAI(max_retries=0).chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Something new"}])
+    worker = threading.Thread(target=lambda: result.setdefault("r", ask()))
+    worker.start()
+    # The agent's loop: claim the parked call and answer it over the REST API.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        claimed = requests.post(root + "/api/v1/pending/claim", json={}, timeout=10)
+        if claimed.status_code == 200:
+            break
+        time.sleep(0.05)
+    answered = requests.post(root + "/api/v1/pending/" + claimed.json()["id"] + "/answer",
+                             json={"content": "A new answer"}, timeout=10)
+    assert answered.status_code == 200, answered.text
+    worker.join(30)
+    assert result["r"].choices[0].message.content == "A new answer"
+"""
+    )
+    recorded = pytester.runpytest_subprocess("--semula-record", "-p", "no:cacheprovider")
+    recorded.assert_outcomes(passed=1)
+    saved = json.loads(bundle.read_text())
+    assert len(saved["entries"]) == 2
+
+    pytester.makepyfile(
+        test_new="""
+from openai import OpenAI
+
+def test_replayed():
+    r = OpenAI(max_retries=0).chat.completions.create(model="gpt-4o",
+                                                      messages=[{"role": "user", "content": "Something new"}])
+    assert r.choices[0].message.content == "A new answer"
+"""
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_replay_command_prints_its_url_first_and_serves_a_hit(tmp_path):
+    bundle = tmp_path / "llm.json"
+    make_bundle(bundle)
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "semula", "replay", str(bundle)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/p/default/v1")
+        from openai import OpenAI
+
+        client = OpenAI(base_url=url, api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(**RECORDED[0][0])
+        assert reply.choices[0].message.content == "Hello there!"
+        assert time.monotonic() - started < 30
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert proc.returncode == 0
+
+
+def test_replay_command_refuses_a_missing_bundle(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "semula", "replay", str(tmp_path / "nope.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1 and "no bundle" in result.stderr

@@ -1,0 +1,41 @@
+"""Redaction where text leaves semula: provider error text and log lines (no database)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from semula import logs, redact
+
+KEY = "sk-proj-" + "Zx9" * 14
+
+
+def test_provider_error_text_redacts_before_cutting():
+    body = json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}. Find yours at ..."}})
+    text = redact.provider_error_text(401, body.encode())
+    assert text.startswith("401: ") and KEY not in text and "[REDACTED]" in text
+    # A key straddling the cut is redacted first, so no prefix of it survives either.
+    long = "x" * 290 + " " + KEY
+    cut = redact.provider_error_text(500, long, limit=300)
+    assert KEY[:8] not in cut and len(cut) <= len("500: ") + 300
+    assert redact.provider_error_text(502, b"") == "502"
+    assert "operator-secret-value" not in redact.provider_error_text(
+        400, "echo operator-secret-value", ["operator-secret-value"]
+    )
+
+
+def test_log_lines_never_carry_a_credential(capsys):
+    logs.setup("info", ("configured-secret-1234",))
+    try:
+        log = logging.getLogger("semula.test")
+        log.warning(f"upstream said {KEY}", extra={"detail": f"Authorization: Bearer {KEY}", "n": 3})
+        log.warning(
+            "config", extra={"url": "postgresql://app:hunter2hunter2@db/x", "echo": "configured-secret-1234"}
+        )
+    finally:
+        logging.getLogger().handlers.clear()
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    text = json.dumps(lines)
+    assert KEY not in text and "hunter2hunter2" not in text and "configured-secret-1234" not in text
+    assert lines[0]["n"] == 3 and lines[0]["msg"] == "upstream said [REDACTED]"
+    assert lines[1]["url"] == "postgresql://app:[REDACTED]@db/x"
