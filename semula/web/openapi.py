@@ -543,6 +543,229 @@ PATHS: dict[str, Any] = {
 }
 
 
+# Entries, bundles and the call log (issue 5; semula/web/api_entries.py).
+ENTRY_ID = path_param("entry_id", "An entry's id (`ent_…`).")
+REVIEW_STATUS = {"type": "string", "enum": ["unreviewed", "approved", "rejected"]}
+SUMMARY = {"type": "string", "description": "What changed and why, kept with the revision."}
+ENTRY_PROPERTIES: dict[str, Any] = {
+    "object": {"const": "entry"},
+    "id": {"type": "string", "pattern": "^ent_"},
+    "project": {"type": "string"},
+    "fingerprint": {"type": "string"},
+    "model": nullable({"type": "string"}),
+    "revision": {"type": "integer", "minimum": 1},
+    "pinned": {"type": "boolean"},
+    "review_status": REVIEW_STATUS,
+    "created": {"type": "integer"},
+    "updated": {"type": "integer"},
+}
+SCHEMAS.update(
+    {
+        "Entry": obj(
+            {
+                **ENTRY_PROPERTIES,
+                "preview": obj({"prompt": {"type": "string"}, "answer": {"type": "string"}}),
+            }
+        ),
+        "EntryList": list_of("Entry"),
+        "EntryRevision": obj(
+            {
+                "object": {"const": "entry.revision"},
+                "number": {"type": "integer", "minimum": 1},
+                "actor": {"type": "string", "enum": ["agent", "human", "import"]},
+                "summary": {"type": "string"},
+                "created": {"type": "integer"},
+                "response": {"type": "object"},
+                "chunks": nullable({"type": "array", "items": {"type": "object"}}),
+            }
+        ),
+        "EntryFull": obj(
+            {
+                **ENTRY_PROPERTIES,
+                "request": {"type": "object", "description": "The recorded request (redacted)."},
+                "response": {"type": "object", "description": "The chat.completion it replays."},
+                "chunks": nullable({"type": "array", "items": {"type": "object"}}),
+                "revisions": {"type": "array", "items": ref("EntryRevision")},
+            }
+        ),
+        "EntryDeleted": obj(
+            {"object": {"const": "entry.deleted"}, "id": {"type": "string"}, "deleted": {"const": True}}
+        ),
+        "RevertRequest": obj(
+            {"revision": {"type": "integer", "minimum": 1}, "summary": SUMMARY},
+            ["revision"],
+            additionalProperties=False,
+        ),
+        "ReviewRequest": obj({"status": REVIEW_STATUS}, additionalProperties=False),
+        "Bundle": {
+            "type": "object",
+            "description": (
+                'A bundle: `{"bundle": {"format": "semula-bundle", "version": 1}, "config": {settings}, '
+                '"entries": [{chunks, fingerprint, pinned, request, response, review_status}]}`, '
+                "sorted keys, entries by fingerprint."
+            ),
+        },
+        "ImportReport": obj(
+            {
+                "object": {"const": "import_report"},
+                "project": {"type": "string"},
+                "entries": {"type": "integer"},
+                "created": {"type": "integer"},
+                "updated": {"type": "integer"},
+                "unchanged": {"type": "integer"},
+                "skipped": {"type": "integer", "description": "Pinned in this project, left alone."},
+                "fingerprints_recomputed": {"type": "integer"},
+            }
+        ),
+        "Call": obj(
+            {
+                "object": {"const": "call"},
+                "id": {"type": "string", "pattern": "^cal_"},
+                "project": {"type": "string"},
+                "created": {"type": "number"},
+                "fingerprint": nullable({"type": "string"}),
+                "model": nullable({"type": "string"}),
+                "stream": {"type": "boolean"},
+                "outcome": {"type": "string"},
+                "status": {"type": "integer"},
+                "duration_ms": {"type": "number"},
+                "entry_id": nullable({"type": "string"}),
+                "pending_id": nullable({"type": "string"}),
+                "token_id": nullable({"type": "string"}),
+            }
+        ),
+        "CallList": list_of("Call"),
+    }
+)
+PATHS.update(
+    {
+        "/api/v1/projects/{name}/entries": {
+            "get": operation(
+                "listEntries",
+                "List a project's entries, newest first",
+                {200: ("Entries with a short preview.", ref("EntryList"))},
+                errors=(400, 404),
+                parameters=[
+                    PROJECT_NAME,
+                    query("model", "Only entries recorded for this model."),
+                    query("text", "Only entries whose request or response contains this (any case)."),
+                    query("review_status", "Only entries with this review status.", REVIEW_STATUS),
+                    query("pinned", "Only pinned (true) or unpinned (false) entries.", {"type": "boolean"}),
+                    query("after", "Cursor: the last id of the previous page (older entries follow)."),
+                    LIMIT,
+                ],
+                tag="entries",
+            ),
+        },
+        "/api/v1/entries/{entry_id}": {
+            "get": operation(
+                "getEntry",
+                "Get an entry with its request, response and revisions",
+                {200: ("The entry.", ref("EntryFull"))},
+                errors=(404,),
+                parameters=[ENTRY_ID],
+                tag="entries",
+            ),
+            "patch": operation(
+                "editEntry",
+                "Replace an entry's response (editor; a human revision; audited)",
+                {200: ("The entry.", ref("EntryFull"))},
+                errors=(404, 422),
+                parameters=[ENTRY_ID],
+                body=ref("Answer"),
+                tag="entries",
+            ),
+            "delete": operation(
+                "deleteEntry",
+                "Delete an entry and its revisions (editor; audited)",
+                {200: ("Deleted.", ref("EntryDeleted"))},
+                errors=(404,),
+                parameters=[ENTRY_ID],
+                tag="entries",
+            ),
+        },
+        "/api/v1/entries/{entry_id}/revert": {
+            "post": operation(
+                "revertEntry",
+                "Make an earlier revision current again, as a new revision (editor; audited)",
+                {200: ("The entry.", ref("EntryFull"))},
+                errors=(404,),
+                parameters=[ENTRY_ID],
+                body=ref("RevertRequest"),
+                tag="entries",
+            ),
+        },
+        "/api/v1/entries/{entry_id}/pin": {
+            "post": operation(
+                "pinEntry",
+                "Pin an entry against imports and re-recording (editor; audited)",
+                {200: ("The entry.", ref("Entry"))},
+                errors=(404,),
+                parameters=[ENTRY_ID],
+                tag="entries",
+            ),
+        },
+        "/api/v1/entries/{entry_id}/unpin": {
+            "post": operation(
+                "unpinEntry",
+                "Unpin an entry (editor; audited)",
+                {200: ("The entry.", ref("Entry"))},
+                errors=(404,),
+                parameters=[ENTRY_ID],
+                tag="entries",
+            ),
+        },
+        "/api/v1/entries/{entry_id}/review": {
+            "post": operation(
+                "reviewEntry",
+                "Set an entry's review status; rejected entries do not replay (editor; audited)",
+                {200: ("The entry.", ref("Entry"))},
+                errors=(404,),
+                parameters=[ENTRY_ID],
+                body=ref("ReviewRequest"),
+                tag="entries",
+            ),
+        },
+        "/api/v1/projects/{name}/export": {
+            "get": operation(
+                "exportProject",
+                "Export a project's bundle (entries and non-operator settings)",
+                {200: ("The bundle, streamed.", ref("Bundle"))},
+                errors=(404,),
+                parameters=[PROJECT_NAME],
+                tag="entries",
+            ),
+        },
+        "/api/v1/projects/{name}/import": {
+            "post": operation(
+                "importProject",
+                "Import a bundle: all or nothing; operator settings reset (admin; audited)",
+                {200: ("What the import did.", ref("ImportReport"))},
+                errors=(404, 409),
+                parameters=[PROJECT_NAME],
+                body=ref("Bundle"),
+                tag="entries",
+            ),
+        },
+        "/api/v1/projects/{name}/calls": {
+            "get": operation(
+                "listCalls",
+                "List a project's call log, newest first",
+                {200: ("Proxied calls.", ref("CallList"))},
+                errors=(400, 404),
+                parameters=[
+                    PROJECT_NAME,
+                    query("outcome", "Only calls with this outcome (hit, parked, replay_miss, …)."),
+                    query("after", "Cursor: the last id of the previous page (older calls follow)."),
+                    LIMIT,
+                ],
+                tag="entries",
+            ),
+        },
+    }
+)
+
+
 def document() -> dict[str, Any]:
     """The OpenAPI document, with the server's version."""
     from importlib.metadata import PackageNotFoundError, version
