@@ -6,6 +6,7 @@ proxy routes are served here and everything else falls through to the Flask app.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -17,7 +18,7 @@ from semula import errors, metrics, stream
 from semula.config import Settings
 from semula.db import DatabaseError, Store
 from semula.parking import Parking
-from semula.service import Context, upstream
+from semula.service import Context, Principal, upstream
 from semula.service import proxy as proxy_service
 from semula.service.auth import authenticate
 from semula.service.calllog import CallLog
@@ -55,6 +56,35 @@ ERROR_OUTCOMES = {
     "semula_upstream_dry_run": "dry_run",
 }
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+# How long the proxy trusts a token it has checked (docs/decisions/0005-proxy-principal-cache.md).
+PRINCIPAL_TTL = 1.0
+
+
+class PrincipalCache:
+    """Principals by Authorization header for a second, so a replay hit costs no token query.
+
+    A revoked token or a disabled workspace is refused by the proxy within the TTL; the REST API
+    checks every request afresh. Only accepted tokens are kept, under a hash of the header.
+    """
+
+    def __init__(self, ttl: float = PRINCIPAL_TTL, size: int = 1024):
+        self.ttl = ttl
+        self.size = size
+        self._kept: dict[bytes, tuple[float, Principal]] = {}
+
+    def authenticate(self, ctx: Context, authorization: str | None) -> Principal:
+        if not ctx.settings.auth or not authorization:
+            return authenticate(ctx, authorization)
+        key = hashlib.sha256(authorization.encode()).digest()
+        now = time.monotonic()
+        kept = self._kept.get(key)
+        if kept is not None and kept[0] > now:
+            return kept[1]
+        principal = authenticate(ctx, authorization)
+        if len(self._kept) >= self.size:
+            self._kept.clear()
+        self._kept[key] = (now + self.ttl, principal)
+        return principal
 
 
 class ProxyApp:
@@ -67,6 +97,7 @@ class ProxyApp:
         self.parking = parking
         self.calllog = calllog
         self.base = Context(store, settings, principal=None)  # type: ignore[arg-type]
+        self.principals = PrincipalCache()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         match = ROUTE.match(environ.get("PATH_INFO", ""))
@@ -76,7 +107,7 @@ class ProxyApp:
         ctx: Context | None = None
         call: proxy_service.Call | None = None
         try:
-            ctx = self.base.as_(authenticate(self.base, environ.get("HTTP_AUTHORIZATION")))
+            ctx = self.base.as_(self.principals.authenticate(self.base, environ.get("HTTP_AUTHORIZATION")))
             project = proxy_service.resolve_project(
                 ctx, match["project"], environ.get("HTTP_X_SEMULA_PROJECT")
             )
