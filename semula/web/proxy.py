@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import orjson
+
 from semula import errors, metrics, stream
 from semula.config import Settings
 from semula.db import DatabaseError, Store
@@ -181,7 +183,10 @@ class ProxyApp:
 
     @staticmethod
     def _json(start_response: Callable[..., Any], status: int, body: dict[str, Any]) -> list[bytes]:
-        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        try:
+            data = orjson.dumps(body)
+        except TypeError:  # what orjson refuses (integers past 64 bits, non-string keys), json can write
+            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         start_response(
             STATUS_TEXT.get(status, f"{status} Error"), [*JSON_HEADERS, ("Content-Length", str(len(data)))]
         )
