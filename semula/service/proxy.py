@@ -124,13 +124,15 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
 def render(call: Call, entry: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None]:
     """The response for an entry: a completion, or (for stream requests) the chunks to send."""
     completion, chunks = entries_service.decode(entry)
+    # Stored JSON never escapes braces, so an answer without "{{" in its text has nothing to expand.
+    templated = "{{" in entry["response"] or "{{" in (entry.get("chunks") or "")
     now = time.time()
     response_id = "chatcmpl-" + os.urandom(12).hex()
     created = int(now)
     if not call.stream:
         if completion is None or not completion.get("choices"):
             completion = stream.assemble_chunks(chunks or [])
-        out = templates.expand_completion(completion, call.model, now)
+        out = templates.expand_completion(completion, call.model, now) if templated else completion
         return {
             "id": response_id,
             "object": "chat.completion",
@@ -144,7 +146,8 @@ def render(call: Call, entry: dict[str, Any]) -> tuple[dict[str, Any] | None, li
         )
     else:
         body = stream.synthesize_chunks(completion, call.include_usage)
-    body = templates.expand_chunks(body, call.model, now)
+    if templated:
+        body = templates.expand_chunks(body, call.model, now)
     return None, stream.stamp_chunks(body, response_id, created, call.model)
 
 
