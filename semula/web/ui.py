@@ -7,10 +7,12 @@ answers are untrusted text: Jinja autoescaping is on for every template.
 
 from __future__ import annotations
 
+import difflib
 import hmac
 import json
 import re
 import secrets
+import time
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -18,8 +20,9 @@ from typing import Any
 from flask import Blueprint, abort, flash, g, redirect, render_template, request, session, url_for
 
 from semula import errors
-from semula.service import LOCAL, Context, audit, overview, pending, projects
+from semula.service import LOCAL, Context, audit, calls, entries, overview, pending, projects
 from semula.service.auth import principal_for_hash, token_hash
+from semula.service.calllog import OUTCOMES
 from semula.web import current_extension
 
 ui = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates")
@@ -88,6 +91,12 @@ def helpers() -> dict[str, Any]:
         "can": can,
         "pretty": lambda v: json.dumps(v, indent=2, ensure_ascii=False),
     }
+
+
+@ui.app_template_filter("when")
+def when(value: float | int | None) -> str:
+    """A Unix time as UTC, to the second."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value)) if value else ""
 
 
 @ui.route("/login", methods=["GET", "POST"])
@@ -230,3 +239,102 @@ def settings(name: str) -> Any:
 def audit_log() -> Any:
     events = audit.list_events(ui_context(), action=request.args.get("action") or None, limit=200)["data"]
     return render_template("ui/audit.html", events=events, action=request.args.get("action", ""))
+
+
+@ui.get("/p/<name>/entries")
+@page
+def entries_list(name: str) -> Any:
+    ctx = ui_context()
+    project = projects.get(ctx, name)
+    args = request.args
+    pinned = {"yes": True, "no": False}.get(args.get("pinned", ""))
+    listed = entries.list_entries(
+        ctx,
+        name,
+        model=args.get("model") or None,
+        text=args.get("text") or None,
+        review_status=args.get("status") or None,
+        pinned=pinned,
+        limit=200,
+    )
+    return render_template("ui/entries.html", project=project, entries=listed["data"], args=args)
+
+
+@ui.route("/entries/<entry_id>", methods=["GET", "POST"])
+@page
+def entry_view(entry_id: str) -> Any:
+    ctx = ui_context()
+    entry = entries.get(ctx, entry_id)
+    error = None
+    edited = json.dumps(
+        entry["response"]["choices"][0]["message"] if entry["response"].get("choices") else entry["response"],
+        indent=2,
+        ensure_ascii=False,
+    )
+    if request.method == "POST":
+        action = request.form.get("action")
+        try:
+            if action == "edit":
+                edited = request.form.get("answer", "")
+                try:
+                    payload = json.loads(edited)
+                except ValueError:
+                    payload = {"content": edited}  # plain text is a text answer
+                entries.edit(
+                    ctx,
+                    entry_id,
+                    {"message": payload} if isinstance(payload, dict) and "role" in payload else payload,
+                    summary=request.form.get("summary", "") or "edited in the dashboard",
+                )
+            elif action in ("pin", "unpin"):
+                entries.set_pinned(ctx, entry_id, action == "pin")
+            elif action in ("approved", "rejected", "unreviewed"):
+                entries.review(ctx, entry_id, action)
+            elif action == "revert":
+                entries.revert(ctx, entry_id, int(request.form.get("number", "0") or 0))
+            elif action == "delete":
+                entries.delete(ctx, entry_id)
+                flash(f"Deleted {entry_id}.")
+                return redirect(url_for("ui.entries_list", name=entry["project"]))
+            else:
+                raise errors.BadRequest("Unknown action.")
+        except errors.SemulaError as exc:
+            error = exc
+        else:
+            flash("Saved.")
+            return redirect(url_for("ui.entry_view", entry_id=entry_id))
+    diff = revision_diff(entry["revisions"], request.args.get("a"), request.args.get("b"))
+    return render_template("ui/entry.html", entry=entry, error=error, edited=edited, diff=diff), (
+        error.status if error else 200
+    )
+
+
+def revision_diff(revisions: list[dict[str, Any]], a: str | None, b: str | None) -> dict[str, Any] | None:
+    """A unified diff between two revisions' responses (default: the last two)."""
+    if len(revisions) < 2:
+        return None
+    by_number = {str(r["number"]): r for r in revisions}
+    old = by_number.get(a or "", revisions[-2])
+    new = by_number.get(b or "", revisions[-1])
+
+    def lines(revision: dict[str, Any]) -> list[str]:
+        return json.dumps(
+            revision["response"].get("choices") or revision["chunks"], indent=2, ensure_ascii=False
+        ).splitlines()
+
+    text = difflib.unified_diff(
+        lines(old), lines(new), f"revision {old['number']}", f"revision {new['number']}", lineterm=""
+    )
+    return {"a": old["number"], "b": new["number"], "lines": list(text)}
+
+
+@ui.get("/p/<name>/calls")
+@page
+def call_log(name: str) -> Any:
+    ctx = ui_context()
+    project = projects.get(ctx, name)
+    outcome = request.args.get("outcome") or None
+    listed = calls.list_calls(ctx, name, outcome=outcome, limit=200)
+    return render_template(
+        "ui/calls.html", project=project, calls=listed["data"], outcome=outcome or "", outcomes=OUTCOMES
+    )

@@ -150,7 +150,7 @@ def test_a_form_without_its_csrf_token_is_refused(start_server, ctx, shop, opena
     server = start_server()
     sign_in(page, server, ctx)
     with ThreadPoolExecutor(2) as pool:
-        future, pending_id = park(pool, openai_client(server, timeout=10), ctx, shop, "csrf?")
+        future, pending_id = park(pool, openai_client(server, timeout=120), ctx, shop, "csrf?")
         page.goto(f"{server.url}/ui/pending/{pending_id}")
         page.evaluate("document.querySelectorAll('input[name=csrf]').forEach(e => e.remove())")
         page.fill("textarea[name=content]", "forged")
@@ -172,3 +172,46 @@ def test_overview_lists_projects_with_counts(start_server, ctx, shop, page):
     assert "shop" in rows and "other" in rows and "replay" in rows
     if SHOTS:
         page.screenshot(path=str(Path(SHOTS) / "projects.png"))
+
+
+def test_entries_search_edit_diff_and_review(start_server, ctx, shop, openai_client, page):
+    server = start_server()
+    client = openai_client(server)
+    with ThreadPoolExecutor(2) as pool:
+        future, pending_id = park(pool, client, ctx, shop, "Name a <b>colour</b>")
+        from semula.service import pending
+
+        pending.answer(ctx, pending_id, {"content": "Blue."})
+        future.result(timeout=30)
+    sign_in(page, server, ctx, role="editor")
+    page.goto(f"{server.url}/ui/p/shop/entries?text=colour")
+    assert "Name a <b>colour</b>" in page.inner_text("table")
+    page.click("td a")
+    page.fill("textarea[name=answer]", '{"role": "assistant", "content": "Green."}')
+    page.fill("input[name=summary]", "greener")
+    page.click("button:text('Save as a new revision')")
+    page.wait_for_selector("text=Saved.")
+    diff = page.inner_text("pre.diff")
+    assert '-      "content": "Blue."' in diff and '+      "content": "Green."' in diff
+    page.click("button:text('Reject')")
+    page.wait_for_selector("text=Saved.")
+    assert "review rejected" in page.inner_text("main p.muted")
+    if SHOTS:
+        page.screenshot(path=str(Path(SHOTS) / "entry.png"), full_page=True)
+    page.click("button:text('Approve')")
+    page.wait_for_selector("text=review approved")
+    assert (
+        client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "Name a <b>colour</b>"}]
+        )
+        .choices[0]
+        .message.content
+        == "Green."
+    )
+
+    def logged_hit() -> bool:  # the server writes its call log in batches, every half second
+        page.goto(f"{server.url}/ui/p/shop/calls?outcome=hit")
+        return "hit" in page.inner_text("table")
+
+    wait_for(logged_hit, what="the hit in the call log")
+    assert "200" in page.inner_text("table")
