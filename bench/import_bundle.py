@@ -152,13 +152,15 @@ def main() -> int:
                 try:
                     out = subprocess.run(
                         [sys.executable, __file__, "--child", url, str(path)],
-                        check=True,
                         capture_output=True,
                         text=True,
-                    ).stdout
+                    )
                 finally:
                     drop()
-                result = json.loads(out)
+                if out.returncode:
+                    print(out.stderr[-3000:], file=sys.stderr)
+                    raise SystemExit(f"the import of {count} entries into {db} failed")
+                result = json.loads(out.stdout)
                 first, second = result["runs"]
                 assert first["report"]["created"] == count and second["report"]["unchanged"] == count
                 print(
