@@ -93,7 +93,11 @@ class SQLiteStore:
 
     @contextmanager
     def _conn(self) -> Iterator[_Conn]:
-        conn = self._idle.pop() if self._idle else self._open()
+        # pop() alone is atomic; "if self._idle" then pop() races between threads (the answerer).
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._open()
         try:
             yield conn
         finally:
