@@ -1,1 +1,5 @@
-"""The answerer daemon (ADR-0014): one fresh process per parked call. Not built yet."""
+"""The answerer daemon (ADR-0014): one fresh process (or one POST) per parked call.
+
+`semula-answerer` runs it: config.py reads and checks the settings, daemon.py claims and answers
+calls through the service layer, runners.py runs one attempt, signals.py stops it in two stages.
+"""

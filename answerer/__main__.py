@@ -1,13 +1,51 @@
-"""Entry point of `semula-answerer`."""
+"""Entry point of `semula-answerer`: read the settings, refuse what is unsafe, run until signalled."""
 
 from __future__ import annotations
 
+import logging
 import sys
+
+from answerer import config as answerer_config
+from answerer.daemon import Daemon
+from answerer.signals import on_stop
+from semula import logs
+from semula.config import ConfigError, Settings
+from semula.db import DatabaseError, connect
+from semula.migrate import migrate
+from semula.service import CLI, Context
+
+logger = logging.getLogger("semula.answerer")
+
+# systemd's unit lists this in RestartPreventExitStatus: a configuration refusal is not retried.
+EXIT_CONFIG = 2
 
 
 def main() -> int:
-    print("semula-answerer: not yet implemented (see the answerer issue)", file=sys.stderr)
-    return 2
+    """Run the answerer daemon until SIGTERM or SIGINT (a second one kills running children at once)."""
+    try:
+        settings = Settings.from_env()
+        config = answerer_config.from_settings(settings)
+    except ConfigError as exc:
+        # The message names the variable, never its value.
+        print(f"semula-answerer: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    logs.setup(settings.log_level, settings.secrets())
+    for name in answerer_config.missing_env(settings):
+        logger.warning("env_not_set", extra={"variable": name})
+    try:
+        store = connect(settings.database_url, pool_size=settings.answerer_concurrency + 2)
+    except DatabaseError as exc:
+        logger.error("database_unavailable", extra={"error": type(exc).__name__})
+        return 1
+    try:
+        # The server migrates too; whichever starts first does it, under the migration lock.
+        migrate(store)
+        daemon = Daemon(Context(store, settings, CLI), config)
+        with on_stop(daemon.stop, daemon.abort):
+            daemon.run()
+    finally:
+        store.close()
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,260 @@
+"""Running one attempt: a fresh child process per call, or one POST to the operator's URL.
+
+A runner takes the stdin document (ADR-0014's contract) as bytes and returns an Outcome:
+the raw output on success, else a short status for the log (never the output itself).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import requests
+
+from answerer.config import AnswererConfig
+
+CHUNK = 64 * 1024
+# How often a waiting read looks at the kill switch; output wakes it at once, so this costs nothing.
+KILL_CHECK = 0.2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt gave: output (bytes) when it succeeded, and a status safe to log."""
+
+    output: bytes | None
+    status: str
+    # The child's own lifetime (Popen returned to exit seen), or the webhook's round trip.
+    child_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.output is not None
+
+
+class Runner(Protocol):
+    def run(self, document: bytes) -> Outcome: ...
+    def kill_all(self) -> None: ...
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL a child's whole process group; a group already gone is fine."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        # A member changed its uid (setuid binary): nothing more we are allowed to do.
+        pass
+
+
+class ChildRunner:
+    """One fresh process per attempt, in its own session and an empty temporary directory."""
+
+    def __init__(self, argv: tuple[str, ...], env: Mapping[str, str], timeout: float, max_output: int):
+        self.argv = list(argv)
+        self.env = dict(env)
+        self.timeout = timeout
+        self.max_output = max_output
+        self._lock = threading.Lock()
+        self._live: set[int] = set()
+        self._killed = threading.Event()
+
+    @classmethod
+    def from_config(cls, config: AnswererConfig) -> ChildRunner:
+        assert config.argv is not None
+        return cls(config.argv, config.env, config.timeout, config.max_output)
+
+    def run(self, document: bytes) -> Outcome:
+        started = time.monotonic()
+        if self._killed.is_set():
+            return Outcome(None, "stopped")
+        workdir = tempfile.mkdtemp(prefix="semula-answerer-")
+        try:
+            try:
+                # Never a shell: argv is the operator's, the request only ever goes to stdin.
+                proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    cwd=workdir,
+                    env=self.env,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                # The errno name only: the message would carry the path.
+                return Outcome(None, f"exec_failed:{errno.errorcode.get(exc.errno or 0, 'unknown')}")
+            spawned = time.monotonic()
+            with self._lock:
+                self._live.add(proc.pid)
+            try:
+                status, output = self._exchange(proc, document, started + self.timeout)
+            finally:
+                # Whatever happened, nothing of this call outlives it: the group goes, grandchildren
+                # too. The child is not reaped yet, so its pid (the group id) cannot name a stranger.
+                with self._lock:
+                    kill_group(proc.pid)
+                    self._live.discard(proc.pid)
+                code = proc.wait()
+                lifetime = time.monotonic() - spawned
+                for stream in (proc.stdin, proc.stdout):
+                    if stream is not None:
+                        stream.close()
+            if status == "exited":
+                status = self._judge(code, output)
+            return Outcome(output if status == "ok" else None, status, lifetime)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def kill_all(self) -> None:
+        """Kill every running child's group now (stop after the grace, or a second signal)."""
+        self._killed.set()
+        with self._lock:
+            for pgid in self._live:
+                kill_group(pgid)
+
+    def _judge(self, code: int, output: bytes) -> str:
+        if self._killed.is_set() and code < 0:
+            return "killed"
+        if code != 0:
+            return f"exit:{code}" if code > 0 else f"signal:{-code}"
+        if not output.strip():
+            return "no_output"
+        return "ok"
+
+    def _exchange(self, proc: subprocess.Popen, document: bytes, deadline: float) -> tuple[str, bytes]:
+        """Feed stdin and read stdout together until the child exits; "exited" or why it was cut short.
+
+        Never communicate(): it neither kills nor returns while a grandchild holds the pipe. The
+        child's exit is watched through a pidfd, which does not reap it.
+        """
+        assert proc.stdin is not None and proc.stdout is not None
+        output = bytearray()
+        pending = memoryview(document)
+        exit_fd = os.pidfd_open(proc.pid)
+        try:
+            with selectors.DefaultSelector() as selector:
+                os.set_blocking(proc.stdin.fileno(), False)
+                selector.register(proc.stdin, selectors.EVENT_WRITE)
+                selector.register(proc.stdout, selectors.EVENT_READ)
+                selector.register(exit_fd, selectors.EVENT_READ)
+                reading, exited = True, False
+                while reading or not exited:
+                    if self._killed.is_set():
+                        return "killed", b""
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return "timeout", b""
+                    # Once the child is gone, only what is in the pipe already is its output: a
+                    # grandchild still holding stdout must not keep the call waiting.
+                    events = selector.select(0 if exited else min(remaining, KILL_CHECK))
+                    if exited and not events:
+                        break
+                    for key, _ in events:
+                        if key.fileobj is proc.stdin:
+                            pending = self._write(proc, selector, pending)
+                        elif key.fileobj == exit_fd:
+                            exited = True
+                            selector.unregister(exit_fd)
+                            if not proc.stdin.closed:
+                                selector.unregister(proc.stdin)
+                                proc.stdin.close()
+                        else:
+                            chunk = os.read(proc.stdout.fileno(), CHUNK)
+                            if not chunk:
+                                reading = False
+                                selector.unregister(proc.stdout)
+                                continue
+                            output += chunk
+                            if len(output) > self.max_output:
+                                return "overflow", b""
+        finally:
+            os.close(exit_fd)
+        return "exited", bytes(output)
+
+    @staticmethod
+    def _write(proc: subprocess.Popen, selector: selectors.BaseSelector, pending: memoryview) -> memoryview:
+        assert proc.stdin is not None
+        try:
+            written = os.write(proc.stdin.fileno(), pending[:CHUNK])
+        except BlockingIOError:
+            return pending
+        except BrokenPipeError:
+            # The child closed its stdin without reading it all: its exit status and output decide.
+            written = len(pending)
+        pending = pending[written:]
+        if not pending:
+            selector.unregister(proc.stdin)
+            proc.stdin.close()
+        return pending
+
+
+class WebhookRunner:
+    """One POST per attempt to the operator's URL; no redirects, the response capped like stdout."""
+
+    def __init__(self, url: str, bearer: str | None, timeout: float, max_output: int):
+        self.url = url
+        self.bearer = bearer
+        self.timeout = timeout
+        self.max_output = max_output
+        self._killed = threading.Event()
+
+    @classmethod
+    def from_config(cls, config: AnswererConfig) -> WebhookRunner:
+        assert config.url is not None
+        return cls(config.url, config.bearer, config.timeout, config.max_output)
+
+    def kill_all(self) -> None:
+        # A blocked read ends at its own timeout; this stops reading at the next chunk.
+        self._killed.set()
+
+    def run(self, document: bytes) -> Outcome:
+        started = time.monotonic()
+        deadline = started + self.timeout
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.bearer:
+            headers["Authorization"] = f"Bearer {self.bearer}"
+        try:
+            with requests.post(
+                self.url,
+                data=document,
+                headers=headers,
+                timeout=self.timeout,
+                allow_redirects=False,
+                stream=True,
+            ) as response:
+                if not 200 <= response.status_code < 300:
+                    return Outcome(None, f"http:{response.status_code}", time.monotonic() - started)
+                output = bytearray()
+                for chunk in response.iter_content(CHUNK):
+                    output += chunk
+                    if len(output) > self.max_output:
+                        return Outcome(None, "overflow", time.monotonic() - started)
+                    if self._killed.is_set():
+                        return Outcome(None, "killed", time.monotonic() - started)
+                    if time.monotonic() > deadline:
+                        return Outcome(None, "timeout", time.monotonic() - started)
+        except requests.Timeout:
+            return Outcome(None, "timeout", time.monotonic() - started)
+        except requests.RequestException as exc:
+            # The type only: requests' messages carry the URL, which may hold a token.
+            return Outcome(None, f"http_error:{type(exc).__name__}", time.monotonic() - started)
+        if not bytes(output).strip():
+            return Outcome(None, "no_output", time.monotonic() - started)
+        return Outcome(bytes(output), "ok", time.monotonic() - started)
+
+
+def make_runner(config: AnswererConfig) -> Runner:
+    return ChildRunner.from_config(config) if config.argv else WebhookRunner.from_config(config)
