@@ -1,0 +1,187 @@
+"""Issue 7 acceptance: the real `semula-answerer` process beside a real `semula serve`."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import signal
+import time
+import uuid
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+import requests
+
+from semula.service import audit, pending, projects
+from tests.answerer_helpers import (
+    AnswererProcess,
+    alive,
+    answerer_project,
+    command,
+    park,
+    status,
+    stdin_docs,
+    wait_resolved,
+    with_command,
+)
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.acceptance
+
+
+@pytest.fixture
+def start_answerer(db_url, tmp_path):
+    """Start real `semula-answerer` processes on the test database; all are stopped afterwards."""
+    started: list[AnswererProcess] = []
+
+    def start(argv, **env: str) -> AnswererProcess:
+        proc = AnswererProcess(db_url, tmp_path / f"answerer{len(started)}.log", argv, **env)
+        started.append(proc)
+        return proc.start()
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def pid_of(out, pending_id: str) -> int:
+    path = out / f"pid-{pending_id}-1"
+    return int(wait_for(lambda: path.exists() and path.read_text(), what=f"the child of {pending_id}"))
+
+
+def test_an_sdk_call_is_answered_by_the_daemons_child_and_the_command_never_shows(
+    start_server, start_answerer, ctx, shop, token, openai_client, tmp_path
+):
+    # A canary inside the argv: it must appear in no log line, response or audit entry.
+    canary = f"canary-{uuid.uuid4().hex}"
+    argv = command("answer-if", "hello", f"--note={canary}")
+    server = start_server(SEMULA_ANSWERER_COMMAND=json.dumps(argv))
+    api = f"{server.url}/api/v1"
+    headers = {"Authorization": f"Bearer {token}"}
+    responses = []
+    switched = requests.patch(f"{api}/projects/shop", json={"answerer": True}, headers=headers, timeout=10)
+    assert switched.status_code == 200 and switched.json()["answerer"] is True
+    responses.append(switched.text)
+
+    out = tmp_path / "out"
+    out.mkdir()
+    daemon = start_answerer(argv, ANSWERER_TEST_DIR=str(out))
+    client = openai_client(server)
+    reply = client.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "hello there"}]
+    )
+    assert reply.choices[0].message.content == "answered"
+    responses.append(reply.model_dump_json())
+
+    # A call the child fails (exit 1) stays parked; the client gives up on its own.
+    with pytest.raises(openai.APITimeoutError):
+        client.with_options(timeout=3).chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "fail please"}]
+        )
+    failed = wait_for(lambda: re.search(r'"msg": "failed", "pending_id": "(pnd_\w+)"', daemon.log()))
+    failed_id = failed.group(1)
+    assert status(ctx, failed_id)["status"] == "pending"
+    for path in ("/pending?status=all", f"/pending/{failed_id}", "/projects/shop", "/audit"):
+        got = requests.get(api + path, headers=headers, timeout=10)
+        assert got.status_code == 200, path
+        responses.append(got.text)
+    # Let the server's held call go, so it stops at once.
+    pending.cancel(ctx, failed_id)
+    daemon.stop()
+
+    log = daemon.log()
+    assert '"status": "exit:1"' in log and f'"runner": "{argv[0].rsplit("/", 1)[1]}"' in log
+    events = audit.list_events(ctx)["data"]
+    assert [e["fields"] for e in events if e["action"] == "project.answerer"] == [["answerer"]]
+    assert "child-stderr-marker" not in log  # the child's stderr is discarded
+    for text in [log, server.log(), *responses, json.dumps(events)]:
+        assert canary not in text
+        assert str(argv[1]) not in text  # nor the script's path: only the basename of argv[0]
+
+
+def test_two_daemons_on_one_database_never_run_a_call_twice(start_answerer, ctx, tmp_path):
+    argv = command("overlap", "0.3")
+    ctx = with_command(ctx, argv)
+    answerer_project(ctx)
+    out = tmp_path / "out"
+    out.mkdir()
+    procs = [start_answerer(argv, ANSWERER_TEST_DIR=str(out)) for _ in range(2)]
+    calls = park(ctx, "shop", 12)
+    for call in calls:
+        wait_resolved(ctx, call, timeout=60)
+    starts: dict[str, list[float]] = defaultdict(list)
+    ends: dict[str, list[float]] = defaultdict(list)
+    for line in (out / "runs.log").read_text().splitlines():
+        what, pending_id, at = line.split()
+        (starts if what == "start" else ends)[pending_id].append(float(at))
+    assert set(starts) == set(calls)
+    for call in calls:
+        intervals = sorted(zip(starts[call], ends[call], strict=True))
+        # No run of a call starts before the previous one ended; and here each ran exactly once.
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(intervals))
+        assert len(intervals) == 1
+    for call in calls:
+        assert len(ctx.store.all("list_revisions", entry_id=status(ctx, call)["entry_id"])) == 1
+    # Both daemons took part, so the claims really raced.
+    assert all('"msg": "answered"' in p.log() for p in procs)
+
+
+def test_sigterm_lets_the_running_child_finish_and_claims_nothing_more(start_answerer, ctx, tmp_path):
+    argv = command("sleep", "1.5")
+    ctx = with_command(ctx, argv)
+    answerer_project(ctx)
+    out = tmp_path / "out"
+    out.mkdir()
+    daemon = start_answerer(argv, ANSWERER_TEST_DIR=str(out), SEMULA_ANSWERER_TIMEOUT="10")
+    [first] = park(ctx, "shop")
+    pid_of(out, first)
+    daemon.signal(signal.SIGTERM)
+    wait_for(lambda: '"msg": "stopping"' in daemon.log(), what="the daemon to stop claiming")
+    [second] = park(ctx, "shop", first=1)
+    assert daemon.proc.wait(15) == 0
+    assert status(ctx, first)["status"] == "answered"
+    assert stdin_docs(out, second) == {} and status(ctx, second)["claimed_by"] is None
+
+
+def test_a_second_signal_kills_the_children_at_once(start_answerer, ctx, tmp_path):
+    argv = command("sleep", "60")
+    ctx = with_command(ctx, argv)
+    answerer_project(ctx)
+    out = tmp_path / "out"
+    out.mkdir()
+    daemon = start_answerer(argv, ANSWERER_TEST_DIR=str(out), SEMULA_ANSWERER_CONCURRENCY="2")
+    calls = park(ctx, "shop", 2)
+    pids = [pid_of(out, call) for call in calls]
+    daemon.signal(signal.SIGTERM)
+    wait_for(lambda: '"msg": "stopping"' in daemon.log(), what="the first signal")
+    assert all(alive(pid) for pid in pids)  # the first signal lets them run
+    sent = time.monotonic()
+    daemon.signal(signal.SIGINT)
+    assert daemon.proc.wait(10) == 0 and time.monotonic() - sent < 5
+    assert not any(alive(pid) for pid in pids)
+    for call in calls:
+        s = status(ctx, call)
+        assert s["status"] == "pending" and s["claimed_by"] is None
+
+
+def test_the_daemon_runs_beside_sdk_calls_under_load(start_server, start_answerer, ctx, shop, openai_client):
+    """Eight concurrent SDK calls, each answered by its own child, at concurrency 4."""
+    argv = command("answer-if", "question")
+    server = start_server(SEMULA_ANSWERER_COMMAND=json.dumps(argv))
+    with_ctx = with_command(ctx, argv)
+    projects.update(with_ctx, "shop", {"answerer": True})
+    start_answerer(argv, SEMULA_ANSWERER_CONCURRENCY="4")
+    client = openai_client(server)
+    with ThreadPoolExecutor(8) as pool:
+        futures = [
+            pool.submit(
+                client.chat.completions.create,
+                model="gpt-4o-mini",
+                messages=[{"role": "user", "content": f"question {i}"}],
+            )
+            for i in range(8)
+        ]
+        assert [f.result(timeout=60).choices[0].message.content for f in futures] == ["answered"] * 8

@@ -1,0 +1,101 @@
+"""A stand-in for the operator's answerer command (never a real model).
+
+`child.py MODE [ARG]` reads ADR-0014's stdin JSON and behaves as MODE says. When ANSWERER_TEST_DIR
+is in its environment (the tests list it in SEMULA_ANSWERER_ENV), it records what it saw there,
+outside its own temporary working directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+VALID = {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
+INVALID = {"tool_calls": [{"name": "get_weather", "arguments": {"town": "Paris"}}]}
+
+
+def parent_name() -> str:
+    with open(f"/proc/{os.getppid()}/comm") as f:
+        return f.read().strip()
+
+
+def main() -> int:
+    mode = sys.argv[1]
+    arg = sys.argv[2] if len(sys.argv) > 2 else ""
+    raw = sys.stdin.read()
+    doc = json.loads(raw)
+    out_dir = os.environ.get("ANSWERER_TEST_DIR")
+    tag = f"{doc['pending_id']}-{doc['attempt']}"
+    # A child may echo its prompt to stderr; the daemon must discard it, never log it.
+    print(f"child-stderr-marker {raw}", file=sys.stderr, flush=True)
+    if out_dir:
+        with open(os.path.join(out_dir, f"runs-{doc['pending_id']}"), "a") as f:
+            f.write(f"{doc['attempt']}\n")
+        with open(os.path.join(out_dir, f"pid-{tag}"), "w") as f:
+            f.write(str(os.getpid()))
+        with open(os.path.join(out_dir, f"stdin-{tag}.json"), "w") as f:
+            f.write(raw)
+
+    if mode == "echo":
+        print(f"  {arg}  ")
+    elif mode == "json":
+        print(json.dumps(VALID))
+    elif mode == "sleep":
+        time.sleep(float(arg))
+        print("slept")
+    elif mode == "grandchild":
+        grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        with open(os.path.join(out_dir, f"pids-{doc['pending_id']}"), "w") as f:
+            f.write(f"{os.getpid()} {grandchild.pid}")
+        print("partial answer", flush=True)
+        time.sleep(300)
+    elif mode == "flood":
+        with open(os.path.join(out_dir, f"pids-{doc['pending_id']}"), "w") as f:
+            f.write(str(os.getpid()))
+        sys.stdout.write("x" * (2 * 1024 * 1024))
+        sys.stdout.flush()
+        time.sleep(300)
+    elif mode == "answer-if":
+        # Answer calls whose last message holds ARG; fail the others.
+        if arg not in doc["request"]["messages"][-1]["content"]:
+            return 1
+        print("answered")
+    elif mode == "exit1":
+        print("an answer that must not be used")
+        return 1
+    elif mode == "silent":
+        pass
+    elif mode == "dump":
+        seen = {
+            "env": dict(os.environ),
+            "cwd": os.getcwd(),
+            "cwd_listing": os.listdir("."),
+            "argv": sys.argv[1:],
+            "parent": parent_name(),
+            "session_leader": os.getsid(0) == os.getpid(),
+        }
+        with open(os.path.join(out_dir, f"dump-{doc['pending_id']}.json"), "w") as f:
+            json.dump(seen, f)
+        print("dumped")
+    elif mode == "reject":
+        # ARG once: a wrong answer on attempt 1, a right one on attempt 2. ARG always: wrong twice.
+        wrong = arg == "always" or doc["attempt"] == 1
+        print(json.dumps(INVALID if wrong else VALID))
+    elif mode == "overlap":
+        # Record when this run starts and ends, to check two daemons never run one call at once.
+        with open(os.path.join(out_dir, "runs.log"), "a") as f:
+            f.write(f"start {doc['pending_id']} {time.time():.6f}\n")
+        time.sleep(float(arg or 0.2))
+        with open(os.path.join(out_dir, "runs.log"), "a") as f:
+            f.write(f"end {doc['pending_id']} {time.time():.6f}\n")
+        print(f"answer for {doc['pending_id']}")
+    else:
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

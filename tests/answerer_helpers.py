@@ -1,0 +1,175 @@
+"""Helpers for the answerer tests: the stand-in child, parking calls, running the daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from answerer import config as answerer_config
+from answerer.daemon import Daemon
+from semula.service import Context, pending, projects
+from tests.helpers import wait_for
+
+CHILD = Path(__file__).resolve().parent / "answerer_children" / "child.py"
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def command(mode: str, *args: str) -> list[str]:
+    """The argv an operator would configure, running the stand-in child in MODE."""
+    return [sys.executable, str(CHILD), mode, *args]
+
+
+def with_command(ctx: Context, argv: list[str] | None = None, **settings: Any) -> Context:
+    """The context with the answerer configured (a command, unless a URL is given)."""
+    values = {"answerer_command": argv, "answerer_env": ("ANSWERER_TEST_DIR",), **settings}
+    return Context(ctx.store, replace(ctx.settings, **values), ctx.principal)
+
+
+def answerer_project(ctx: Context, name: str = "shop", **settings: Any) -> dict[str, Any]:
+    return projects.create(ctx, {"name": name, "mode": "record", "answerer": True, **settings})
+
+
+def park(ctx: Context, project: str, n: int = 1, *, tools: bool = False, first: int = 0) -> list[str]:
+    """Park n distinct calls (numbered from `first`) in a project, as misses in record mode would."""
+    row = projects.get_row(ctx, project)
+    ids = []
+    for i in range(first, first + n):
+        request: dict[str, Any] = {
+            "model": "gpt-4o-mini",
+            "messages": [{"role": "user", "content": f"question {i} in {project}"}],
+            "temperature": 0,
+        }
+        if tools:
+            request["tools"] = [WEATHER_TOOL]
+        pending_id = pending.park(ctx, row, f"v1:test-{project}-{i}", request, False)
+        assert pending_id
+        ids.append(pending_id)
+    return ids
+
+
+def status(ctx: Context, pending_id: str) -> dict[str, Any]:
+    """The list view of a call (status, claimed_by...) as the operator sees it."""
+    return pending.get(ctx, pending_id)
+
+
+def stdin_docs(out: Path, pending_id: str) -> dict[int, dict[str, Any]]:
+    """The stdin documents the child received for a call, by attempt."""
+    docs = {}
+    for attempt in (1, 2):
+        path = out / f"stdin-{pending_id}-{attempt}.json"
+        if path.exists():
+            docs[attempt] = json.loads(path.read_text())
+    return docs
+
+
+def runs(out: Path, pending_id: str) -> list[int]:
+    """The attempt numbers of every child run for a call, in order (a re-run shows as a repeat)."""
+    path = out / f"runs-{pending_id}"
+    return [int(n) for n in path.read_text().split()] if path.exists() else []
+
+
+def alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie waiting to be reaped by init."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+@contextmanager
+def running_daemon(ctx: Context, out: Path, **kwargs: Any) -> Iterator[Daemon]:
+    """An in-process daemon for ctx's settings, polling fast; stopped (and drained) afterwards."""
+    out.mkdir(exist_ok=True)
+    environ = {**os.environ, "ANSWERER_TEST_DIR": str(out), "SEMULA_CANARY_SECRET": "must-not-reach"}
+    config = answerer_config.from_settings(ctx.settings, environ)
+    daemon = Daemon(ctx, config, poll_interval=kwargs.pop("poll_interval", 0.05), **kwargs)
+    thread = threading.Thread(target=daemon.run, daemon=True)
+    thread.start()
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+        thread.join(30)
+        assert not thread.is_alive(), "the daemon did not stop"
+
+
+def wait_resolved(ctx: Context, pending_id: str, timeout: float = 20) -> dict[str, Any]:
+    return wait_for(
+        lambda: (s := status(ctx, pending_id))["status"] != "pending" and s,
+        timeout=timeout,
+        what=f"{pending_id} answered",
+    )
+
+
+class AnswererProcess:
+    """`semula-answerer` as a real process, its stderr (the JSON log) kept in a file."""
+
+    def __init__(self, db_url: str, log_path: Path, argv: list[str] | None = None, **env: str):
+        self.log_path = log_path
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("SEMULA_")},
+            "SEMULA_DATABASE_URL": db_url,
+            "SEMULA_ANSWERER_ENV": "ANSWERER_TEST_DIR",
+            **env,
+        }
+        if argv is not None:
+            self.env["SEMULA_ANSWERER_COMMAND"] = json.dumps(argv)
+        script = Path(sys.executable).with_name("semula-answerer")
+        self.args = [str(script)] if script.exists() else [sys.executable, "-m", "answerer"]
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> AnswererProcess:
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(self.args, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
+        wait_for(self._started, timeout=30, what="semula-answerer started")
+        return self
+
+    def _started(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"semula-answerer exited with {self.proc.returncode}:\n{self.log()}")
+        return '"msg": "started"' in self.log()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self) -> int | None:
+        """SIGTERM, then a second one (kill the children at once), then SIGKILL: never leave it running."""
+        for sig, wait in ((signal.SIGTERM, 15), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            if not self.proc or self.proc.poll() is not None:
+                break
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(wait)
+            except subprocess.TimeoutExpired:
+                continue
+        self._log.close()
+        return self.proc.returncode if self.proc else None

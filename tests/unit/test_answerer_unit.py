@@ -1,0 +1,221 @@
+"""The answerer without a database: configuration, the child runner's mechanics, the stop signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from answerer import __main__ as entry
+from answerer import config as answerer_config
+from answerer.daemon import document, to_payload
+from answerer.runners import ChildRunner
+from answerer.signals import on_stop
+from semula.config import ConfigError, Settings
+from tests.answerer_helpers import CHILD, alive
+
+SECRET_ARGV = ["python3", "-c", "print('secret-prompt-in-argv')"]
+
+
+def settings(**env: str) -> Settings:
+    return Settings.from_env({"SEMULA_DATABASE_URL": "sqlite:///:memory:", **env})
+
+
+# Configuration: refuse to start with a message naming the variable, never its value
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({}, "SEMULA_ANSWERER_COMMAND"),
+        ({"SEMULA_HOSTED": "on"}, "SEMULA_HOSTED"),
+        (
+            {
+                "SEMULA_ANSWERER_COMMAND": json.dumps([sys.executable]),
+                "SEMULA_ANSWERER_BEARER": "secret-value",
+            },
+            "SEMULA_ANSWERER_BEARER",
+        ),
+        ({"SEMULA_ANSWERER_COMMAND": json.dumps(["no-such-binary-secret-value"])}, "SEMULA_ANSWERER_COMMAND"),
+    ],
+)
+def test_config_refusals_name_the_variable(env, named):
+    with pytest.raises(ConfigError) as info:
+        answerer_config.from_settings(settings(**env), {"PATH": os.environ["PATH"]})
+    assert named in str(info.value) and "secret-value" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SEMULA_ANSWERER_COMMAND": json.dumps(SECRET_ARGV), "SEMULA_ANSWERER_URL": "http://h/secret-prompt"},
+        {"SEMULA_ANSWERER_COMMAND": json.dumps(SECRET_ARGV), "SEMULA_ANSWERER_ENV": "SEMULA_DATABASE_URL"},
+        {"SEMULA_ANSWERER_COMMAND": "secret-prompt-not-json"},
+        {},
+        {"SEMULA_ANSWERER_COMMAND": json.dumps(SECRET_ARGV), "SEMULA_HOSTED": "on"},
+    ],
+)
+def test_main_refuses_to_start_without_showing_the_command(monkeypatch, capsys, env):
+    for name in list(os.environ):
+        if name.startswith("SEMULA_"):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert entry.main() == entry.EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert err.startswith("semula-answerer: ") and "SEMULA_" in err and "secret-prompt" not in err
+
+
+def test_child_env_is_the_allowlist_plus_the_operators_names():
+    environ = {
+        "PATH": "/bin",
+        "HOME": "/home/op",
+        "LANG": "C.UTF-8",
+        "ANTHROPIC_API_KEY": "k",
+        "SEMULA_UPSTREAM_KEY": "sk-upstream",
+        "SEMULA_DATABASE_URL": "postgresql://x",
+        "AWS_SECRET_ACCESS_KEY": "aws",
+        "PYTHONPATH": "/x",
+    }
+    env = answerer_config.child_env(("ANTHROPIC_API_KEY", "UNSET_NAME"), environ)
+    assert env == {"PATH": "/bin", "HOME": "/home/op", "LANG": "C.UTF-8", "ANTHROPIC_API_KEY": "k"}
+    with pytest.raises(ConfigError):
+        answerer_config.child_env(("semula_secret",), environ)
+
+
+def test_lease_is_the_timeout_plus_a_margin_within_the_maximum():
+    assert answerer_config.AnswererConfig(argv=("x",), timeout=120).lease_seconds == 150
+    assert answerer_config.AnswererConfig(argv=("x",), timeout=3600).lease_seconds == 3600
+
+
+def test_label_is_the_basename_only():
+    assert answerer_config.AnswererConfig(argv=("/opt/secret/dir/claude", "-p", "x")).label == "claude"
+    assert answerer_config.AnswererConfig(url="https://h/t?token=x").label == "webhook"
+    assert "secret" not in repr(answerer_config.AnswererConfig(argv=("/opt/secret/claude",)))
+
+
+# The output contract
+
+
+@pytest.mark.parametrize(
+    ("output", "payload"),
+    [
+        (b"  hello  \n", {"content": "hello"}),
+        (b'{"content": "x"}', {"content": "x"}),
+        (b'[{"content": "x"}]', [{"content": "x"}]),
+        (b'"quoted"', {"content": '"quoted"'}),
+        (b"42", {"content": "42"}),
+        (b"\xff text", {"content": "\ufffd text"}),
+    ],
+)
+def test_output_becomes_the_payload(output, payload):
+    assert to_payload(output) == payload
+
+
+def test_document_carries_rejection_and_previous_output_only_on_attempt_two():
+    from semula.errors import InvalidAnswer
+
+    call = {"id": "pnd_1", "project": "p", "shape": {}, "request": {"model": "m", "messages": []}}
+    first = json.loads(document(call, 1, None, None))
+    assert first == {
+        "request": {"messages": [], "tools": [], "params": {"model": "m"}},
+        "shape": {},
+        "project": "p",
+        "pending_id": "pnd_1",
+        "attempt": 1,
+    }
+    second = json.loads(document(call, 2, InvalidAnswer("bad", param="content"), "out"))
+    assert second["rejection"] == {"code": "invalid_answer", "message": "bad", "param": "content"}
+    assert second["previous_output"] == "out"
+
+
+# The child runner
+
+
+def runner(script: str, timeout: float = 10, max_output: int = 1024 * 1024) -> ChildRunner:
+    return ChildRunner((sys.executable, "-c", script), {"PATH": os.environ["PATH"]}, timeout, max_output)
+
+
+def test_a_big_stdin_is_fed_while_output_is_read():
+    # The child writes before it reads: writing all stdin first would deadlock on the pipe.
+    script = "import sys; print('x' * 200000, flush=True); data = sys.stdin.read(); print(len(data))"
+    outcome = runner(script).run(b"y" * 5_000_000)
+    assert outcome.ok and outcome.output.split()[-1] == b"5000000"
+
+
+def test_a_child_that_ignores_stdin_is_fine():
+    outcome = runner("print('answer')").run(b"z" * 5_000_000)
+    assert outcome.ok and outcome.output.strip() == b"answer"
+
+
+def test_a_grandchild_holding_stdout_does_not_hold_the_call(tmp_path):
+    # The child answers and exits; its background grandchild keeps stdout open and is killed.
+    pid_file = tmp_path / "grandchild"
+    script = (
+        "import subprocess, sys; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); print('done')"
+    )
+    started = time.monotonic()
+    outcome = runner(script, timeout=30).run(b"{}")
+    assert outcome.ok and outcome.output.strip() == b"done"
+    assert time.monotonic() - started < 5
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not alive(grandchild)
+
+
+def test_exact_cap_is_accepted_and_one_byte_more_is_not():
+    assert runner("import sys; sys.stdout.write('a' * 1000)", max_output=1000).run(b"").ok
+    assert runner("import sys; sys.stdout.write('a' * 1001)", max_output=1000).run(b"").status == "overflow"
+
+
+def test_statuses_are_safe_to_log():
+    assert runner("import sys; sys.exit(3)").run(b"").status == "exit:3"
+    assert runner("import os, signal; os.kill(os.getpid(), signal.SIGKILL)").run(b"").status == "signal:9"
+    assert runner("pass").run(b"").status == "no_output"
+    assert runner("import time; time.sleep(5)", timeout=0.3).run(b"").status == "timeout"
+    missing = ChildRunner(("/nonexistent/secret-tool",), {}, 5, 100).run(b"")
+    assert missing.status == "exec_failed:ENOENT"
+
+
+def test_kill_all_ends_running_children_at_once():
+    import threading
+
+    r = runner("import time; time.sleep(60)", timeout=60)
+    results = []
+    thread = threading.Thread(target=lambda: results.append(r.run(b"")))
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not r._live and time.monotonic() < deadline:
+        time.sleep(0.01)
+    [pid] = r._live
+    r.kill_all()
+    thread.join(5)
+    assert results[0].status == "killed" and not alive(pid)
+    assert r.run(b"").status == "stopped"
+
+
+def test_the_stand_in_child_exists():
+    assert CHILD.exists()
+
+
+# Signals
+
+
+def test_first_signal_stops_second_aborts_and_handlers_are_restored():
+    calls = []
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    with on_stop(lambda: calls.append("stop"), lambda: calls.append("abort")):
+        assert signal.getsignal(signal.SIGTERM) not in (before[signal.SIGTERM], signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert calls == ["stop", "abort", "abort"]
+    assert {sig: signal.getsignal(sig) for sig in before} == before
