@@ -31,12 +31,16 @@ def load_settings() -> Settings:
 
 @contextmanager
 def local_context() -> Iterator[Context]:
-    """A service context on the configured database, acting as the operator (`cli`)."""
+    """A service context on the configured database, acting as the operator (`cli`).
+
+    With SEMULA_OWNER_DATABASE_URL (hosted PostgreSQL) the operator works as the owner role,
+    which row-level security does not bind; the server itself uses SEMULA_DATABASE_URL.
+    """
     from semula.db import connect
     from semula.migrate import migrate
 
     settings = load_settings()
-    store = connect(settings.database_url, pool_size=2)
+    store = connect(settings.owner_database_url or settings.database_url, pool_size=2)
     try:
         migrate(store)
         yield Context(store, settings, CLI)
@@ -63,7 +67,7 @@ def migrate() -> None:
     from semula.migrate import migrate as run
 
     settings = load_settings()
-    store = connect(settings.database_url, pool_size=1)
+    store = connect(settings.owner_database_url or settings.database_url, pool_size=1)
     try:
         applied = run(store)
     finally:
@@ -212,6 +216,58 @@ def project_upstream(name: str, reset: bool) -> None:
 
 
 @main.group()
+def workspace() -> None:
+    """Workspaces, the tenants of hosted mode (operator only; run with the owner's database URL)."""
+
+
+@workspace.command("create")
+@click.argument("name")
+def workspace_create(name: str) -> None:
+    """Create workspace NAME; then `semula token create --workspace NAME --role admin` for its admin."""
+    from semula.service import workspaces
+
+    with local_context() as ctx:
+        emit(workspaces.create(ctx, name))
+
+
+@workspace.command("list")
+def workspace_list() -> None:
+    """List workspaces with their quota overrides."""
+    from semula.service import workspaces
+
+    with local_context() as ctx:
+        for w in workspaces.list_workspaces(ctx):
+            state = "disabled" if w["disabled"] else "active"
+            quotas = " ".join(f"{k}={w[k]}" for k in w if k.startswith("quota_") and w[k] is not None)
+            click.echo(f"{w['name']}\t{w['id']}\t{state}\t{quotas or '-'}")
+
+
+@workspace.command("disable")
+@click.argument("name")
+@click.option("--enable", is_flag=True, help="Enable it again instead.")
+def workspace_disable(name: str, enable: bool) -> None:
+    """Disable workspace NAME: its tokens are refused at once."""
+    from semula.service import workspaces
+
+    with local_context() as ctx:
+        emit(workspaces.set_disabled(ctx, name, not enable))
+
+
+@workspace.command("set")
+@click.argument("name")
+@click.argument("quotas", nargs=-1, required=True)
+def workspace_set(name: str, quotas: tuple[str, ...]) -> None:
+    """Override quotas of NAME: quota_projects=N quota_entries=N quota_parked=N quota_answer_bytes=N.
+
+    A value of null goes back to the operator's default (SEMULA_QUOTA_*).
+    """
+    from semula.service import workspaces
+
+    with local_context() as ctx:
+        emit(workspaces.set_quotas(ctx, name, parse_assignments(quotas)))
+
+
+@main.group()
 def token() -> None:
     """Create, list and revoke API tokens (operator, on the local database)."""
 
@@ -221,11 +277,14 @@ def token() -> None:
 @click.option("--scope", type=click.Choice(["replay", "record", "full"]), default="full", show_default=True)
 @click.option("--project", default=None, help="Bind the token to this project only.")
 @click.option("--name", default="", help="A label to recognise the token by.")
-def token_create(role: str, scope: str, project: str | None, name: str) -> None:
+@click.option("--workspace", default=None, help="The workspace (tenant) it belongs to; default: default.")
+def token_create(role: str, scope: str, project: str | None, name: str, workspace: str | None) -> None:
     """Create a token. The secret is printed once, here, and is not stored."""
-    from semula.service import tokens
+    from semula.service import tokens, workspaces
 
     with local_context() as ctx:
+        if workspace is not None:
+            ctx = workspaces.operator_in(ctx, workspace)
         out = tokens.create(ctx, {"role": role, "scope": scope, "project": project, "name": name})
     click.echo(f"{out['id']}\t{out['role']}\t{out['scope']}\t{out['project'] or '-'}", err=True)
     click.echo(out["token"])

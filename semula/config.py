@@ -94,6 +94,8 @@ class Settings:
     """Server configuration; secrets are repr=False and never printed."""
 
     database_url: str = setting("SEMULA_DATABASE_URL", "sqlite:///./semula.db", _database_url, secret=True)
+    # Hosted PostgreSQL: the owner role for migrations and operator commands (see deploy/).
+    owner_database_url: str | None = setting("SEMULA_OWNER_DATABASE_URL", None, _database_url, secret=True)
     auth: bool = setting("SEMULA_AUTH", True, _bool)
     hosted: bool = setting("SEMULA_HOSTED", False, _bool)
     bind: str = setting("SEMULA_BIND", "127.0.0.1:8080")
@@ -107,6 +109,11 @@ class Settings:
     log_retention_days: int = setting("SEMULA_LOG_RETENTION_DAYS", 14, _number(int, 1, 3650))
     log_level: str = setting("SEMULA_LOG_LEVEL", "info", _choice("debug", "info", "warning", "error"))
     db_pool_size: int = setting("SEMULA_DB_POOL_SIZE", 10, _number(int, 1, 200))
+    # Per-workspace quotas (hosted mode); unset means the hosted defaults in service/quotas.py.
+    quota_projects: int | None = setting("SEMULA_QUOTA_PROJECTS", None, _number(int, 1, 10**9))
+    quota_entries: int | None = setting("SEMULA_QUOTA_ENTRIES", None, _number(int, 1, 10**12))
+    quota_parked: int | None = setting("SEMULA_QUOTA_PARKED", None, _number(int, 1, 10**9))
+    quota_answer_bytes: int | None = setting("SEMULA_QUOTA_ANSWER_BYTES", None, _number(int, 1, 1 << 30))
     secret_key: str | None = setting("SEMULA_SECRET", None, secret=True)
     cookie_secure: bool = setting("SEMULA_COOKIE_SECURE", False, _bool)
     upstream_key: str | None = setting("SEMULA_UPSTREAM_KEY", None, secret=True)

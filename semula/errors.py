@@ -154,3 +154,17 @@ class UpstreamError(SemulaError):
     status = 502
     code = "semula_upstream_error"
     type = "server_error"
+
+
+class QuotaExceeded(SemulaError):
+    """This workspace has reached one of its quotas; nothing was written."""
+
+    status = 429
+    code = "semula_quota"
+    type = "rate_limit_error"
+
+
+class AnswerTooLarge(QuotaExceeded):
+    """The answer is larger than this workspace's quota allows; nothing was written."""
+
+    status = 413

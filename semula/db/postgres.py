@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,8 +69,15 @@ class _Conn:
             self.raw.execute(sql)
 
 
+def _forget_workspace(raw: psycopg.Connection) -> None:
+    # A pooled connection must not carry one tenant's setting into the next checkout.
+    raw.execute("SELECT set_config('semula.workspace_id', '', false)")
+
+
 class PostgresStore:
     dialect = "postgresql"
+
+    workspace_id: str | None = None
 
     def __init__(self, url: str, *, pool_size: int = 10):
         self._pool = ConnectionPool(
@@ -79,13 +87,22 @@ class PostgresStore:
             kwargs={"autocommit": True, "row_factory": dict_row},
             open=False,
             timeout=30,
+            reset=_forget_workspace,
         )
         with _translated():
             self._pool.open(wait=True, timeout=10)
 
+    def scoped(self, workspace_id: str) -> PostgresStore:
+        """A view of this store whose every statement runs as `workspace_id` under row-level security."""
+        view = copy.copy(self)
+        view.workspace_id = workspace_id
+        return view
+
     @contextmanager
     def _conn(self) -> Iterator[_Conn]:
         with _translated(), self._pool.connection() as raw:
+            if self.workspace_id is not None:
+                raw.execute("SELECT set_config('semula.workspace_id', %s, false)", (self.workspace_id,))
             yield _Conn(raw)
 
     def one(self, name: str, /, **params: Any) -> Row | None:
@@ -102,6 +119,7 @@ class PostgresStore:
 
     @contextmanager
     def transaction(self, workspace_id: str | None = None) -> Iterator[_Conn]:
+        workspace_id = workspace_id or self.workspace_id
         with self._conn() as conn, _translated(), conn.raw.transaction():
             if workspace_id is not None:
                 conn.raw.execute("SELECT set_config('semula.workspace_id', %s, true)", (workspace_id,))

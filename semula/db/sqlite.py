@@ -133,6 +133,10 @@ class SQLiteStore:
             with _translated():
                 conn.raw.execute("COMMIT")
 
+    def scoped(self, workspace_id: str) -> SQLiteStore:
+        """SQLite has no row-level security: the service layer's checks are the isolation."""
+        return self
+
     # BEGIN IMMEDIATE already serialises writers, migrations included.
     migration_transaction = transaction
 

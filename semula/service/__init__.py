@@ -43,6 +43,12 @@ class Context:
     principal: Principal
     extras: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Hosted mode: every statement runs as the caller's workspace, so PostgreSQL's
+        # row-level security holds even where the service layer would not.
+        if self.principal is not None and self.settings.hosted:
+            self.store = self.store.scoped(self.principal.workspace_id)
+
     def as_(self, principal: Principal) -> Context:
         return Context(self.store, self.settings, principal, self.extras)
 

@@ -37,8 +37,7 @@ def principal_for_hash(ctx: Context, hashed: str) -> Principal:
     row = ctx.store.one("token_by_hash", hash=hashed)
     if row is None:
         raise Unauthorized("The token is unknown or revoked.")
-    workspace = ctx.store.one("get_workspace", id=row["workspace_id"])
-    if workspace is None or workspace["disabled"]:
+    if row["workspace_disabled"]:
         raise Unauthorized("The token's workspace is disabled.")
     return Principal(
         workspace_id=row["workspace_id"],

@@ -31,7 +31,7 @@ from semula import fingerprint as fp
 from semula.db import UniqueViolation
 from semula.errors import BadRequest, Conflict, SemulaError
 from semula.ids import new_id
-from semula.service import Context, audit, dumps, now
+from semula.service import Context, audit, dumps, now, quotas
 from semula.service import entries as entries_service
 from semula.service import projects as projects_service
 from semula.service.auth import require
@@ -540,6 +540,8 @@ def _write(
             tx.many("insert_revision", revisions)
             if progress:
                 progress("write", len(batch), count)
+        # Counted inside the transaction, after the writes: a breach undoes the whole import.
+        quotas.check(ctx, "quota_entries", adding=0, tx=tx)
         audit.record(tx, ctx, "project.import", row["name"], changed)
     return {"object": "import_report", "project": row["name"], "entries": count, **report}
 

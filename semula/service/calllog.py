@@ -71,9 +71,13 @@ class CallLog:
         return len(rows)
 
     def _write(self, rows: list[dict[str, Any]]) -> None:
+        # One transaction per workspace: under row-level security a row is written as its tenant.
+        by_workspace: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            by_workspace.setdefault(row["workspace_id"], []).append(row)
         try:
-            with self.store.transaction() as tx:
-                for row in rows:
-                    tx.run("insert_call", **row)
+            for workspace_id, group in by_workspace.items():
+                with self.store.transaction(workspace_id) as tx:
+                    tx.many("insert_call", group)
         except DatabaseError as exc:
             logger.warning("call log write failed", extra={"rows": len(rows), "error": type(exc).__name__})

@@ -9,7 +9,7 @@ from semula import answers, stream
 from semula.db import Tx
 from semula.errors import BadRequest, Conflict, NotFound
 from semula.ids import new_id
-from semula.service import Context, audit, dumps, now, page, projects
+from semula.service import Context, audit, dumps, now, page, projects, quotas
 from semula.service.auth import check_project, require
 
 ACTORS = ("agent", "human", "import")
@@ -65,6 +65,14 @@ def save(
         now=now(),
     )
     return row
+
+
+def check_quota(ctx: Context, project_id: str, fingerprint: str) -> None:
+    """A new entry must fit the workspace's entries quota; a new revision of one always does."""
+    if quotas.limit(ctx, "quota_entries") is None:
+        return
+    if ctx.store.one("entry_by_fingerprint", project_id=project_id, fingerprint=fingerprint) is None:
+        quotas.check(ctx, "quota_entries")
 
 
 def decode(row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:

@@ -10,7 +10,7 @@ from typing import Any
 from semula import answers
 from semula.errors import BadRequest, NotFound, PendingResolved
 from semula.ids import new_id
-from semula.service import Context, dumps, now, page
+from semula.service import Context, dumps, now, page, quotas
 from semula.service import entries as entries_service
 from semula.service import projects as projects_service
 from semula.service.auth import check_project, require
@@ -108,8 +108,10 @@ def answer(
     if row["status"] != "pending":
         raise PendingResolved(f"Pending call {pending_id} is {row['status']} already.")
     request = json.loads(row["request"])
+    quotas.check_answer(ctx, payload)
     completion = answers.parse_answer(payload, request)
     answers.validate_tool_calls(completion, request)
+    entries_service.check_quota(ctx, row["project_id"], row["fingerprint"])
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:
         entry = entries_service.save(
             tx,

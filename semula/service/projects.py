@@ -12,7 +12,7 @@ from semula.config import MAX_RECORD_TIMEOUT
 from semula.db import UniqueViolation
 from semula.errors import Conflict, Forbidden, NotFound, Unprocessable
 from semula.ids import new_id
-from semula.service import Context, audit, dumps, load, now, page
+from semula.service import Context, audit, dumps, load, now, page, quotas
 from semula.service.auth import check_project, require, require_unbound
 
 OPERATOR_FIELDS = (
@@ -170,6 +170,7 @@ def create(ctx: Context, data: dict[str, Any]) -> dict[str, Any]:
     changes = load(SettingsSchema(), data)
     _check_switches(ctx, changes)
     values = {**DEFAULTS, **changes}
+    quotas.check(ctx, "quota_projects")
     project_id = new_id("project")
     try:
         with ctx.store.transaction(ctx.principal.workspace_id) as tx:

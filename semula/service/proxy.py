@@ -11,7 +11,7 @@ from typing import Any
 from semula import fingerprint as fp
 from semula import redact, stream, templates
 from semula.errors import BadRequest, NotFound, ReplayMiss, TooManyMisses
-from semula.service import Context
+from semula.service import Context, quotas
 from semula.service import entries as entries_service
 from semula.service import pending as pending_service
 from semula.service import projects as projects_service
@@ -87,6 +87,10 @@ def may_park(ctx: Context, call: Call) -> bool:
 def park(ctx: Context, call: Call) -> None:
     """Park a miss (or join the identical one parked already); 429 past max_misses."""
     stored = redact.redact_obj(call.body, ctx.settings.secrets())
+    if quotas.limit(ctx, "quota_parked") is not None and not ctx.store.one(
+        "pending_by_fingerprint", project_id=call.project["id"], fingerprint=call.fingerprint
+    ):
+        quotas.check(ctx, "quota_parked")  # joining a row parked already adds nothing
     call.pending_id = pending_service.park(ctx, call.project, call.fingerprint, stored, call.stream)
     if call.pending_id is None:
         call.entry = entries_service.lookup(ctx, call.project["id"], call.fingerprint)

@@ -96,6 +96,7 @@ def _forward_once(
     entry = entries_service.lookup(ctx, project["id"], fingerprint)
     if entry is not None:
         return entry
+    entries_service.check_quota(ctx, project["id"], fingerprint)
     _take_budget(ctx, project)
     try:
         completion, chunks = call_provider(ctx.settings, body, project["upstream_model"])

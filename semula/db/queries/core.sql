@@ -53,8 +53,13 @@ INSERT INTO tokens (id, workspace_id, name, hash, role, scope, project_id, creat
 VALUES (:id, :workspace_id, :name, :hash, :role, :scope, :project_id, :now)
 
 -- name: token_by_hash
-SELECT t.*, p.name AS project_name FROM tokens t LEFT JOIN projects p ON p.id = t.project_id
+SELECT t.*, p.name AS project_name, w.disabled AS workspace_disabled
+FROM tokens t JOIN workspaces w ON w.id = t.workspace_id LEFT JOIN projects p ON p.id = t.project_id
 WHERE t.hash = :hash AND t.revoked_at IS NULL
+
+-- name: token_by_hash.postgresql
+-- Authentication comes before the workspace is known: row-level security would hide the row.
+SELECT * FROM semula_token_by_hash(:hash)
 
 -- name: get_token
 SELECT t.*, p.name AS project_name FROM tokens t LEFT JOIN projects p ON p.id = t.project_id
@@ -81,3 +86,29 @@ WHERE workspace_id = :workspace_id
   AND (CAST(:before AS TEXT) IS NULL OR id < :before)
 ORDER BY id DESC
 LIMIT :limit
+
+-- name: create_workspace
+INSERT INTO workspaces (id, name, disabled, created_at) VALUES (:id, :name, 0, :now)
+
+-- name: get_workspace_by_name
+SELECT * FROM workspaces WHERE name = :name
+
+-- name: list_workspaces
+SELECT * FROM workspaces ORDER BY name
+
+-- name: set_workspace_disabled
+UPDATE workspaces SET disabled = :disabled WHERE id = :id
+
+-- name: set_workspace_quotas
+UPDATE workspaces SET quota_projects = :quota_projects, quota_entries = :quota_entries,
+    quota_parked = :quota_parked, quota_answer_bytes = :quota_answer_bytes
+WHERE id = :id
+
+-- name: count_projects
+SELECT COUNT(*) AS n FROM projects WHERE workspace_id = :workspace_id
+
+-- name: count_entries
+SELECT COUNT(*) AS n FROM entries WHERE workspace_id = :workspace_id
+
+-- name: count_parked
+SELECT COUNT(*) AS n FROM pending WHERE workspace_id = :workspace_id AND status = 'pending'

@@ -54,8 +54,8 @@ SELECT id, status, entry_id, resolved_at FROM pending
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status <> 'pending'
 
 -- name: resolved_among.postgresql
-SELECT id, status, entry_id, resolved_at FROM pending
-WHERE id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))) AND status <> 'pending'
+-- Through an owner-run function: one process holds calls of every workspace, row-level security or not.
+SELECT * FROM semula_resolved_among(CAST(:ids AS jsonb))
 
 -- name: insert_call
 INSERT INTO call_log (id, workspace_id, project_id, created_at, fingerprint, model, stream, outcome, status,

@@ -1,0 +1,103 @@
+"""Row-level security holds alone: raw SQL as the application role, bypassing the service layer."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from semula.fingerprint import fingerprint
+from semula.service import pending, projects, tokens, upstream
+from tests.hosted_helpers import app_role_url, hosted, tenant  # noqa: F401 - fixture
+
+REQUEST = {"model": "gpt-4o", "messages": [{"role": "user", "content": "B only"}]}
+
+
+def tenant_tables(conn) -> list[str]:
+    rows = conn.execute(
+        "SELECT table_name FROM information_schema.columns WHERE table_schema = 'public' "
+        "AND column_name = 'workspace_id' ORDER BY table_name"
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+@pytest.fixture
+def filled(hosted, db_url):  # noqa: F811 - the fixture imported above
+    if not db_url.startswith("postgresql"):
+        pytest.skip("row-level security is PostgreSQL's; SQLite relies on the service layer (test_isolation)")
+    operator, _, _ = hosted
+    workspaces = {}
+    for name in ("alpha", "bravo"):
+        ctx = tenant(operator, name)
+        projects.create(ctx, {"name": "p"})
+        row = projects.get_row(ctx, "p")
+        tokens.create(ctx, {"role": "admin"})
+        answered = pending.park(ctx, row, fingerprint(REQUEST), REQUEST, False)
+        pending.answer(ctx, answered, {"content": "x"})
+        pending.park(ctx, row, "v1:parked", REQUEST, False)
+        ctx.store.run("ensure_upstream_usage", project_id=row["id"], workspace_id=ctx.principal.workspace_id)
+        ctx.store.run(
+            "record_dry_run",
+            project_id=row["id"],
+            fingerprint="v1:dry",
+            workspace_id=ctx.principal.workspace_id,
+            model="m",
+            request="{}",
+            now=0,
+        )
+        ctx.store.run(
+            "insert_call",
+            id=f"cal_{name}",
+            workspace_id=ctx.principal.workspace_id,
+            project_id=row["id"],
+            created_at=0,
+            fingerprint=None,
+            model=None,
+            stream=0,
+            outcome="hit",
+            status=200,
+            duration_ms=1,
+            entry_id=None,
+            pending_id=None,
+            token_id=None,
+        )
+        upstream.usage(ctx, "p")
+        workspaces[name] = ctx.principal.workspace_id
+    return workspaces, app_role_url(db_url)
+
+
+def test_every_tenant_table_has_row_level_security(filled, db_url):
+    with psycopg.connect(db_url) as conn:
+        tables = tenant_tables(conn)
+        flags = dict(
+            conn.execute("SELECT relname, relrowsecurity FROM pg_class WHERE relkind = 'r'").fetchall()
+        )
+    assert {"projects", "entries", "entry_revisions", "pending", "call_log", "audit_log", "tokens"} <= set(
+        tables
+    )
+    assert [t for t in tables if not flags[t]] == []
+    assert flags["workspaces"]
+
+
+def test_a_raw_query_under_one_workspace_sees_none_of_the_other(filled):
+    workspaces, app_url = filled
+    with psycopg.connect(app_url, autocommit=True) as conn:
+        tables = tenant_tables(conn)
+        for me, other in (("alpha", "bravo"), ("bravo", "alpha")):
+            conn.execute("SELECT set_config('semula.workspace_id', %s, false)", (workspaces[me],))
+            for table in tables:
+                mine = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                theirs = conn.execute(
+                    f"SELECT count(*) FROM {table} WHERE workspace_id = %s", (workspaces[other],)
+                ).fetchone()[0]
+                assert theirs == 0, f"{table}: {me} sees {theirs} rows of {other}"
+                assert mine > 0, f"{table}: the test put no rows of {me} there"
+            assert conn.execute("SELECT count(*) FROM workspaces").fetchone()[0] == 1
+            # Writing into the other workspace is refused too.
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(
+                    "INSERT INTO audit_log (id, workspace_id, created_at, actor, action) "
+                    "VALUES ('aud_x', %s, 0, 'x', 'x')",
+                    (workspaces[other],),
+                )
+        conn.execute("SELECT set_config('semula.workspace_id', '', false)")
+        assert all(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] == 0 for t in tables)
