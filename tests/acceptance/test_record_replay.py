@@ -284,3 +284,37 @@ def test_sigkill_while_holding_100_calls_loses_no_pending_row(start_server, ctx,
     retry = openai_client(restarted)
     for i in (0, 42, 99):
         assert retry.chat.completions.create(**requests_[i]).choices[0].message.content == f"answer {i}"
+
+
+def test_a_client_that_gives_up_leaves_its_pending_row(start_server, ctx, shop, openai_client):
+    server = start_server()
+    request = {"model": "gpt-4o", "messages": messages("impatient")}
+    with pytest.raises(openai.APITimeoutError):
+        openai_client(server, timeout=1).chat.completions.create(**request)
+    [pending_id] = parked_ids(ctx, shop, 1)
+    pending.answer(ctx, pending_id, {"content": "answered after the client left"})
+    retry = openai_client(server).chat.completions.create(**request)
+    assert retry.choices[0].message.content == "answered after the client left"
+
+
+def test_metrics_add_up_across_gunicorn_workers(start_server, ctx, shop, openai_client):
+    import requests
+
+    server = start_server(workers=2)
+    client = openai_client(server)
+    request = {"model": "gpt-4o", "messages": messages("count me")}
+    record(ctx, shop, client, {"content": "counted"}, **request)
+    hits = 40
+    with ThreadPoolExecutor(8) as pool:  # 8 at once: both workers serve some
+        list(pool.map(lambda _: client.chat.completions.create(**request), range(hits)))
+    text = requests.get(server.url + "/metrics", timeout=10).text
+    counted = sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith('semula_proxy_calls_total{outcome="hit"}')
+    )
+    assert counted == hits
+    assert (
+        sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("semula_misses_total"))
+        == 1
+    )
