@@ -121,28 +121,41 @@ def _forward_once(
                 actor="agent",
                 summary=SUMMARY,
             )
+            usage = parsed.get("usage") or {}
+            tx.run(
+                "add_upstream_tokens",
+                project_id=project["id"],
+                prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                completion_tokens=int(usage.get("completion_tokens") or 0),
+            )
     except BaseException:
         ctx.store.run("give_back_upstream_call", project_id=project["id"])
         raise
-    usage = parsed.get("usage") or {}
-    ctx.store.run(
-        "add_upstream_tokens",
-        project_id=project["id"],
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        completion_tokens=int(usage.get("completion_tokens") or 0),
-    )
     logger.info("forwarded", extra={"project_id": project["id"], "entry_id": saved["id"]})
-    return ctx.store.one("get_entry", id=saved["id"])
+    # What was just written, without reading it back: a forward is a round trip shorter.
+    return {
+        "id": saved["id"],
+        "response": dumps(parsed),
+        "chunks": dumps(chunks) if chunks else None,
+        "review_status": "unreviewed",
+        "model": stored.get("model"),
+    }
 
 
 def _take_budget(ctx: Context, project: dict[str, Any]) -> None:
-    ctx.store.run("ensure_upstream_usage", project_id=project["id"], workspace_id=ctx.principal.workspace_id)
-    if not ctx.store.run(
-        "take_upstream_call",
+    params = dict(
         project_id=project["id"],
         max_calls=project["upstream_max_calls"],
         max_tokens=project["upstream_max_tokens"],
-    ):
+    )
+    taken = ctx.store.run("take_upstream_call", **params)
+    if not taken:
+        # No row yet (the project's first forward), or the cap is spent: make sure, then ask again.
+        ctx.store.run(
+            "ensure_upstream_usage", project_id=project["id"], workspace_id=ctx.principal.workspace_id
+        )
+        taken = ctx.store.run("take_upstream_call", **params)
+    if not taken:
         raise UpstreamBudget(
             f"Project {project['name']!r} has spent its record-through budget "
             f"(upstream_max_calls {project['upstream_max_calls']}, upstream_max_tokens "

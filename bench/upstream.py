@@ -1,0 +1,113 @@
+"""Latency that record-through adds over calling the provider directly (issue 6's benchmark).
+
+    .venv/bin/python -m bench.upstream [--calls 500] [--db sqlite|postgres]
+
+A fake provider on 127.0.0.1 answers at once. The same number of distinct prompts go (a) to
+it directly and (b) through `semula serve` (one gevent worker) with record_through on, each
+a miss that is forwarded, recorded as an entry and returned; the report is the difference of
+the two latency distributions, sequential calls over keep-alive connections. Target: p50 <= 2 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+import requests
+
+from semula.config import Settings
+from semula.db import connect
+from semula.migrate import migrate
+from semula.service import CLI, Context, projects, tokens
+from tests.fake_upstream import FakeUpstream
+from tests.helpers import Server
+
+KEY = "sk-bench-0123456789abcdefghijklmnop"
+PG = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def timed(session: requests.Session, url: str, headers: dict[str, str], count: int, tag: str) -> list[float]:
+    out = []
+    for i in range(count):
+        body = {"model": "gpt-4o", "messages": [{"role": "user", "content": f"{tag} {i}"}]}
+        started = time.perf_counter()
+        r = session.post(url, data=json.dumps(body), headers=headers, timeout=30)
+        out.append((time.perf_counter() - started) * 1000)
+        if r.status_code != 200:
+            raise RuntimeError(f"{url}: {r.status_code} {r.text[:200]}")
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--db", default="sqlite", choices=["sqlite", "postgres"])
+    args = parser.parse_args()
+    fake = FakeUpstream()
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.db == "sqlite":
+            url = f"sqlite:///{tmp}/bench.db"
+        else:
+            name = f"semula_bench_upstream_{int(time.time())}"
+            with psycopg.connect(PG, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            url = PG.rsplit("/", 1)[0] + "/" + name
+        store = connect(url, pool_size=1)
+        migrate(store)
+        settings = Settings.from_env({"SEMULA_DATABASE_URL": url, "SEMULA_UPSTREAM_KEY": KEY})
+        ctx = Context(store, settings, CLI)
+        projects.create(ctx, {"name": "bench", "record_through": True, "upstream_max_calls": 10 * args.calls})
+        token = tokens.create(ctx, {"role": "admin"})["token"]
+        store.close()
+        server = Server(
+            url,
+            Path(tmp) / "server.log",
+            workers=1,
+            SEMULA_UPSTREAM_KEY=KEY,
+            SEMULA_UPSTREAM_URL=fake.url,
+            SEMULA_LOG_LEVEL="warning",
+        ).start()
+        try:
+            with requests.Session() as s:
+                json_headers = {"Content-Type": "application/json"}
+                timed(s, fake.url + "/chat/completions", json_headers, 50, "warm-direct")
+                timed(
+                    s,
+                    server.url + "/p/bench/v1/chat/completions",
+                    {**json_headers, "Authorization": f"Bearer {token}"},
+                    50,
+                    "warm",
+                )
+                direct = timed(s, fake.url + "/chat/completions", json_headers, args.calls, "direct")
+                through = timed(
+                    s,
+                    server.url + "/p/bench/v1/chat/completions",
+                    {**json_headers, "Authorization": f"Bearer {token}"},
+                    args.calls,
+                    "through",
+                )
+        finally:
+            server.stop()
+            fake.close()
+            if args.db == "postgres":
+                with psycopg.connect(PG, autocommit=True) as conn:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+    d50, d99 = statistics.median(direct), pct(direct, 99)
+    t50, t99 = statistics.median(through), pct(through, 99)
+    print(f"record-through on {args.db}, {args.calls} sequential distinct misses:")
+    print(f"  fake provider directly: p50 {d50:.2f} ms, p99 {d99:.2f} ms")
+    print(f"  through semula:         p50 {t50:.2f} ms, p99 {t99:.2f} ms")
+    print(f"  added by semula:        p50 {t50 - d50:.2f} ms, p99 {t99 - d99:.2f} ms (target p50 <= 2 ms)")
+
+
+if __name__ == "__main__":
+    main()
