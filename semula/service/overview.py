@@ -8,17 +8,10 @@ from typing import Any
 from semula.service import Context
 from semula.service import projects as projects_service
 from semula.service.auth import require
+from semula.service.calllog import OUTCOMES
 
-MISS_OUTCOMES = (
-    "parked",
-    "answered",
-    "timeout",
-    "replay_miss",
-    "max_misses",
-    "forwarded",
-    "dry_run",
-    "budget",
-)
+# Every outcome but a hit, and an error (a bad request is no miss).
+MISS_OUTCOMES = tuple(o for o in OUTCOMES if o not in ("hit", "error"))
 
 
 def overview(ctx: Context) -> list[dict[str, Any]]:
