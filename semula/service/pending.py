@@ -226,12 +226,14 @@ def release_claim(ctx: Context, pending_id: str, worker: str) -> bool:
 
 
 def _try_claim(ctx: Context, pending_id: str, worker: str, lease: int) -> dict[str, Any] | None:
+    """One guarded UPDATE; the call in full when this worker won it, None when someone else did."""
     at = now()
     until = at + lease
-    if not ctx.store.run("claim_pending", id=pending_id, worker=worker, until=until, now=at):
+    row = ctx.store.one("claim_pending", id=pending_id, worker=worker, until=until, now=at)
+    if row is None:
         return None
     logger.debug("claimed", extra={"pending_id": pending_id, "lease_seconds": lease})
-    out = present(get_row(ctx, pending_id), full=True)
+    out = present(row, full=True)
     out["claim"] = {"worker": worker, "lease_seconds": lease, "claimed_until": int(until)}
     return out
 

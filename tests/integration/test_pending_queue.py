@@ -266,3 +266,17 @@ def test_rest_bound_token_gets_404_for_another_project(client, make_token, queue
     assert (
         client.get(f"/api/v1/pending/{queue['b1']}", headers=make_token("viewer")).json["status"] == "pending"
     )
+
+
+def test_a_postgresql_claim_relaxes_only_its_own_commit(db_url, queue):
+    if not db_url.startswith("postgresql"):
+        pytest.skip("synchronous_commit is PostgreSQL's")
+    import psycopg
+
+    from semula.db.postgres import PG_QUERIES
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        params = {"id": queue["a1"], "worker": "w", "until": time.time() + 60, "now": time.time()}
+        assert conn.execute(PG_QUERIES["claim_pending"], params).fetchone() is not None
+        assert conn.execute(PG_QUERIES["claim_pending"], params).fetchone() is None
+        assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"

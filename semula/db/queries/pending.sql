@@ -13,19 +13,46 @@ ORDER BY pd.id
 LIMIT :limit
 
 -- name: claim_candidates
--- The oldest pending calls nobody holds; the guarded UPDATE below decides who gets each one.
-SELECT id FROM pending
-WHERE workspace_id = :workspace_id AND status = 'pending'
-  AND (CAST(:project_id AS TEXT) IS NULL OR project_id = :project_id)
-  AND (claim_expires_at IS NULL OR claim_expires_at <= :now)
+-- The oldest pending calls nobody holds: never claimed (or given back), or whose lease has ended.
+-- Two index ranges (migration 0006), so the calls held right now are never scanned. The guarded
+-- UPDATE below decides who gets each one.
+SELECT id FROM (
+    SELECT id FROM pending
+    WHERE workspace_id = :workspace_id AND status = 'pending' AND claim_expires_at IS NULL
+      AND (CAST(:project_id AS TEXT) IS NULL OR project_id = :project_id)
+    ORDER BY id
+    LIMIT :limit
+) AS unclaimed
+UNION ALL
+SELECT id FROM (
+    SELECT id FROM pending
+    WHERE workspace_id = :workspace_id AND status = 'pending' AND claim_expires_at IS NOT NULL
+      AND claim_expires_at <= :now
+      AND (CAST(:project_id AS TEXT) IS NULL OR project_id = :project_id)
+    ORDER BY id
+    LIMIT :limit
+) AS expired
 ORDER BY id
 LIMIT :limit
 
 -- name: claim_pending
 -- One claim: it matches only while the call is pending and no unexpired lease holds it, so of
--- two racing claimers exactly one sees a row count of 1. An expired lease is no lease.
+-- two racing claimers exactly one gets a row back (a row count of 1). An expired lease is no
+-- lease. RETURNING hands the winner the call in full, saving a round trip.
 UPDATE pending SET claimed_by = :worker, claim_expires_at = :until
 WHERE id = :id AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= :now)
+RETURNING *, (SELECT name FROM projects WHERE projects.id = pending.project_id) AS project_name
+
+-- name: claim_pending.postgresql
+-- The same UPDATE, committed without waiting for the WAL flush (synchronous_commit off for this
+-- statement's transaction only). Racing claimers queue on the winner's row lock until it commits,
+-- so the flush would set the pace of the whole queue. A claim is advisory: one lost in a database
+-- crash is a lease that ended early. Answers and everything else stay synchronous (decision 0022).
+WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
+UPDATE pending SET claimed_by = :worker, claim_expires_at = :until
+WHERE id = :id AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= :now)
+  AND EXISTS (SELECT 1 FROM relaxed)
+RETURNING *, (SELECT name FROM projects WHERE projects.id = pending.project_id) AS project_name
 
 -- name: release_claim
 -- Give a claimed call back (the answerer of ADR-0014, through the service only).
