@@ -12,7 +12,8 @@ _settings = Settings.from_env()
 wsgi_app = "semula.web.wsgi:app"
 bind = [_settings.bind]
 workers = _settings.workers
-worker_class = "gevent"
+# gevent's pywsgi server with fair turns and gunicorn's keep-alive rules (semula/worker.py).
+worker_class = "semula.worker.Worker"
 worker_connections = _settings.worker_connections
 preload_app = False
 graceful_timeout = MAX_RECORD_TIMEOUT + 30
