@@ -34,22 +34,27 @@ def park(
 ) -> str | None:
     """The id of the pending row for this miss (new or shared), or None when max_misses is reached."""
     params = dict(project_id=project["id"], fingerprint=fingerprint)
-    inserted = ctx.store.run(
-        "insert_pending",
-        id=new_id("pending"),
-        workspace_id=ctx.principal.workspace_id,
-        model=request.get("model"),
-        request=dumps(request),
-        stream=int(stream),
-        max_misses=project["max_misses"],
-        now=now(),
-        **params,
-    )
-    row = ctx.store.one("pending_by_fingerprint", **params)
-    if row is None and inserted:
-        # Answered between our insert and this read: the caller finds the entry on its next lookup.
-        return None
-    return row["id"] if row else None
+    for _ in range(2):
+        inserted = ctx.store.one(
+            "insert_pending",
+            id=new_id("pending"),
+            workspace_id=ctx.principal.workspace_id,
+            model=request.get("model"),
+            request=dumps(request),
+            stream=int(stream),
+            max_misses=project["max_misses"],
+            now=now(),
+            **params,
+        )
+        if inserted is not None:
+            # Ours, even if someone answers or cancels it before the caller starts to hold it.
+            return inserted["id"]
+        shared = ctx.store.one("pending_by_fingerprint", **params)
+        if shared is not None:
+            return shared["id"]
+        # Neither inserted nor found: the cap is reached, or the identical call we collided with
+        # was resolved in between; one more try tells the two apart.
+    return None
 
 
 def get_row(ctx: Context, pending_id: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ INSERT INTO pending (id, workspace_id, project_id, fingerprint, model, request, 
 SELECT :id, :workspace_id, :project_id, :fingerprint, :model, :request, :stream, 'pending', :now
 WHERE (SELECT COUNT(*) FROM pending WHERE project_id = :project_id AND status = 'pending') < :max_misses
 ON CONFLICT (project_id, fingerprint) WHERE status = 'pending' DO NOTHING
+RETURNING id
 
 -- name: pending_by_fingerprint
 SELECT id FROM pending WHERE project_id = :project_id AND fingerprint = :fingerprint AND status = 'pending'
