@@ -25,7 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     which = args.which or ["replay", "hold"]
     if set(which) - {"replay", "hold"}:
         parser.error("choose among: replay, hold")
-    sections = [f"# semula benchmarks, {time.strftime('%Y-%m-%d %H:%M')}", "", f"Machine: {machine()}"]
+    command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
+    sections = [
+        f"# semula benchmarks, {time.strftime('%Y-%m-%d %H:%M')}",
+        "",
+        f"Machine: {machine()}",
+        f"Command: `{command}`",
+    ]
     try:
         if "replay" in which:
             servers = tuple(s.strip() for s in args.servers.split(",") if s.strip())

@@ -205,17 +205,29 @@ class PostgresDatabase:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 
 
+def _cpu_ticks() -> tuple[int, int]:
+    """Busy and total clock ticks of all cores since boot (the first line of /proc/stat)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]
+    return sum(values) - idle, sum(values)
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has been busy since boot, all cores added up."""
+    return _cpu_ticks()[0] / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds of this process's finished (waited-for) children, e.g. the wrk runs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def cpu_busy(seconds: float = 0.5) -> float:
-    """The share of all cores busy over the next few tenths of a second (from /proc/stat)."""
-
-    def sample() -> tuple[int, int]:
-        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        idle = values[3] + values[4]
-        return sum(values) - idle, sum(values)
-
-    busy0, total0 = sample()
+    """The share of all cores busy over the next few tenths of a second."""
+    busy0, total0 = _cpu_ticks()
     time.sleep(seconds)
-    busy1, total1 = sample()
+    busy1, total1 = _cpu_ticks()
     return (busy1 - busy0) / max(1, total1 - total0)
 
 
