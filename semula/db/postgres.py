@@ -69,11 +69,6 @@ class _Conn:
             self.raw.execute(sql)
 
 
-def _forget_workspace(raw: psycopg.Connection) -> None:
-    # A pooled connection must not carry one tenant's setting into the next checkout.
-    raw.execute("SELECT set_config('semula.workspace_id', '', false)")
-
-
 class PostgresStore:
     dialect = "postgresql"
 
@@ -87,7 +82,6 @@ class PostgresStore:
             kwargs={"autocommit": True, "row_factory": dict_row},
             open=False,
             timeout=30,
-            reset=_forget_workspace,
         )
         with _translated():
             self._pool.open(wait=True, timeout=10)
@@ -101,9 +95,19 @@ class PostgresStore:
     @contextmanager
     def _conn(self) -> Iterator[_Conn]:
         with _translated(), self._pool.connection() as raw:
-            if self.workspace_id is not None:
-                raw.execute("SELECT set_config('semula.workspace_id', %s, false)", (self.workspace_id,))
-            yield _Conn(raw)
+            if self.workspace_id is None:
+                yield _Conn(raw)
+                return
+            raw.execute("SELECT set_config('semula.workspace_id', %s, false)", (self.workspace_id,))
+            try:
+                yield _Conn(raw)
+            finally:
+                # A pooled connection must not carry one tenant's setting into the next checkout;
+                # one that cannot forget it is closed, and the pool replaces it.
+                try:
+                    raw.execute("SELECT set_config('semula.workspace_id', '', false)")
+                except psycopg.Error:
+                    raw.close()
 
     def one(self, name: str, /, **params: Any) -> Row | None:
         with self._conn() as conn:

@@ -101,3 +101,21 @@ def test_a_raw_query_under_one_workspace_sees_none_of_the_other(filled):
                 )
         conn.execute("SELECT set_config('semula.workspace_id', '', false)")
         assert all(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] == 0 for t in tables)
+
+
+def test_a_pooled_connection_forgets_its_workspace(filled):
+    from semula.db import connect
+
+    workspaces, app_url = filled
+    store = connect(app_url, pool_size=1)  # one connection: every checkout reuses it
+    try:
+        mine = store.scoped(workspaces["alpha"]).all(
+            "list_projects", workspace_id=workspaces["alpha"], only_id=None, after=None, limit=10
+        )
+        assert [p["name"] for p in mine] == ["p"]
+        unscoped = store.all(
+            "list_projects", workspace_id=workspaces["alpha"], only_id=None, after=None, limit=10
+        )
+        assert unscoped == []
+    finally:
+        store.close()
