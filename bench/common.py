@@ -120,16 +120,9 @@ class Process:
                 todo += [int(p) for p in task.read_text().split()]
         return found
 
-    def cpu_seconds(self) -> float:
-        """User plus system CPU time used so far by the process and its descendants that are alive."""
-        total = 0
-        for pid in self.pids():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except FileNotFoundError:
-                continue
-            total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
-        return total / os.sysconf("SC_CLK_TCK")
+    def cpu_by_pid(self) -> dict[int, float]:
+        """CPU seconds used so far by the process and each of its descendants that is alive."""
+        return cpu_by_pid(self.pids())
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -161,6 +154,18 @@ def semula_server(name: str, db_url: str, *, auth: bool, workers: int = 2, **env
     url = f"http://{HOST}:{port}"
     process.start(url + "/healthz")
     return process, url
+
+
+def cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    """User plus system CPU seconds of each process that is still alive."""
+    out = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        out[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return out
 
 
 def rss_kib(pid: int) -> int:
@@ -199,6 +204,13 @@ class PostgresDatabase:
                 "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s", (self.name,)
             ).fetchone()
         return int(row[0]) if row else 0
+
+    def backend_pids(self) -> list[int]:
+        """The PostgreSQL server processes serving this database now."""
+        with self._admin() as conn:
+            query = "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+            rows = conn.execute(query, (self.name,)).fetchall()
+        return [row[0] for row in rows]
 
     def drop(self) -> None:
         with self._admin() as conn:
