@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -207,6 +208,7 @@ def run(*, db: str = "postgres", calls: int = 5000) -> str:
             ctx.store.close()
         if pg is not None:
             pg.drop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
     per_call_kb = (rss_holding - rss_before) / calls
     lines = [

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -343,3 +344,4 @@ def run(*, duration: int = 10, rounds: int = 3, warmup: int = 5, only: tuple[str
                 target.process.stop()
         if pg is not None:
             pg.drop()
+        shutil.rmtree(workdir, ignore_errors=True)  # the SQLite database: every call of the run is logged
