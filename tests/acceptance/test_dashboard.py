@@ -73,8 +73,9 @@ def park(pool, client, ctx, shop, content: str, tools=None):
     request = {"model": "gpt-4o", "messages": [{"role": "user", "content": content}]}
     if tools:
         request["tools"] = tools
-    future = pool.submit(client.chat.completions.create, **request)
+    # Read what is parked already before sending: a fast server parks the call before a read after.
     before = {r["id"] for r in ctx.store.all("parked_in_project", project_id=shop["id"])}
+    future = pool.submit(client.chat.completions.create, **request)
     pending_id = wait_for(
         lambda: next(
             (
