@@ -42,7 +42,13 @@ def main(argv: list[str] | None = None) -> int:
             sections += ["", "## Replay", "", text]
         if "hold" in which:
             for db in (d.strip() for d in args.db.split(",") if d.strip()):
-                sections += ["", f"## Held calls ({db})", "", hold.run(db=db, calls=args.calls)]
+                try:
+                    text = hold.run(db=db, calls=args.calls)
+                except BenchError as exc:
+                    if db != "postgres":
+                        raise
+                    text = f"Skipped: {exc}"  # PostgreSQL is optional; SQLite is not
+                sections += ["", f"## Held calls ({db})", "", text]
     except BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1

@@ -129,9 +129,9 @@ def run(*, db: str = "postgres", calls: int = 5000) -> str:
     from semula.service import pending, projects
 
     raise_nofile(2 * calls + 1024)
+    pg = PostgresDatabase().create() if db == "postgres" else None
     workdir = OUT / f"hold-{db}-{int(time.time())}"
     workdir.mkdir(parents=True)
-    pg = PostgresDatabase().create() if db == "postgres" else None
     db_url = pg.url if pg else f"sqlite:///{workdir}/semula.db"
     server: Process | None = None
     client: subprocess.Popen[bytes] | None = None
