@@ -6,6 +6,7 @@ SQLite's busy wait blocks every greenlet of a gevent worker, so transactions sta
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ import sqlite_utils
 from semula.db import QUERIES, Busy, DatabaseError, Row, UniqueViolation
 
 BUSY_TIMEOUT_MS = 5000
+WAL_ATTEMPTS = 100
 
 
 @contextmanager
@@ -85,11 +87,24 @@ class SQLiteStore:
         raw.row_factory = sqlite3.Row
         db = sqlite_utils.Database(raw)
         with _translated():
-            db.enable_wal()
+            self._enable_wal(db)
             raw.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             raw.execute("PRAGMA synchronous = NORMAL")
             raw.execute("PRAGMA foreign_keys = ON")
         return _Conn(raw)
+
+    @staticmethod
+    def _enable_wal(db: sqlite_utils.Database) -> None:
+        # Switching a new file to WAL needs a moment of exclusive access, and SQLite can answer
+        # "locked" at once rather than wait when two processes open the file together.
+        for attempt in range(WAL_ATTEMPTS):
+            try:
+                db.enable_wal()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == WAL_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.02)
 
     @contextmanager
     def _conn(self) -> Iterator[_Conn]:
