@@ -19,46 +19,26 @@ from pathlib import Path
 
 import requests
 
-from semula import answers
-from semula.config import Settings
-from semula.db import connect
-from semula.fingerprint import fingerprint
-from semula.migrate import migrate
-from semula.service import CLI, Context, bundles, entries, projects
+from tests.bundle_helpers import write_bundle
 
 
 def make_bundle(path: Path, count: int) -> dict:
-    settings = Settings.from_env({"SEMULA_DATABASE_URL": f"sqlite:///{path.parent}/source.db"})
-    store = connect(settings.database_url, pool_size=1)
-    migrate(store)
-    ctx = Context(store, settings, CLI)
-    project = projects.create(ctx, {"name": "source"})
-    first = None
-    with store.transaction() as tx:
-        for i in range(count):
-            request = {
+    """A bundle of `count` recorded questions; returns the first request, to ask for a hit."""
+    recorded = [
+        (
+            {
                 "model": "gpt-4o",
                 "messages": [
                     {"role": "system", "content": "You are a helpful assistant. " * 10},
                     {"role": "user", "content": f"Question number {i}: what is {i} squared?"},
                 ],
-            }
-            completion = answers.parse_answer({"content": f"{i} squared is {i * i}. " * 5}, request)
-            entries.save(
-                tx,
-                ctx,
-                project_id=project["id"],
-                fingerprint=fingerprint(request),
-                request=request,
-                response=completion,
-                chunks=None,
-                actor="agent",
-                summary="bench",
-            )
-            first = first or request
-    path.write_bytes(b"".join(bundles.export_bundle(ctx, "source")))
-    store.close()
-    return first
+            },
+            {"content": f"{i} squared is {i * i}. " * 5},
+        )
+        for i in range(count)
+    ]
+    write_bundle(path, recorded)
+    return recorded[0][0]
 
 
 def one_run(bundle: Path, request: dict) -> float:

@@ -10,12 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from semula import answers
-from semula.config import Settings
-from semula.db import connect
-from semula.fingerprint import fingerprint
-from semula.migrate import migrate
-from semula.service import CLI, Context, bundles, entries, projects
+from tests.bundle_helpers import write_bundle
 
 pytestmark = pytest.mark.acceptance
 
@@ -72,27 +67,7 @@ def test_miss():
 
 def make_bundle(path: Path, recorded=RECORDED) -> None:
     """A bundle recorded through the service layer and exported, as `semula export` would."""
-    settings = Settings.from_env({"SEMULA_DATABASE_URL": f"sqlite:///{path.parent}/source.db"})
-    store = connect(settings.database_url, pool_size=1)
-    migrate(store)
-    ctx = Context(store, settings, CLI)
-    project = projects.create(ctx, {"name": "source"})
-    for request, answer in recorded:
-        completion = answers.parse_answer(answer, request)
-        with store.transaction() as tx:
-            entries.save(
-                tx,
-                ctx,
-                project_id=project["id"],
-                fingerprint=fingerprint(request),
-                request=request,
-                response=completion,
-                chunks=None,
-                actor="agent",
-                summary="test",
-            )
-    path.write_bytes(b"".join(bundles.export_bundle(ctx, "source")))
-    store.close()
+    write_bundle(path, recorded)
 
 
 def test_sample_project_replays_and_a_miss_explains_itself(pytester, tmp_path):

@@ -1,0 +1,39 @@
+"""Write a bundle as `semula export` would, from (request, answer) pairs recorded through the service."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from semula import answers
+from semula.config import Settings
+from semula.db import connect
+from semula.fingerprint import fingerprint
+from semula.migrate import migrate
+from semula.service import CLI, Context, bundles, entries, projects
+
+
+def write_bundle(path: Path, recorded: Iterable[tuple[dict[str, Any], Any]]) -> None:
+    """Record the pairs in a scratch SQLite database beside `path` and export them to `path`."""
+    settings = Settings.from_env({"SEMULA_DATABASE_URL": f"sqlite:///{path.parent}/source.db"})
+    store = connect(settings.database_url, pool_size=1)
+    migrate(store)
+    ctx = Context(store, settings, CLI)
+    project = projects.create(ctx, {"name": "source"})
+    with store.transaction() as tx:
+        for request, answer in recorded:
+            completion = answers.parse_answer(answer, request)
+            entries.save(
+                tx,
+                ctx,
+                project_id=project["id"],
+                fingerprint=fingerprint(request),
+                request=request,
+                response=completion,
+                chunks=None,
+                actor="agent",
+                summary="recorded for a bundle",
+            )
+    path.write_bytes(b"".join(bundles.export_bundle(ctx, "source")))
+    store.close()
