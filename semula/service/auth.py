@@ -64,7 +64,12 @@ def require_unbound(ctx: Context) -> None:
         raise Forbidden("This token is bound to one project.", code="project_bound")
 
 
+def visible(ctx: Context, project_id: str) -> bool:
+    """Whether the caller may see this project's objects: a bound token sees its own project only."""
+    return ctx.principal.project_id is None or ctx.principal.project_id == project_id
+
+
 def check_project(ctx: Context, project_id: str) -> None:
-    """A bound token sees its own project only: everything else is a 404, as if absent."""
-    if ctx.principal.project_id is not None and ctx.principal.project_id != project_id:
+    """Everything outside a bound token's project is a 404, as if absent."""
+    if not visible(ctx, project_id):
         raise NotFound("No such project.", code="project_not_found")

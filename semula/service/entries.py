@@ -10,7 +10,7 @@ from semula.db import Tx
 from semula.errors import BadRequest, Conflict, NotFound
 from semula.ids import new_id
 from semula.service import Context, audit, dumps, now, page, projects, quotas
-from semula.service.auth import check_project, require
+from semula.service.auth import require, visible
 
 ACTORS = ("agent", "human", "import")
 
@@ -90,12 +90,8 @@ PREVIEW_CHARS = 120
 def get_row(ctx: Context, entry_id: str) -> dict[str, Any]:
     """The entry row in the caller's workspace; 404 if absent or outside a token's project binding."""
     row = ctx.store.one("get_entry_in_workspace", id=entry_id, workspace_id=ctx.principal.workspace_id)
-    if row is None:
+    if row is None or not visible(ctx, row["project_id"]):
         raise NotFound(f"No entry {entry_id}.", code="entry_not_found")
-    try:
-        check_project(ctx, row["project_id"])
-    except NotFound:
-        raise NotFound(f"No entry {entry_id}.", code="entry_not_found") from None
     return row
 
 

@@ -13,7 +13,7 @@ from semula.ids import new_id
 from semula.service import Context, dumps, now, page, quotas
 from semula.service import entries as entries_service
 from semula.service import projects as projects_service
-from semula.service.auth import check_project, require
+from semula.service.auth import require, visible
 
 logger = logging.getLogger("semula.pending")
 
@@ -59,12 +59,8 @@ def park(
 
 def get_row(ctx: Context, pending_id: str) -> dict[str, Any]:
     row = ctx.store.one("get_pending", id=pending_id, workspace_id=ctx.principal.workspace_id)
-    if row is None:
+    if row is None or not visible(ctx, row["project_id"]):
         raise NotFound(f"No pending call {pending_id}.", code="pending_not_found")
-    try:
-        check_project(ctx, row["project_id"])
-    except NotFound:
-        raise NotFound(f"No pending call {pending_id}.", code="pending_not_found") from None
     return row
 
 
