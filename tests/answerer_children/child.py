@@ -22,6 +22,12 @@ def parent_name() -> str:
         return f.read().strip()
 
 
+def write_atomically(path: str, text: str) -> None:
+    with open(path + ".part", "w") as f:
+        f.write(text)
+    os.replace(path + ".part", path)
+
+
 def main() -> int:
     mode = sys.argv[1]
     arg = sys.argv[2] if len(sys.argv) > 2 else ""
@@ -34,10 +40,9 @@ def main() -> int:
     if out_dir:
         with open(os.path.join(out_dir, f"runs-{doc['pending_id']}"), "a") as f:
             f.write(f"{doc['attempt']}\n")
-        with open(os.path.join(out_dir, f"pid-{tag}"), "w") as f:
-            f.write(str(os.getpid()))
-        with open(os.path.join(out_dir, f"stdin-{tag}.json"), "w") as f:
-            f.write(raw)
+        # Written whole or not at all: the tests poll for these files while the child runs.
+        write_atomically(os.path.join(out_dir, f"pid-{tag}"), str(os.getpid()))
+        write_atomically(os.path.join(out_dir, f"stdin-{tag}.json"), raw)
 
     if mode == "echo":
         print(f"  {arg}  ")
