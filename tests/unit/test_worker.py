@@ -1,0 +1,73 @@
+"""semula.worker.parse_headers reads exactly what the standard library's parser pywsgi uses would."""
+
+from __future__ import annotations
+
+import io
+from http import client
+
+import pytest
+from gevent.pywsgi import OldMessage, WSGIHandler
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from semula.worker import Handler, parse_headers
+
+NAMES = st.sampled_from(["Host", "Content-Type", "Content-Length", "X-A", "authorization", "A_B", "x"])
+VALUES = st.binary(max_size=12).filter(lambda b: b"\r" not in b and b"\n" not in b)
+LINES = st.one_of(
+    st.builds(lambda n, v: n.encode() + b": " + v + b"\r\n", NAMES, VALUES),  # the plain form
+    st.builds(lambda n, v: n.encode() + b":" + v + b"\n", NAMES, VALUES),  # no space, bare LF
+    st.builds(lambda v: b" \t" + v + b"\r\n", VALUES),  # a folded continuation
+    st.builds(lambda v: b"no colon " + v + b"\r\n", VALUES),
+    st.just(b"From someone\r\n"),
+    st.just(b": empty name\r\n"),
+    st.just(b"X-Cr: a\rb\r\n"),
+    st.just(b"Trailing:  spaces  \r\n"),
+)
+
+
+def standard(block: bytes) -> tuple[list[tuple[str, str]], str, bytes]:
+    fp = io.BytesIO(block)
+    message = client.parse_headers(fp, _class=OldMessage)
+    return message.items(), message.status, fp.read()
+
+
+def ours(block: bytes) -> tuple[list[tuple[str, str]], str, bytes]:
+    fp = io.BytesIO(block)
+    message = parse_headers(fp)
+    return message.items(), message.status, fp.read()
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(LINES, max_size=8), st.sampled_from([b"\r\n", b"\n", b""]), st.binary(max_size=8))
+def test_any_header_block_parses_as_the_standard_library_parses_it(lines, end, body):
+    block = b"".join(lines) + end + body
+    assert ours(block) == standard(block)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(LINES, max_size=8))
+def test_the_environ_gets_the_headers_pywsgi_would_give_it(lines):
+    handler = Handler.__new__(Handler)
+    handler.headers = parse_headers(io.BytesIO(b"".join(lines) + b"\r\n"))
+    assert list(handler._headers()) == list(WSGIHandler._headers(handler))
+
+
+def test_plain_headers_keep_order_duplicates_and_case_insensitive_lookup():
+    message = parse_headers(io.BytesIO(b"Host: a\r\nX-Semula-Project: shop\r\nX-A: 1\r\nx-a: 2\r\n\r\nbody"))
+    assert message.get("x-semula-project") == "shop"
+    assert message.get_all("X-A") == ["1", "2"]
+    assert list(message.headers) == ["Host: a\r\n", "X-Semula-Project: shop\r\n", "X-A: 1\r\n", "x-a: 2\r\n"]
+
+
+def test_a_line_past_the_limit_is_refused_as_pywsgi_refuses_it():
+    message = parse_headers(io.BytesIO(b"X: " + b"a" * 70_000 + b"\r\n\r\n"))
+    assert message.status == "Line too long"
+
+
+def test_more_than_100_headers_are_refused():
+    block = b"".join(b"X-%d: 1\r\n" % i for i in range(101)) + b"\r\n"
+    with pytest.raises(client.HTTPException, match="more than 100 headers"):
+        parse_headers(io.BytesIO(block))
+    with pytest.raises(client.HTTPException, match="more than 100 headers"):
+        client.parse_headers(io.BytesIO(block))
