@@ -72,6 +72,8 @@ class Tx(Protocol):
 
 class Store(Protocol):
     dialect: str
+    # True when a call holds the whole process until it returns (SQLite), even under gevent.
+    blocks_process: bool
 
     def one(self, name: str, /, **params: Any) -> Row | None: ...
     def all(self, name: str, /, **params: Any) -> list[Row]: ...
@@ -80,6 +82,14 @@ class Store(Protocol):
     def scoped(self, workspace_id: str) -> Store: ...
     def migration_transaction(self) -> AbstractContextManager[Tx]: ...
     def iterate(self, name: str, /, batch: int = 500, **params: Any) -> Iterator[Row]: ...
+    def version(self, project_id: str, fingerprint: str) -> object:
+        """A value that differs once the project row or its entry for `fingerprint` may have changed.
+
+        Read before the rows it covers, it tells a later caller whether what it read then is still
+        current (semula.service.hits). It may change more often than those rows, never less.
+        """
+        ...
+
     def close(self) -> None: ...
 
 

@@ -71,6 +71,7 @@ class _Conn:
 
 class PostgresStore:
     dialect = "postgresql"
+    blocks_process = False  # psycopg waits through gevent's patched sockets
 
     workspace_id: str | None = None
 
@@ -116,6 +117,11 @@ class PostgresStore:
     def all(self, name: str, /, **params: Any) -> list[Row]:
         with self._conn() as conn:
             return conn.all(name, **params)
+
+    def version(self, project_id: str, fingerprint: str) -> object:
+        """The row versions (xmin) of the project and of its entry: every update writes a new one."""
+        row = self.one("replay_version", project_id=project_id, fingerprint=fingerprint)
+        return object() if row is None else (row["project_version"], row["entry_version"])
 
     def run(self, name: str, /, **params: Any) -> int:
         with self._conn() as conn:

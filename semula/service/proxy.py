@@ -125,18 +125,23 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
     )
 
 
+def templated(entry: dict[str, Any]) -> bool:
+    """Whether an entry's answer has templates to expand per response."""
+    # Stored JSON never escapes braces, so an answer without "{{" in its text has nothing to expand.
+    return "{{" in entry["response"] or "{{" in (entry.get("chunks") or "")
+
+
 def render(call: Call, entry: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None]:
     """The response for an entry: a completion, or (for stream requests) the chunks to send."""
     completion, chunks = entries_service.decode(entry)
-    # Stored JSON never escapes braces, so an answer without "{{" in its text has nothing to expand.
-    templated = "{{" in entry["response"] or "{{" in (entry.get("chunks") or "")
+    expand = templated(entry)
     now = time.time()
     response_id = "chatcmpl-" + os.urandom(12).hex()
     created = int(now)
     if not call.stream:
         if completion is None or not completion.get("choices"):
             completion = stream.assemble_chunks(chunks or [])
-        out = templates.expand_completion(completion, call.model, now) if templated else completion
+        out = templates.expand_completion(completion, call.model, now) if expand else completion
         return {
             "id": response_id,
             "object": "chat.completion",
@@ -150,7 +155,7 @@ def render(call: Call, entry: dict[str, Any]) -> tuple[dict[str, Any] | None, li
         )
     else:
         body = stream.synthesize_chunks(completion, call.include_usage)
-    if templated:
+    if expand:
         body = templates.expand_chunks(body, call.model, now)
     return None, stream.stamp_chunks(body, response_id, created, call.model)
 

@@ -20,7 +20,7 @@ from semula import errors, metrics, stream
 from semula.config import Settings
 from semula.db import DatabaseError, Store
 from semula.parking import Parking
-from semula.service import Context, Principal, upstream
+from semula.service import Context, Principal, hits, upstream
 from semula.service import proxy as proxy_service
 from semula.service.auth import authenticate
 from semula.service.calllog import CallLog
@@ -100,6 +100,7 @@ class ProxyApp:
         self.calllog = calllog
         self.base = Context(store, settings, principal=None)  # type: ignore[arg-type]
         self.principals = PrincipalCache()
+        self.hits = hits.HitCache()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         match = ROUTE.match(environ.get("PATH_INFO", ""))
@@ -110,20 +111,30 @@ class ProxyApp:
         call: proxy_service.Call | None = None
         try:
             ctx = self.base.as_(self.principals.authenticate(self.base, environ.get("HTTP_AUTHORIZATION")))
-            project = proxy_service.resolve_project(
-                ctx, match["project"], environ.get("HTTP_X_SEMULA_PROJECT")
-            )
+            header_project = environ.get("HTTP_X_SEMULA_PROJECT")
+            key, version = None, None
+            if match["what"] == "chat/completions" and environ.get("REQUEST_METHOD") == "POST":
+                key = hits.key(ctx, match["project"], header_project, self._read(environ))
+                kept = self.hits.serve(ctx, key)
+                if kept is not None:
+                    self._log(ctx, kept.call, "hit", 200, started)
+                    return self._json(start_response, 200, self.hits.completion(kept))
+                version = self.hits.before(ctx, key)
+            project = proxy_service.resolve_project(ctx, match["project"], header_project)
             if match["what"] == "models":
                 self._method(environ, "GET")
                 return self._json(start_response, 200, proxy_service.models(ctx, project))
             self._method(environ, "POST")
-            call = proxy_service.start(ctx, project, self._body(environ))
+            assert key is not None
+            call = proxy_service.start(ctx, project, self._parse(key[-1]))
             outcome = "hit" if call.entry else self._miss(ctx, call)
             completion, chunks = proxy_service.render(call, call.entry)
             self._log(ctx, call, outcome, 200, started)
             if chunks is not None:
                 start_response(STATUS_TEXT[200], SSE_HEADERS)
                 return stream.sse_lines(chunks)
+            if outcome == "hit":
+                self.hits.keep(key, call, completion, version)
             return self._json(start_response, 200, completion)
         except errors.SemulaError as exc:
             return self._error(start_response, exc, ctx, call, started)
@@ -163,7 +174,7 @@ class ProxyApp:
         call.entry = self.store.one("get_entry", id=entry_id)
         return "answered"
 
-    def _body(self, environ: dict[str, Any]) -> Any:
+    def _read(self, environ: dict[str, Any]) -> bytes:
         limit = self.settings.max_body_bytes
         length = environ.get("CONTENT_LENGTH") or ""
         if length.isdigit() and int(length) > limit:
@@ -171,6 +182,10 @@ class ProxyApp:
         raw = environ["wsgi.input"].read(int(length) if length.isdigit() else limit + 1)
         if len(raw) > limit:
             raise errors.PayloadTooLarge()
+        return raw
+
+    @staticmethod
+    def _parse(raw: bytes) -> Any:
         try:
             return json.loads(raw)
         except ValueError:

@@ -1,5 +1,7 @@
 """The WSGI entry point gunicorn loads in each worker (never preloaded: gevent must patch first)."""
 
+import gevent
+
 from semula import logs
 from semula.config import Settings
 from semula.service import retention
@@ -8,6 +10,11 @@ from semula.web import create_app
 settings = Settings.from_env()
 logs.setup(settings.log_level, settings.secrets())
 app = create_app(settings)
-app.extensions["semula"]["calllog"].start()
+store = app.extensions["semula"]["store"]
+# Call-log rows are written every 0.1 s. SQLite's calls hold the whole process, so its writes (and the
+# WAL checkpoints they trigger, with an fsync) run in one of gevent's native threads instead.
+app.extensions["semula"]["calllog"].start(
+    interval=0.1, offload=gevent.get_hub().threadpool.apply if store.blocks_process else None
+)
 # Call-log retention: every worker prunes hourly in small batches (docs/retention.md).
-retention.start_pruner(app.extensions["semula"]["store"], settings.log_retention_days)
+retention.start_pruner(store, settings.log_retention_days)

@@ -214,6 +214,7 @@ NO_OBJECT = {
     "proxy.park",
     "proxy.replay_miss",
     "proxy.render",
+    "proxy.templated",
     "proxy.log_row",
     "proxy.models",
     "quotas.limit",

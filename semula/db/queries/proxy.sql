@@ -4,6 +4,12 @@
 SELECT id, response, chunks, review_status, model FROM entries
 WHERE project_id = :project_id AND fingerprint = :fingerprint
 
+-- name: replay_version.postgresql
+-- store.version(): an update always writes a new row version, so xmin changes with every edit.
+SELECT CAST(p.xmin AS TEXT) AS project_version, CAST(e.xmin AS TEXT) || e.id AS entry_version
+FROM projects p LEFT JOIN entries e ON e.project_id = p.id AND e.fingerprint = :fingerprint
+WHERE p.id = :project_id
+
 -- name: get_entry
 SELECT * FROM entries WHERE id = :id
 
@@ -57,6 +63,30 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND status <> 'pending'
 -- name: resolved_among.postgresql
 -- Through an owner-run function: one process holds calls of every workspace, row-level security or not.
 SELECT * FROM semula_resolved_among(CAST(:ids AS jsonb))
+
+-- name: insert_calls
+-- A batch of call-log rows as one JSON array: one statement, however many rows (semula.service.calllog).
+INSERT INTO call_log (id, workspace_id, project_id, created_at, fingerprint, model, stream, outcome, status,
+    duration_ms, entry_id, pending_id, token_id)
+SELECT json_extract(value, '$.id'),
+    json_extract(value, '$.workspace_id'),
+    json_extract(value, '$.project_id'),
+    json_extract(value, '$.created_at'),
+    json_extract(value, '$.fingerprint'),
+    json_extract(value, '$.model'),
+    json_extract(value, '$.stream'),
+    json_extract(value, '$.outcome'),
+    json_extract(value, '$.status'),
+    json_extract(value, '$.duration_ms'),
+    json_extract(value, '$.entry_id'),
+    json_extract(value, '$.pending_id'),
+    json_extract(value, '$.token_id')
+FROM json_each(:rows)
+
+-- name: insert_calls.postgresql
+INSERT INTO call_log (id, workspace_id, project_id, created_at, fingerprint, model, stream, outcome, status,
+    duration_ms, entry_id, pending_id, token_id)
+SELECT * FROM jsonb_to_recordset(CAST(:rows AS JSONB)) AS r (id TEXT, workspace_id TEXT, project_id TEXT, created_at DOUBLE PRECISION, fingerprint TEXT, model TEXT, stream INTEGER, outcome TEXT, status INTEGER, duration_ms DOUBLE PRECISION, entry_id TEXT, pending_id TEXT, token_id TEXT)
 
 -- name: insert_call
 INSERT INTO call_log (id, workspace_id, project_id, created_at, fingerprint, model, stream, outcome, status,

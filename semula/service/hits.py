@@ -1,0 +1,93 @@
+"""Replay hits kept per process: a repeated request costs no fingerprint, no entry query and no render.
+
+A hit is kept under the exact request it answered (the raw body, the project selector and the
+caller's workspace and binding) with the value of `store.version(project, fingerprint)` read *before*
+the request's project and entry were read. It is served again only while that value is unchanged:
+on SQLite a counter that moves with every commit of any other connection, on PostgreSQL the row
+versions of the project and the entry. An edit, revert, rejection, deletion or re-recording, or a
+change of the project's settings, made through any process, is therefore seen by the very next
+request, as without this cache (docs/decisions/0024-kept-replay-hits.md).
+
+The first sight of a request only notes which project and fingerprint it led to; the next one reads
+the version first and keeps what it finds. Streams and answers with templates are never kept.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from semula.service import Context
+from semula.service.auth import require, visible
+from semula.service.proxy import Call, templated
+
+# Bounds the memory: at most SIZE requests of at most MAX_BODY bytes each (64 MiB in all).
+SIZE = 2048
+MAX_BODY = 32 * 1024
+HIDDEN = ("id", "object", "created", "model")
+Key = tuple[str, "str | None", "str | None", "str | None", bytes]
+
+
+def key(ctx: Context, path_project: str | None, header_project: str | None, raw: bytes) -> Key:
+    """What decides the answer to a request, besides the rows store.version() covers."""
+    return (ctx.principal.workspace_id, ctx.principal.project_id, path_project, header_project, raw)
+
+
+@dataclass
+class Kept:
+    project_id: str
+    fingerprint: str
+    version: object = None  # None until a request has read it before its rows
+    call: Call | None = None  # the call that found the hit: the call log's row is made from it
+    rest: dict[str, Any] | None = None  # the completion but for id, object, created and model
+
+
+class HitCache:
+    def __init__(self, size: int = SIZE, max_body: int = MAX_BODY):
+        self.size = size
+        self.max_body = max_body
+        self._kept: dict[Key, Kept] = {}
+
+    def serve(self, ctx: Context, key: Key) -> Kept | None:
+        """The kept hit for this request, if the rows it came from are unchanged."""
+        kept = self._kept.get(key)
+        if kept is None or kept.rest is None or not visible(ctx, kept.project_id):
+            return None
+        if ctx.store.version(kept.project_id, kept.fingerprint) != kept.version:
+            kept.version, kept.call, kept.rest = None, None, None
+            return None
+        require(ctx, role="viewer", scope="replay")
+        return kept
+
+    def before(self, ctx: Context, key: Key) -> object:
+        """The version to keep a hit under; read before the request's project and entry are."""
+        kept = self._kept.get(key)
+        return None if kept is None else ctx.store.version(kept.project_id, kept.fingerprint)
+
+    def keep(self, key: Key, call: Call, completion: dict[str, Any], version: object) -> None:
+        """Keep a hit that `before()` read `version` for; a first sight only notes where it led."""
+        if call.stream or call.entry is None or templated(call.entry) or len(key[-1]) > self.max_body:
+            return
+        kept = self._kept.get(key)
+        found = (call.project["id"], call.fingerprint)
+        if kept is None or version is None or (kept.project_id, kept.fingerprint) != found:
+            if len(self._kept) >= self.size:
+                self._kept.clear()
+            self._kept[key] = Kept(*found)
+            return
+        kept.version, kept.call = version, call
+        kept.rest = {k: v for k, v in completion.items() if k not in HIDDEN}
+
+    @staticmethod
+    def completion(kept: Kept) -> dict[str, Any]:
+        """The kept answer with a fresh id and created, as proxy.render() writes it."""
+        assert kept.call is not None and kept.rest is not None
+        return {
+            "id": "chatcmpl-" + os.urandom(12).hex(),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": kept.call.model,
+            **kept.rest,
+        }

@@ -1,0 +1,160 @@
+"""Kept replay hits (semula.service.hits): a repeat skips the entry query, and a change is seen at once.
+
+Each change is made through a second store on the same database, as another server process would
+make it, and the very next request must see it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+
+import pytest
+
+from semula.db import connect
+from semula.service import Context, bundles, entries, hits, projects
+from tests.entry_helpers import request_for, save_entry
+
+URL = "/p/shop/v1/chat/completions"
+BODY = request_for("hello")
+
+
+@pytest.fixture
+def shop(ctx):
+    projects.create(ctx, {"name": "shop", "mode": "replay"})
+    return save_entry(ctx, "shop", "hello", {"content": "first"})
+
+
+@pytest.fixture
+def other(ctx, db_url):
+    """The service layer over a store of its own: what another semula process would do."""
+    store = connect(db_url, pool_size=2)
+    yield replace(ctx, store=store)
+    store.close()
+
+
+@pytest.fixture
+def entry_queries(store, monkeypatch):
+    seen: list[str] = []
+    one = store.one
+
+    def counting(name, /, **params):
+        seen.append(name)
+        return one(name, **params)
+
+    monkeypatch.setattr(store, "one", counting)
+    return seen
+
+
+def answer(client, headers, body=BODY, url=URL):
+    r = client.post(url, json=body, headers=headers)
+    if r.status_code != 200:
+        return r.status_code, r.json["error"]["code"]
+    return r.status_code, r.json["choices"][0]["message"]["content"]
+
+
+def warm(client, headers, times=3):
+    """The first sight notes the request, the second keeps the hit, the rest are served kept."""
+    return [answer(client, headers) for _ in range(times)]
+
+
+def test_a_repeated_hit_skips_the_entry_query_and_keeps_its_log_and_fresh_ids(
+    ctx, shop, app, client, make_token, entry_queries
+):
+    # As in a server: call-log rows are written in batches (on SQLite every commit ends kept hits).
+    calllog = app.extensions["semula"]["calllog"]
+    calllog.batched = True
+    headers = make_token("viewer", scope="replay")
+    assert warm(client, headers) == [(200, "first")] * 3
+    entry_queries.clear()
+    bodies = [client.post(URL, json=BODY, headers=headers).json for _ in range(5)]
+    assert "entry_by_fingerprint" not in entry_queries and "get_project_by_name" not in entry_queries
+    assert {b["choices"][0]["message"]["content"] for b in bodies} == {"first"}
+    assert len({b["id"] for b in bodies}) == 5 and {b["model"] for b in bodies} == {"gpt-4o"}
+    assert {k for b in bodies for k in b} == {"id", "object", "created", "model", "choices", "usage"}
+    calllog.flush()
+    project_id = projects.get_row(ctx, "shop")["id"]
+    calls = ctx.store.all("calls_in_project", project_id=project_id)
+    assert len(calls) == 8
+    assert {(c["outcome"], c["status"], c["entry_id"]) for c in calls} == {("hit", 200, shop["id"])}
+
+
+def edit(other, shop):
+    entries.edit(other, shop["id"], {"content": "second"})
+
+
+def revert(other, shop):
+    entries.edit(other, shop["id"], {"content": "second"})
+    entries.revert(other, shop["id"], 1)
+
+
+def reject(other, shop):
+    entries.review(other, shop["id"], "rejected")
+
+
+def delete(other, shop):
+    entries.delete(other, shop["id"])
+
+
+def ignore_messages(other, shop):
+    projects.update(other, "shop", {"ignore_fields": ["/messages"]})
+
+
+def import_over(other, shop):
+    bundle = json.loads(b"".join(bundles.export_bundle(other, "shop")))
+    bundle["entries"][0]["response"]["choices"][0]["message"]["content"] = "imported"
+    bundles.import_bundle(other, "shop", io.BytesIO(json.dumps(bundle).encode()))
+
+
+CHANGES = {
+    edit: (200, "second"),
+    revert: (200, "first"),
+    reject: (424, "semula_replay_miss"),
+    delete: (424, "semula_replay_miss"),
+    ignore_messages: (424, "semula_replay_miss"),  # another fingerprint: no entry under it
+    import_over: (200, "imported"),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=[c.__name__ for c in CHANGES])
+def test_a_change_made_by_another_process_is_seen_by_the_next_request(
+    shop, other, client, make_token, change
+):
+    headers = make_token("admin")
+    assert warm(client, headers) == [(200, "first")] * 3
+    change(other, shop)
+    assert answer(client, headers) == CHANGES[change]
+
+
+def test_a_kept_hit_follows_the_entry_back_and_forth(shop, other, client, make_token):
+    headers = make_token("admin")
+    seen = []
+    for text in ("second", "third", "first"):
+        warm(client, headers)
+        entries.edit(other, shop["id"], {"content": text})
+        seen.append(answer(client, headers))
+    assert seen == [(200, "second"), (200, "third"), (200, "first")]
+
+
+def test_a_token_bound_elsewhere_gets_404_even_for_a_kept_request(ctx, shop, client, make_token):
+    projects.create(ctx, {"name": "elsewhere"})
+    assert warm(client, make_token("admin")) == [(200, "first")] * 3
+    bound = make_token("viewer", project="elsewhere")
+    assert answer(client, bound) == (404, "project_not_found")
+
+
+def test_the_same_request_in_another_workspace_is_not_served_from_this_one(ctx, shop):
+    elsewhere = Context(ctx.store, ctx.settings, replace(ctx.principal, workspace_id="wsp_other"))
+    assert hits.key(ctx, "shop", None, b"{}") != hits.key(elsewhere, "shop", None, b"{}")
+
+
+def test_templates_and_streams_are_rendered_afresh_each_time(ctx, client, make_token):
+    projects.create(ctx, {"name": "shop", "mode": "replay"})
+    save_entry(ctx, "shop", "hello", {"content": "id {{uuid}}"})
+    headers = make_token("admin")
+    texts = [answer(client, headers)[1] for _ in range(4)]
+    assert len(set(texts)) == 4 and all(t.startswith("id ") and "{{" not in t for t in texts)
+    stream = {**BODY, "stream": True}
+    streams = [client.post(URL, json=stream, headers=headers).get_data(as_text=True) for _ in range(4)]
+    assert all(s.endswith("data: [DONE]\n\n") for s in streams) and len(set(streams)) == 4
