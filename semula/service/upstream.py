@@ -92,12 +92,18 @@ def forward(ctx: Context, project: dict[str, Any], fingerprint: str, body: dict[
 def _forward_once(
     ctx: Context, project: dict[str, Any], fingerprint: str, body: dict[str, Any], stored: dict[str, Any]
 ) -> dict[str, Any]:
-    # An earlier flight (or another process) may have recorded it since this request looked.
-    entry = entries_service.lookup(ctx, project["id"], fingerprint)
-    if entry is not None:
-        return entry
     entries_service.check_quota(ctx, project["id"], fingerprint)
-    _take_budget(ctx, project)
+    # An earlier flight (or another process) may have recorded it since this request looked: the
+    # budget is taken only while no entry replays for the fingerprint, in the same statement.
+    if not _take_budget(ctx, project, fingerprint):
+        entry = entries_service.lookup(ctx, project["id"], fingerprint)
+        if entry is not None:
+            return entry
+        raise UpstreamBudget(
+            f"Project {project['name']!r} has spent its record-through budget "
+            f"(upstream_max_calls {project['upstream_max_calls']}, upstream_max_tokens "
+            f"{project['upstream_max_tokens']}); an admin can raise it or reset the usage."
+        )
     try:
         completion, chunks = call_provider(ctx.settings, body, project["upstream_model"])
         try:
@@ -142,25 +148,19 @@ def _forward_once(
     }
 
 
-def _take_budget(ctx: Context, project: dict[str, Any]) -> None:
+def _take_budget(ctx: Context, project: dict[str, Any], fingerprint: str) -> bool:
+    """Count one upstream call against the caps, unless they are spent or the entry exists now."""
     params = dict(
         project_id=project["id"],
+        fingerprint=fingerprint,
         max_calls=project["upstream_max_calls"],
         max_tokens=project["upstream_max_tokens"],
     )
-    taken = ctx.store.run("take_upstream_call", **params)
-    if not taken:
-        # No row yet (the project's first forward), or the cap is spent: make sure, then ask again.
-        ctx.store.run(
-            "ensure_upstream_usage", project_id=project["id"], workspace_id=ctx.principal.workspace_id
-        )
-        taken = ctx.store.run("take_upstream_call", **params)
-    if not taken:
-        raise UpstreamBudget(
-            f"Project {project['name']!r} has spent its record-through budget "
-            f"(upstream_max_calls {project['upstream_max_calls']}, upstream_max_tokens "
-            f"{project['upstream_max_tokens']}); an admin can raise it or reset the usage."
-        )
+    if ctx.store.run("take_upstream_call", **params):
+        return True
+    # No usage row yet (the project's first forward), the caps are spent, or the entry exists.
+    ctx.store.run("ensure_upstream_usage", project_id=project["id"], workspace_id=ctx.principal.workspace_id)
+    return bool(ctx.store.run("take_upstream_call", **params))
 
 
 def call_provider(settings: Any, body: dict[str, Any], model: str | None) -> tuple[dict[str, Any], Any]:

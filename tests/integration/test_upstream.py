@@ -228,7 +228,9 @@ def test_cli_shows_and_resets_usage(db_url, uctx, shop, monkeypatch):
     from semula.cli import main
 
     uctx.store.run("ensure_upstream_usage", project_id=shop["id"], workspace_id="wsp_default")
-    uctx.store.run("take_upstream_call", project_id=shop["id"], max_calls=5, max_tokens=None)
+    uctx.store.run(
+        "take_upstream_call", project_id=shop["id"], fingerprint="v1:none", max_calls=5, max_tokens=None
+    )
     monkeypatch.setenv("SEMULA_DATABASE_URL", db_url)
     shown = CliRunner().invoke(main, ["project", "upstream", "shop"])
     assert shown.exit_code == 0 and json.loads(shown.output)["calls"] == 1

@@ -7,9 +7,14 @@ ON CONFLICT (project_id) DO NOTHING
 
 -- name: take_upstream_call
 -- The budget check and the count are one guarded statement, so concurrent misses cannot pass the cap.
+-- It also re-checks, in the same round trip, that no entry replays for the fingerprint by now.
 UPDATE upstream_usage SET calls = calls + 1
 WHERE project_id = :project_id AND calls < :max_calls
   AND (CAST(:max_tokens AS BIGINT) IS NULL OR prompt_tokens + completion_tokens < :max_tokens)
+  AND NOT EXISTS (
+    SELECT 1 FROM entries
+    WHERE project_id = :project_id AND fingerprint = :fingerprint AND review_status <> 'rejected'
+  )
 
 -- name: give_back_upstream_call
 UPDATE upstream_usage SET calls = calls - 1 WHERE project_id = :project_id AND calls > 0
