@@ -14,20 +14,18 @@ the version first and keeps what it finds. Streams and answers with templates ar
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from semula.service import Context
 from semula.service.auth import require, visible
-from semula.service.proxy import Call, templated
+from semula.service.proxy import Call, stamp_completion, templated
 
 # Bounds the memory: at most SIZE requests of at most MAX_BODY bytes each (64 MiB in all).
 SIZE = 2048
 MAX_BODY = 32 * 1024
-HIDDEN = ("id", "object", "created", "model")
-Key = tuple[str, "str | None", "str | None", "str | None", bytes]
+Key = tuple[str, str | None, str | None, str | None, bytes]
 
 
 def key(ctx: Context, path_project: str | None, header_project: str | None, raw: bytes) -> Key:
@@ -41,7 +39,7 @@ class Kept:
     fingerprint: str
     version: object = None  # None until a request has read it before its rows
     call: Call | None = None  # the call that found the hit: the call log's row is made from it
-    rest: dict[str, Any] | None = None  # the completion but for id, object, created and model
+    completion: dict[str, Any] | None = None  # as render() made it; stamped afresh for each response
 
 
 class HitCache:
@@ -50,24 +48,26 @@ class HitCache:
         self.max_body = max_body
         self._kept: dict[Key, Kept] = {}
 
-    def serve(self, ctx: Context, key: Key) -> Kept | None:
-        """The kept hit for this request, if the rows it came from are unchanged."""
-        kept = self._kept.get(key)
-        if kept is None or kept.rest is None or not visible(ctx, kept.project_id):
-            return None
-        if ctx.store.version(kept.project_id, kept.fingerprint) != kept.version:
-            kept.version, kept.call, kept.rest = None, None, None
-            return None
-        require(ctx, role="viewer", scope="replay")
-        return kept
+    def find(self, ctx: Context, key: Key) -> tuple[Kept | None, object]:
+        """The kept hit for this request if the rows it came from are unchanged, and the version.
 
-    def before(self, ctx: Context, key: Key) -> object:
-        """The version to keep a hit under; read before the request's project and entry are."""
+        Without a current hit, the version is what `keep()` keeps the slow path's hit under: it was
+        read before the slow path reads the project and the entry (None on a first sight).
+        """
         kept = self._kept.get(key)
-        return None if kept is None else ctx.store.version(kept.project_id, kept.fingerprint)
+        if kept is None:
+            return None, None
+        version = ctx.store.version(kept.project_id, kept.fingerprint)
+        if kept.completion is None or not visible(ctx, kept.project_id):
+            return None, version
+        if version != kept.version:
+            kept.version, kept.call, kept.completion = None, None, None
+            return None, version
+        require(ctx, role="viewer", scope="replay")
+        return kept, version
 
     def keep(self, key: Key, call: Call, completion: dict[str, Any], version: object) -> None:
-        """Keep a hit that `before()` read `version` for; a first sight only notes where it led."""
+        """Keep a hit that `find()` read `version` for; a first sight only notes where it led."""
         if call.stream or call.entry is None or templated(call.entry) or len(key[-1]) > self.max_body:
             return
         kept = self._kept.get(key)
@@ -77,17 +77,10 @@ class HitCache:
                 self._kept.clear()
             self._kept[key] = Kept(*found)
             return
-        kept.version, kept.call = version, call
-        kept.rest = {k: v for k, v in completion.items() if k not in HIDDEN}
+        kept.version, kept.call, kept.completion = version, call, completion
 
     @staticmethod
     def completion(kept: Kept) -> dict[str, Any]:
         """The kept answer with a fresh id and created, as proxy.render() writes it."""
-        assert kept.call is not None and kept.rest is not None
-        return {
-            "id": "chatcmpl-" + os.urandom(12).hex(),
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": kept.call.model,
-            **kept.rest,
-        }
+        assert kept.call is not None and kept.completion is not None
+        return stamp_completion(kept.completion, kept.call.model, time.time())

@@ -131,24 +131,31 @@ def templated(entry: dict[str, Any]) -> bool:
     return "{{" in entry["response"] or "{{" in (entry.get("chunks") or "")
 
 
+def _response_id() -> str:
+    return "chatcmpl-" + os.urandom(12).hex()
+
+
+def stamp_completion(completion: dict[str, Any], model: str, now: float) -> dict[str, Any]:
+    """A completion as the app receives it: a fresh id and created, the request's model."""
+    return {
+        "id": _response_id(),
+        "object": "chat.completion",
+        "created": int(now),
+        "model": model,
+        **{k: v for k, v in completion.items() if k not in ("id", "object", "created", "model")},
+    }
+
+
 def render(call: Call, entry: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None]:
     """The response for an entry: a completion, or (for stream requests) the chunks to send."""
     completion, chunks = entries_service.decode(entry)
     expand = templated(entry)
     now = time.time()
-    response_id = "chatcmpl-" + os.urandom(12).hex()
-    created = int(now)
     if not call.stream:
         if completion is None or not completion.get("choices"):
             completion = stream.assemble_chunks(chunks or [])
         out = templates.expand_completion(completion, call.model, now) if expand else completion
-        return {
-            "id": response_id,
-            "object": "chat.completion",
-            "created": created,
-            "model": call.model,
-            **{k: v for k, v in out.items() if k not in ("id", "object", "created", "model")},
-        }, None
+        return stamp_completion(out, call.model, now), None
     if chunks:
         body = stream.replay_chunks(
             chunks, call.include_usage, completion.get("usage") if completion else None
@@ -157,7 +164,7 @@ def render(call: Call, entry: dict[str, Any]) -> tuple[dict[str, Any] | None, li
         body = stream.synthesize_chunks(completion, call.include_usage)
     if expand:
         body = templates.expand_chunks(body, call.model, now)
-    return None, stream.stamp_chunks(body, response_id, created, call.model)
+    return None, stream.stamp_chunks(body, _response_id(), int(now), call.model)
 
 
 def log_row(

@@ -115,11 +115,10 @@ class ProxyApp:
             key, version = None, None
             if match["what"] == "chat/completions" and environ.get("REQUEST_METHOD") == "POST":
                 key = hits.key(ctx, match["project"], header_project, self._read(environ))
-                kept = self.hits.serve(ctx, key)
+                kept, version = self.hits.find(ctx, key)
                 if kept is not None:
                     self._log(ctx, kept.call, "hit", 200, started)
                     return self._json(start_response, 200, self.hits.completion(kept))
-                version = self.hits.before(ctx, key)
             project = proxy_service.resolve_project(ctx, match["project"], header_project)
             if match["what"] == "models":
                 self._method(environ, "GET")

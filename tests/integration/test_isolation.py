@@ -215,6 +215,7 @@ NO_OBJECT = {
     "proxy.replay_miss",
     "proxy.render",
     "proxy.templated",
+    "proxy.stamp_completion",
     "proxy.log_row",
     "proxy.models",
     "quotas.limit",
