@@ -7,6 +7,7 @@ import pytest
 
 from semula.fingerprint import fingerprint
 from semula.service import pending, projects, tokens, upstream
+from semula.service.calllog import CallLog
 from tests.hosted_helpers import app_role_url, hosted, tenant  # noqa: F401 - fixture
 
 REQUEST = {"model": "gpt-4o", "messages": [{"role": "user", "content": "B only"}]}
@@ -44,8 +45,7 @@ def filled(hosted, db_url):  # noqa: F811 - the fixture imported above
             request="{}",
             now=0,
         )
-        ctx.store.run(
-            "insert_call",
+        CallLog(ctx.store).record(
             id=f"cal_{name}",
             workspace_id=ctx.principal.workspace_id,
             project_id=row["id"],

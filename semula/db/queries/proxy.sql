@@ -88,12 +88,6 @@ INSERT INTO call_log (id, workspace_id, project_id, created_at, fingerprint, mod
     duration_ms, entry_id, pending_id, token_id)
 SELECT * FROM jsonb_to_recordset(CAST(:rows AS JSONB)) AS r (id TEXT, workspace_id TEXT, project_id TEXT, created_at DOUBLE PRECISION, fingerprint TEXT, model TEXT, stream INTEGER, outcome TEXT, status INTEGER, duration_ms DOUBLE PRECISION, entry_id TEXT, pending_id TEXT, token_id TEXT)
 
--- name: insert_call
-INSERT INTO call_log (id, workspace_id, project_id, created_at, fingerprint, model, stream, outcome, status,
-    duration_ms, entry_id, pending_id, token_id)
-VALUES (:id, :workspace_id, :project_id, :created_at, :fingerprint, :model, :stream, :outcome, :status,
-    :duration_ms, :entry_id, :pending_id, :token_id)
-
 -- name: models_in_project
 SELECT DISTINCT model FROM entries WHERE project_id = :project_id AND model IS NOT NULL ORDER BY model
 
