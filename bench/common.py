@@ -6,7 +6,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import requests
+
+from tests import helpers
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache"
@@ -44,21 +45,15 @@ def raise_nofile(wanted: int) -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+free_port = helpers.free_port  # on 127.0.0.1 (HOST), as every server of the benchmarks binds
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise BenchError(f"timed out waiting for {what}")
-        time.sleep(interval)
+    """tests.helpers.wait_for, failing as a benchmark fails (BenchError) rather than as a test."""
+    try:
+        return helpers.wait_for(predicate, timeout, interval, what)
+    except AssertionError as exc:
+        raise BenchError(str(exc)) from None
 
 
 class Process:

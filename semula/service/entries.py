@@ -52,19 +52,33 @@ def save(
     )
     if row is None:
         raise Conflict("The entry for this request is pinned; unpin it to re-record.", code="entry_pinned")
+    _add_revision(tx, ctx, row["id"], row["revision"], response_json, chunks_json, actor, summary[:500])
+    return row
+
+
+def _add_revision(
+    tx: Tx,
+    ctx: Context,
+    entry_id: str,
+    number: int,
+    response_json: str,
+    chunks_json: str | None,
+    actor: str,
+    summary: str,
+) -> None:
+    """Record the answer an entry now has as its revision `number`."""
     tx.run(
         "insert_revision",
         id=new_id("revision"),
         workspace_id=ctx.principal.workspace_id,
-        entry_id=row["id"],
-        number=row["revision"],
+        entry_id=entry_id,
+        number=number,
         response=response_json,
         chunks=chunks_json,
         actor=actor,
-        summary=summary[:500],
+        summary=summary,
         now=now(),
     )
-    return row
 
 
 def check_quota(ctx: Context, project_id: str, fingerprint: str) -> None:
@@ -247,17 +261,8 @@ def _replace(
         )
         if updated is None:
             raise NotFound(f"No entry {row['id']}.", code="entry_not_found")
-        tx.run(
-            "insert_revision",
-            id=new_id("revision"),
-            workspace_id=ctx.principal.workspace_id,
-            entry_id=row["id"],
-            number=updated["revision"],
-            response=response_json,
-            chunks=chunks_json,
-            actor="human",
-            summary=_summary(summary),
-            now=now(),
+        _add_revision(
+            tx, ctx, row["id"], updated["revision"], response_json, chunks_json, "human", _summary(summary)
         )
         audit.record(tx, ctx, action, row["id"], ["response"])
     return get(ctx, row["id"])
