@@ -46,6 +46,16 @@ def park(ctx: Context, project: str, text: str, *, tools: bool = False) -> str:
     return pending_id
 
 
+def two_project_queue(ctx: Context) -> dict[str, str]:
+    """Projects alpha and beta with one parked call each (beta's with a tool): their pending ids."""
+    projects_service.create(ctx, {"name": "alpha"})
+    projects_service.create(ctx, {"name": "beta"})
+    return {
+        "a1": park(ctx, "alpha", "What is 2+2?"),
+        "b1": park(ctx, "beta", "Weather in Paris?", tools=True),
+    }
+
+
 def secret(headers: dict[str, str]) -> str:
     """The token secret of a make_token() header."""
     return headers["Authorization"].removeprefix("Bearer ")

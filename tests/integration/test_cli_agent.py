@@ -12,18 +12,12 @@ from click.testing import CliRunner
 
 from semula.cli import main
 from semula.service import pending as pending_service
-from semula.service import projects
-from tests.agent_helpers import in_process_client, park
+from tests.agent_helpers import in_process_client, park, two_project_queue
 
 
 @pytest.fixture
 def queue(ctx):
-    projects.create(ctx, {"name": "alpha"})
-    projects.create(ctx, {"name": "beta"})
-    return {
-        "a1": park(ctx, "alpha", "What is 2+2?"),
-        "b1": park(ctx, "beta", "Weather in Paris?", tools=True),
-    }
+    return two_project_queue(ctx)
 
 
 @pytest.fixture

@@ -12,20 +12,14 @@ import pytest
 from mcp import Client
 
 from semula.mcp_server import build
-from semula.service import projects
-from tests.agent_helpers import in_process_client, park
+from tests.agent_helpers import in_process_client, two_project_queue
 
 TOOLS = {"list_pending", "get_pending", "claim_next", "answer_pending"}
 
 
 @pytest.fixture
 def queue(ctx):
-    projects.create(ctx, {"name": "alpha"})
-    projects.create(ctx, {"name": "beta"})
-    return {
-        "a1": park(ctx, "alpha", "What is 2+2?"),
-        "b1": park(ctx, "beta", "Weather in Paris?", tools=True),
-    }
+    return two_project_queue(ctx)
 
 
 @pytest.fixture
