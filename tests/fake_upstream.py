@@ -14,7 +14,8 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeUpstream:
-    """Answers POST /v1/chat/completions; `mode` is ok, error (echoes the key back) or invalid."""
+    """Answers POST /v1/chat/completions; `mode` is ok, error (echoes the key back), invalid
+    or redirect (307 to itself). Through a proxy, `calls` shows the absolute URL it was asked for."""
 
     def __init__(self, delay: float = 0.0):
         self.delay = delay
@@ -38,6 +39,8 @@ class FakeUpstream:
                     time.sleep(fake.delay)
                 status, content_type, data = fake.respond(body, self.headers.get("Authorization", ""))
                 self.send_response(status)
+                if status == 307:
+                    self.send_header("Location", fake.url + "/chat/completions")
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -55,6 +58,8 @@ class FakeUpstream:
                 "error": {"message": f"Incorrect API key provided: {authorization[7:]}", "code": "bad_key"}
             }
             return 401, "application/json", json.dumps(error).encode()
+        if self.mode == "redirect":
+            return 307, "application/json", b"{}"
         text = f"upstream says: {body['messages'][-1]['content']}"
         message: dict[str, Any] = {"role": "assistant", "content": text}
         finish = "stop"

@@ -7,14 +7,18 @@ shown only after redaction, and an unreachable upstream is named by exception ty
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import requests
+import certifi
+import urllib3
 
 from semula import answers, redact, stream
 from semula.errors import InvalidAnswer, UpstreamBudget, UpstreamDryRun, UpstreamError
@@ -28,7 +32,7 @@ logger = logging.getLogger("semula.upstream")
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 ERROR_TEXT_CHARS = 300
 SUMMARY = "recorded from upstream"
-_session = requests.Session()
+KEPT_CONNECTIONS = 32  # idle keep-alive connections to the provider a process keeps; more may be open
 
 
 @dataclass
@@ -163,6 +167,22 @@ def _take_budget(ctx: Context, project: dict[str, Any], fingerprint: str) -> boo
     return bool(ctx.store.run("take_upstream_call", **params))
 
 
+@functools.lru_cache(maxsize=8)
+def _connections(url: str) -> urllib3.PoolManager:
+    """Keep-alive connections to the provider at `url`, through the environment's proxy for it if any.
+
+    urllib3 directly rather than requests: requests re-reads the environment (proxies, netrc) and
+    merges its settings on every call, most of the CPU a forward spends outside the provider. The
+    proxy variables (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) are read once, at the first forward.
+    """
+    parts = urllib.parse.urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    options: dict[str, Any] = {"maxsize": KEPT_CONNECTIONS, "ca_certs": certifi.where()}
+    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
+        return urllib3.ProxyManager(proxy, **options)
+    return urllib3.PoolManager(**options)
+
+
 def call_provider(settings: Any, body: dict[str, Any], model: str | None) -> tuple[dict[str, Any], Any]:
     """POST the app's own JSON to the provider; a stream is read whole, with usage forced on."""
     payload = dict(body)
@@ -173,27 +193,33 @@ def call_provider(settings: Any, body: dict[str, Any], model: str | None) -> tup
         payload["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}
     headers = {"Authorization": f"Bearer {settings.upstream_key}", "Content-Type": "application/json"}
     try:
-        response = _session.post(
+        # Never retried (a POST the provider may have answered would count twice) nor redirected.
+        response = _connections(settings.upstream_url).request(
+            "POST",
             settings.upstream_url + "/chat/completions",
-            data=json.dumps(payload),
+            body=json.dumps(payload).encode(),
             headers=headers,
             timeout=settings.upstream_timeout,
-            stream=True,
-            allow_redirects=False,
+            retries=False,
+            redirect=False,
+            preload_content=False,
         )
-        with response:
+        try:
             raw = _read_capped(response)
-    except requests.RequestException as exc:
+        except BaseException:
+            response.close()  # unread data must not reach the next call on this connection
+            raise
+        finally:
+            response.release_conn()
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
         # By exception type only: its text names the URL, which may carry a credential.
         raise UpstreamError(
             f"The upstream provider is unreachable ({type(exc).__name__}).",
             code="semula_upstream_unreachable",
         ) from None
-    if response.status_code != 200:
+    if response.status != 200:
         text = redact.redact_text(raw.decode("utf-8", "replace")[:4000], settings.secrets())
-        raise UpstreamError(
-            f"The upstream provider answered {response.status_code}: {text[:ERROR_TEXT_CHARS]}"
-        )
+        raise UpstreamError(f"The upstream provider answered {response.status}: {text[:ERROR_TEXT_CHARS]}")
     try:
         if streaming:
             chunks = _parse_sse(raw)
@@ -203,9 +229,9 @@ def call_provider(settings: Any, body: dict[str, Any], model: str | None) -> tup
         raise UpstreamError("The upstream provider's answer is not valid JSON.") from None
 
 
-def _read_capped(response: requests.Response) -> bytes:
+def _read_capped(response: urllib3.BaseHTTPResponse) -> bytes:
     parts, size = [], 0
-    for part in response.iter_content(65536):
+    for part in response.stream(65536):
         size += len(part)
         if size > MAX_RESPONSE_BYTES:
             raise UpstreamError("The upstream provider's answer is too large.")

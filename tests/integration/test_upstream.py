@@ -11,7 +11,7 @@ import pytest
 
 from semula import logs
 from semula.fingerprint import fingerprint
-from semula.service import CLI, Context, projects
+from semula.service import CLI, Context, projects, upstream
 from semula.web import create_app
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import free_port
@@ -127,6 +127,38 @@ def test_unreachable_upstream_is_named_by_exception_type_only(store, settings, h
     r = create_app(s, store).test_client().post(URL, json=body(), headers=headers)
     assert r.status_code == 502 and r.json["error"]["code"] == "semula_upstream_unreachable"
     assert "ConnectionError" in r.json["error"]["message"] and "127.0.0.1" not in r.json["error"]["message"]
+
+
+def test_redirects_are_not_followed_and_nothing_is_retried(client, shop, headers, fake):
+    fake.mode = "redirect"
+    r = client.post(URL, json=body(), headers=headers)
+    assert r.status_code == 502 and "answered 307" in r.json["error"]["message"]
+    assert len(fake.calls) == 1 and usage(client, headers)["calls"] == 0
+
+
+def test_a_too_large_answer_is_refused_and_the_next_call_works(client, shop, headers, fake, monkeypatch):
+    monkeypatch.setattr(upstream, "MAX_RESPONSE_BYTES", 100)
+    r = client.post(URL, json=body("big"), headers=headers)
+    assert r.status_code == 502 and "too large" in r.json["error"]["message"]
+    monkeypatch.undo()
+    r = client.post(URL, json=body("next"), headers=headers)
+    assert r.status_code == 200 and r.json["choices"][0]["message"]["content"] == "upstream says: next"
+
+
+def test_the_environment_proxy_is_used(store, settings, headers, fake, monkeypatch):
+    # The fake provider stands in for the proxy: it is asked for the provider's absolute URL.
+    monkeypatch.setenv("HTTP_PROXY", fake.url.removesuffix("/v1"))
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    upstream._connections.cache_clear()
+    s = replace(settings, upstream_key=CANARY, upstream_url="http://provider.invalid/v1")
+    projects.create(Context(store, s, CLI), {"name": "shop", "record_through": True})
+    try:
+        r = create_app(s, store).test_client().post(URL, json=body(), headers=headers)
+    finally:
+        upstream._connections.cache_clear()
+    assert r.status_code == 200
+    assert [c["path"] for c in fake.calls] == ["http://provider.invalid/v1/chat/completions"]
 
 
 def test_dry_run_lists_prompts_and_never_calls(client, uctx, shop, headers, fake, store):
