@@ -25,6 +25,11 @@ def new_id(kind: str) -> str:
 
     Like a monotonic ULID: ids made by one process always sort in the order they were made.
     """
+    return new_ids(kind, 1)[0]
+
+
+def new_ids(kind: str, count: int) -> list[str]:
+    """`count` ids at once, in order: what new_id() would make called `count` times, for less."""
     global _last
     millis = int(time.time() * 1000)
     with _lock:
@@ -33,5 +38,6 @@ def new_id(kind: str) -> str:
             millis, tail = last_millis, last_tail + 1
         else:
             tail = int.from_bytes(os.urandom(6), "big") >> 1  # half the range: room to count up
-        _last = (millis, tail)
-    return f"{PREFIXES[kind]}_{millis:012x}{tail:012x}"
+        _last = (millis, tail + count - 1)
+    prefix = f"{PREFIXES[kind]}_{millis:012x}"
+    return [f"{prefix}{t:012x}" for t in range(tail, tail + count)]

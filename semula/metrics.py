@@ -21,6 +21,7 @@ from prometheus_client import (
 )
 
 CALLS = Counter("semula_proxy_calls", "Proxied chat completions by outcome", ["outcome"])
+_calls_by_outcome: dict[str, Counter] = {}
 MISSES = Counter("semula_misses", "Requests that found no entry")
 HELD = Gauge("semula_held_calls", "Calls held waiting for an answer", multiprocess_mode="livesum")
 POLL_SECONDS = Histogram(
@@ -33,6 +34,14 @@ RELEASE_SECONDS = Histogram(
     "From an answer's commit to the release of a call held for it",
     buckets=(0.005, 0.05, 0.1, 0.2, 0.3, 0.5, 1, 2, 5),
 )
+
+
+def count_call(outcome: str) -> None:
+    """CALLS for one outcome, its child kept: labels() takes a lock and builds a key every time."""
+    child = _calls_by_outcome.get(outcome)
+    if child is None:
+        child = _calls_by_outcome[outcome] = CALLS.labels(outcome)
+    child.inc()
 
 
 def render() -> tuple[bytes, str]:

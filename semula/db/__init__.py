@@ -60,13 +60,23 @@ QUERIES = load_queries(_TEXT, "sqlite")
 POSTGRES_QUERIES = load_queries(_TEXT, "postgresql")
 
 
+def takes_rows(sql: str) -> bool:
+    """Whether a query reads its rows from one `:rows` JSON array parameter (see Tx.many); psycopg's
+    spelling of it, `%(rows)s`, counts too."""
+    return re.search(r"(?<![:\w]):rows\b|%\(rows\)s", sql) is not None
+
+
 class Tx(Protocol):
     """One connection inside one transaction (or in autocommit, for the Store's own calls)."""
 
     def one(self, name: str, /, **params: Any) -> Row | None: ...
     def all(self, name: str, /, **params: Any) -> list[Row]: ...
     def run(self, name: str, /, **params: Any) -> int: ...
-    def many(self, name: str, rows: list[dict[str, Any]], /) -> None: ...
+    def many(self, name: str, rows: list[dict[str, Any]], /) -> None:
+        """Write many rows with one named query: once over all of them as the JSON array `:rows` when
+        the dialect's query takes it (one statement), else once per row (executemany)."""
+        ...
+
     def script(self, sql: str) -> None: ...
 
 

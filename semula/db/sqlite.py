@@ -5,7 +5,13 @@ SQLite's busy wait blocks every greenlet of a gevent worker, so transactions sta
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import mmap
+import os
+import re
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -13,12 +19,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 import sqlite_utils
 
-from semula.db import QUERIES, Busy, DatabaseError, Row, UniqueViolation
+from semula.db import QUERIES, Busy, DatabaseError, Row, UniqueViolation, takes_rows
 
 BUSY_TIMEOUT_MS = 5000
 WAL_ATTEMPTS = 100
+# The WAL-index header (https://www.sqlite.org/walformat.html): two 48-byte copies at the start of
+# the -shm file, of which a writer updates the second, then the first, at every commit.
+WAL_INDEX_HEADER = 48
+WAL_INDEX_VERSION = 3007000
 
 
 @contextmanager
@@ -53,10 +64,24 @@ class _Conn:
             return self.raw.execute(QUERIES[name], params).rowcount
 
     def many(self, name: str, rows: list[Row], /) -> None:
-        """One statement for many parameter sets (bulk writes inside a transaction)."""
-        if rows:
-            with _translated():
-                self.raw.executemany(QUERIES[name], rows)
+        """Many rows inside a transaction. A plain `INSERT … VALUES (:a, :b)` runs as multi-row
+        inserts: a third of the time per row of executemany here, and a quarter of one statement over
+        a JSON array (SQLite before 3.45 parses a JSON row again for every column it takes from it)."""
+        if not rows:
+            return
+        sql = QUERIES[name]
+        with _translated():
+            if takes_rows(sql):
+                self.raw.execute(sql, {"rows": orjson.dumps(rows).decode()})
+            elif (insert := _multi_row_insert(sql)) is None:
+                self.raw.executemany(sql, rows)
+            else:
+                head, names = insert
+                one, done = "(" + ", ".join("?" * len(names)) + ")", 0
+                for size in _chunk_sizes(len(rows)):
+                    chunk = rows[done : done + size]
+                    done += size
+                    self.raw.execute(head + ", ".join([one] * size), [row[n] for row in chunk for n in names])
 
     def script(self, sql: str) -> None:
         # executescript() would COMMIT the open transaction, so run statements one by one.
@@ -65,10 +90,70 @@ class _Conn:
                 self.raw.execute(statement)
 
 
+# `INSERT … VALUES (:a, :b, …)` and nothing after it: what Tx.many can write as multi-row inserts.
+SINGLE_ROW_INSERT = re.compile(r"(INSERT\s.*?\sVALUES\s*)\(\s*(:\w+(?:\s*,\s*:\w+)*)\s*\)", re.S | re.I)
+MAX_VARIABLES = 32766  # SQLite's default limit on a statement's parameters since 3.32
+MULTI_ROW_MAX = 128  # rows per statement; sizes are powers of two, so few statements are ever prepared
+
+
+@functools.cache
+def _multi_row_insert(sql: str) -> tuple[str, list[str]] | None:
+    """The statement up to VALUES and the parameter names of its one row, or None for anything else."""
+    match = SINGLE_ROW_INSERT.fullmatch(sql.strip())
+    names = [p.strip()[1:] for p in match[2].split(",")] if match else []
+    if not names or len(names) * MULTI_ROW_MAX > MAX_VARIABLES:
+        return None
+    return match[1], names
+
+
+def _chunk_sizes(count: int) -> Iterator[int]:
+    """count as MULTI_ROW_MAX-row chunks and then powers of two: 300 is 128, 128, 32, 8, 4."""
+    while count >= MULTI_ROW_MAX:
+        yield MULTI_ROW_MAX
+        count -= MULTI_ROW_MAX
+    size = MULTI_ROW_MAX
+    while count:
+        size //= 2
+        if count >= size:
+            yield size
+            count -= size
+
+
 def split_statements(sql: str) -> list[str]:
     """Split a migration on semicolons that end a line; migrations keep semicolons out of strings."""
     lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+class WalIndex:
+    """The WAL-index header of a database, read in place from its -shm file: no lock, no system call.
+
+    Every commit, from any connection of any process, writes a new header (its change counter and
+    last frame move; a WAL restart changes its salt), so an unchanged header means unchanged data.
+    It is only read while a connection of this process keeps the database open: SQLite truncates
+    the -shm file only when the first connection opens it.
+    """
+
+    def __init__(self, path: str):
+        fd = os.open(path + "-shm", os.O_RDONLY)
+        try:
+            if os.fstat(fd).st_size < 2 * WAL_INDEX_HEADER:
+                raise OSError("the WAL index is not initialised")
+            self._map = mmap.mmap(fd, 2 * WAL_INDEX_HEADER, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+
+    def header(self) -> bytes | None:
+        """The current header, or None while a writer is between its two copies."""
+        first = self._map[:WAL_INDEX_HEADER]
+        if first != self._map[WAL_INDEX_HEADER : 2 * WAL_INDEX_HEADER] or first[12] != 1:
+            return None
+        if struct.unpack_from("=I", first)[0] != WAL_INDEX_VERSION:
+            return None
+        return first
+
+    def close(self) -> None:
+        self._map.close()
 
 
 class SQLiteStore:
@@ -80,6 +165,7 @@ class SQLiteStore:
         self.pool_size = pool_size
         self._idle: list[_Conn] = []
         self._watch: _Conn | None = None
+        self._wal_index: WalIndex | None = None
         self._watch_lock = threading.Lock()
         if path not in ("", ":memory:"):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -166,18 +252,30 @@ class SQLiteStore:
                 yield from (dict(r) for r in rows)
 
     def version(self, project_id: str, fingerprint: str) -> object:
-        """PRAGMA data_version of a connection that never writes: it moves with every commit of any
-        other connection, in this process or another, so it covers every row at once."""
+        """What moves with every commit of any other connection, in this process or another, so it
+        covers every row at once: the WAL-index header, else PRAGMA data_version of a connection
+        that never writes (which reads that header too, with a lock and three system calls)."""
         if self.path in ("", ":memory:"):
             return object()  # every connection has a database of its own: nothing to compare
+        index = self._wal_index
+        if index is not None and (header := index.header()) is not None:
+            return header
         with self._watch_lock:
             if self._watch is None:
                 self._watch = self._open()
             with _translated():
-                return self._watch.raw.execute("PRAGMA data_version").fetchone()[0]
+                version = self._watch.raw.execute("PRAGMA data_version").fetchone()[0]
+            if self._wal_index is None:
+                # The watch connection has the -shm file open now, and keeps it until close().
+                with contextlib.suppress(OSError, ValueError):  # none to read: data_version it stays
+                    self._wal_index = WalIndex(self.path)
+            return version
 
     def close(self) -> None:
         with self._watch_lock:
+            if self._wal_index is not None:
+                self._wal_index.close()
+                self._wal_index = None
             if self._watch is not None:
                 self._watch.raw.close()
                 self._watch = None

@@ -9,10 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from semula.db import DatabaseError, Store
-from semula.ids import new_id
+from semula.ids import new_ids
 
 logger = logging.getLogger("semula.calllog")
 
@@ -46,8 +44,8 @@ class CallLog:
         self._rows: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
-    def record(self, **row: Any) -> None:
-        row.setdefault("id", new_id("call"))
+    def record(self, row: dict[str, Any]) -> None:
+        """Log one call (a row of call_log without its id: ids are given in order when it is written)."""
         if not self.batched:
             self._write([row])
             return
@@ -91,8 +89,9 @@ class CallLog:
     def _insert(self, rows: list[dict[str, Any]]) -> None:
         # One transaction per workspace: under row-level security a row is written as its tenant.
         by_workspace: dict[str, list[dict[str, Any]]] = {}
-        for row in rows:
+        for row, call_id in zip(rows, new_ids("call", len(rows)), strict=True):
+            row["id"] = call_id
             by_workspace.setdefault(row["workspace_id"], []).append(row)
         for workspace_id, group in by_workspace.items():
             with self.store.transaction(workspace_id) as tx:
-                tx.run("insert_calls", rows=orjson.dumps(group).decode())
+                tx.many("insert_calls", group)

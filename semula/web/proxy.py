@@ -222,7 +222,5 @@ class ProxyApp:
     def _log(
         self, ctx: Context, call: proxy_service.Call | None, outcome: str, status: int, started: float
     ) -> None:
-        metrics.CALLS.labels(outcome).inc()
-        self.calllog.record(
-            **proxy_service.log_row(ctx, call, outcome=outcome, status=status, started=started)
-        )
+        metrics.count_call(outcome)
+        self.calllog.record(proxy_service.log_row(ctx, call, outcome=outcome, status=status, started=started))

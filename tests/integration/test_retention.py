@@ -19,18 +19,20 @@ def fill(ctx, project_id, ages_in_days):
     now = time.time()
     for age in ages_in_days:
         log.record(
-            workspace_id="wsp_default",
-            project_id=project_id,
-            created_at=now - age * DAY,
-            fingerprint=None,
-            model="m",
-            stream=0,
-            outcome="hit",
-            status=200,
-            duration_ms=1.0,
-            entry_id=None,
-            pending_id=None,
-            token_id=None,
+            dict(
+                workspace_id="wsp_default",
+                project_id=project_id,
+                created_at=now - age * DAY,
+                fingerprint=None,
+                model="m",
+                stream=0,
+                outcome="hit",
+                status=200,
+                duration_ms=1.0,
+                entry_id=None,
+                pending_id=None,
+                token_id=None,
+            )
         )
 
 

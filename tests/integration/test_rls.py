@@ -46,19 +46,20 @@ def filled(hosted, db_url):  # noqa: F811 - the fixture imported above
             now=0,
         )
         CallLog(ctx.store).record(
-            id=f"cal_{name}",
-            workspace_id=ctx.principal.workspace_id,
-            project_id=row["id"],
-            created_at=0,
-            fingerprint=None,
-            model=None,
-            stream=0,
-            outcome="hit",
-            status=200,
-            duration_ms=1,
-            entry_id=None,
-            pending_id=None,
-            token_id=None,
+            dict(
+                workspace_id=ctx.principal.workspace_id,
+                project_id=row["id"],
+                created_at=0,
+                fingerprint=None,
+                model=None,
+                stream=0,
+                outcome="hit",
+                status=200,
+                duration_ms=1,
+                entry_id=None,
+                pending_id=None,
+                token_id=None,
+            )
         )
         upstream.usage(ctx, "p")
         workspaces[name] = ctx.principal.workspace_id

@@ -70,3 +70,41 @@ def test_named_queries_parse():
     from semula.db.postgres import to_psycopg
 
     assert to_psycopg("SELECT :a, :b_2 WHERE x LIKE '%'") == "SELECT %(a)s, %(b_2)s WHERE x LIKE '%%'"
+
+
+CALL_COLUMNS = "id workspace_id project_id created_at fingerprint model stream outcome status duration_ms"
+CALL_COLUMNS += " entry_id pending_id token_id"
+
+
+def _call_rows(count: int) -> list[dict]:
+    row = dict.fromkeys(CALL_COLUMNS.split()) | dict(workspace_id="wsp_default", project_id="prj_x")
+    row |= dict(stream=0, outcome="hit", status=200, duration_ms=0.5)
+    return [row | {"id": f"call_{i:04d}", "created_at": 1000.0 + i} for i in range(count)]
+
+
+@pytest.mark.parametrize("shape", ["per row", "json array"])
+def test_many_writes_every_row_either_way(store, monkeypatch, shape):
+    # insert_calls takes one row on SQLite and a `:rows` JSON array on PostgreSQL; each driver must
+    # run the other shape too, since which one a query takes is its dialect's query file's choice.
+    from semula.db import postgres, sqlite
+
+    queries = sqlite.QUERIES if store.dialect == "sqlite" else postgres.PG_QUERIES
+    if db.takes_rows(queries["insert_calls"]) != (shape == "json array"):
+        if store.dialect == "postgresql":  # SQLite's per-row statement serves PostgreSQL as well
+            sql = postgres.to_psycopg(db.QUERIES["insert_calls"])
+        else:
+            columns = CALL_COLUMNS.split()
+            extracted = ", ".join(f"json_extract(value, '$.{c}')" for c in columns)
+            sql = f"INSERT INTO call_log ({', '.join(columns)}) SELECT {extracted} FROM json_each(:rows)"
+        monkeypatch.setitem(queries, "insert_calls", sql)
+    assert db.takes_rows(queries["insert_calls"]) == (shape == "json array")
+    rows = _call_rows(120)
+    with store.transaction("wsp_default") as tx:
+        tx.many("insert_calls", rows)
+    written = store.all("calls_in_project", project_id="prj_x")
+    assert [(r["id"], r["created_at"]) for r in written] == [(r["id"], r["created_at"]) for r in rows]
+
+
+def test_takes_rows_reads_the_parameter_name_only():
+    assert db.takes_rows("SELECT * FROM json_each(:rows)")
+    assert not db.takes_rows("SELECT :rows_seen, '::rows'")

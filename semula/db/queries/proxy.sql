@@ -65,25 +65,15 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND status <> 'pending'
 SELECT * FROM semula_resolved_among(CAST(:ids AS jsonb))
 
 -- name: insert_calls
--- A batch of call-log rows as one JSON array: one statement, however many rows (semula.service.calllog).
+-- The call log's rows, written by Tx.many (semula.service.calllog): on SQLite once per row, which
+-- costs half the time of one statement over a JSON array there.
 INSERT INTO call_log (id, workspace_id, project_id, created_at, fingerprint, model, stream, outcome, status,
     duration_ms, entry_id, pending_id, token_id)
-SELECT json_extract(value, '$.id'),
-    json_extract(value, '$.workspace_id'),
-    json_extract(value, '$.project_id'),
-    json_extract(value, '$.created_at'),
-    json_extract(value, '$.fingerprint'),
-    json_extract(value, '$.model'),
-    json_extract(value, '$.stream'),
-    json_extract(value, '$.outcome'),
-    json_extract(value, '$.status'),
-    json_extract(value, '$.duration_ms'),
-    json_extract(value, '$.entry_id'),
-    json_extract(value, '$.pending_id'),
-    json_extract(value, '$.token_id')
-FROM json_each(:rows)
+VALUES (:id, :workspace_id, :project_id, :created_at, :fingerprint, :model, :stream, :outcome, :status,
+    :duration_ms, :entry_id, :pending_id, :token_id)
 
 -- name: insert_calls.postgresql
+-- On PostgreSQL all of them as one JSON array: one statement, however many rows.
 INSERT INTO call_log (id, workspace_id, project_id, created_at, fingerprint, model, stream, outcome, status,
     duration_ms, entry_id, pending_id, token_id)
 SELECT * FROM jsonb_to_recordset(CAST(:rows AS JSONB)) AS r (id TEXT, workspace_id TEXT, project_id TEXT, created_at DOUBLE PRECISION, fingerprint TEXT, model TEXT, stream INTEGER, outcome TEXT, status INTEGER, duration_ms DOUBLE PRECISION, entry_id TEXT, pending_id TEXT, token_id TEXT)
