@@ -15,7 +15,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,18 +50,24 @@ class _Conn:
     def __init__(self, raw: sqlite3.Connection):
         self.raw = raw
 
+    def _execute(self, name: str, params: dict[str, Any]) -> sqlite3.Cursor:
+        """Run a named query; one of several statements runs them in order and answers with the last."""
+        for sql in STEPS.get(name, ())[:-1]:
+            self.raw.execute(sql, params)
+        return self.raw.execute(STEPS[name][-1] if name in STEPS else QUERIES[name], params)
+
     def one(self, name: str, /, **params: Any) -> Row | None:
         with _translated():
-            row = self.raw.execute(QUERIES[name], params).fetchone()
+            row = self._execute(name, params).fetchone()
         return dict(row) if row is not None else None
 
     def all(self, name: str, /, **params: Any) -> list[Row]:
         with _translated():
-            return [dict(r) for r in self.raw.execute(QUERIES[name], params).fetchall()]
+            return [dict(r) for r in self._execute(name, params).fetchall()]
 
     def run(self, name: str, /, **params: Any) -> int:
         with _translated():
-            return self.raw.execute(QUERIES[name], params).rowcount
+            return self._execute(name, params).rowcount
 
     def many(self, name: str, rows: list[Row], /) -> None:
         """Many rows inside a transaction. A plain `INSERT … VALUES (:a, :b)` runs as multi-row
@@ -120,9 +126,14 @@ def _chunk_sizes(count: int) -> Iterator[int]:
 
 
 def split_statements(sql: str) -> list[str]:
-    """Split a migration on semicolons that end a line; migrations keep semicolons out of strings."""
+    """Split SQL on its semicolons (migrations and queries keep them out of strings and comments)."""
     lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+# The rare query SQLite needs several statements for (the twin of one PostgreSQL statement with
+# data-modifying CTEs): they run in order on one connection, in one transaction.
+STEPS = {name: steps for name, sql in QUERIES.items() if len(steps := split_statements(sql)) > 1}
 
 
 class WalIndex:
@@ -213,16 +224,20 @@ class SQLiteStore:
             else:
                 conn.raw.close()
 
+    def _for(self, name: str) -> AbstractContextManager[_Conn]:
+        # A query of several statements is atomic, as its PostgreSQL twin of one statement is.
+        return self.transaction() if name in STEPS else self._conn()
+
     def one(self, name: str, /, **params: Any) -> Row | None:
-        with self._conn() as conn:
+        with self._for(name) as conn:
             return conn.one(name, **params)
 
     def all(self, name: str, /, **params: Any) -> list[Row]:
-        with self._conn() as conn:
+        with self._for(name) as conn:
             return conn.all(name, **params)
 
     def run(self, name: str, /, **params: Any) -> int:
-        with self._conn() as conn:
+        with self._for(name) as conn:
             return conn.run(name, **params)
 
     @contextmanager

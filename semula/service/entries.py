@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from semula import answers, stream
-from semula.db import Tx
+from semula.db import Store, Tx
 from semula.errors import BadRequest, Conflict, NotFound
 from semula.ids import new_id
 from semula.service import Context, audit, dumps, now, page, projects, quotas
@@ -24,7 +24,7 @@ def lookup(ctx: Context, project_id: str, fingerprint: str) -> dict[str, Any] | 
 
 
 def save(
-    tx: Tx,
+    tx: Tx | Store,
     ctx: Context,
     *,
     project_id: str,
@@ -34,25 +34,33 @@ def save(
     chunks: list[dict[str, Any]] | None,
     actor: str,
     summary: str,
+    tokens: tuple[int, int] = (0, 0),
 ) -> dict[str, Any]:
-    """Insert the entry or add a revision to it; a pinned entry refuses re-recording (409)."""
-    response_json = dumps(response)
-    chunks_json = dumps(chunks) if chunks is not None else None
+    """Insert the entry or add a revision to it; a pinned entry refuses re-recording (409).
+
+    `tokens` (prompt, completion) are what a provider spent on the answer, counted against the
+    project's record-through budget in the same statement. On a Store rather than a transaction it
+    is atomic all the same (one statement on PostgreSQL).
+    """
     row = tx.one(
-        "upsert_entry",
+        "save_entry",
         id=new_id("entry"),
+        revision_id=new_id("revision"),
         workspace_id=ctx.principal.workspace_id,
         project_id=project_id,
         fingerprint=fingerprint,
         model=request.get("model"),
         request=dumps(request),
-        response=response_json,
-        chunks=chunks_json,
+        response=dumps(response),
+        chunks=dumps(chunks) if chunks is not None else None,
+        actor=actor,
+        summary=summary[:500],
         now=now(),
+        prompt_tokens=tokens[0],
+        completion_tokens=tokens[1],
     )
     if row is None:
         raise Conflict("The entry for this request is pinned; unpin it to re-record.", code="entry_pinned")
-    _add_revision(tx, ctx, row["id"], row["revision"], response_json, chunks_json, actor, summary[:500])
     return row
 
 

@@ -119,25 +119,20 @@ def _forward_once(
                 param=exc.param,
                 code="semula_upstream_invalid",
             ) from None
-        with ctx.store.transaction(ctx.principal.workspace_id) as tx:
-            saved = entries_service.save(
-                tx,
-                ctx,
-                project_id=project["id"],
-                fingerprint=fingerprint,
-                request=stored,
-                response=parsed,
-                chunks=chunks,
-                actor="agent",
-                summary=SUMMARY,
-            )
-            usage = parsed.get("usage") or {}
-            tx.run(
-                "add_upstream_tokens",
-                project_id=project["id"],
-                prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                completion_tokens=int(usage.get("completion_tokens") or 0),
-            )
+        usage = parsed.get("usage") or {}
+        # Not in a transaction of its own: one statement on PostgreSQL, a round trip for all of it.
+        saved = entries_service.save(
+            ctx.store,
+            ctx,
+            project_id=project["id"],
+            fingerprint=fingerprint,
+            request=stored,
+            response=parsed,
+            chunks=chunks,
+            actor="agent",
+            summary=SUMMARY,
+            tokens=(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
+        )
     except BaseException:
         ctx.store.run("give_back_upstream_call", project_id=project["id"])
         raise

@@ -11,7 +11,7 @@ import pytest
 
 from semula import logs
 from semula.fingerprint import fingerprint
-from semula.service import CLI, Context, projects, upstream
+from semula.service import CLI, Context, entries, projects, upstream
 from semula.web import create_app
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import free_port
@@ -77,6 +77,26 @@ def test_forward_records_an_entry_and_then_replays_it(client, shop, headers, fak
     assert "X-App-Secret" not in sent["headers"] and sent["body"] == body()
     assert calls(store, shop) == ["forwarded", "hit"]
     assert usage(client, headers)["calls"] == 1 and usage(client, headers)["prompt_tokens"] == 20
+
+
+def test_the_entry_its_revision_and_the_tokens_are_written_together(client, uctx, shop, headers, fake):
+    assert client.post(URL, json=body(), headers=headers).status_code == 200
+    entry_id = entries.list_entries(uctx, "shop")["data"][0]["id"]
+    full = entries.get(uctx, entry_id)
+    assert [(r["number"], r["actor"], r["summary"]) for r in full["revisions"]] == [
+        (1, "agent", "recorded from upstream")
+    ]
+    # Rejected, it no longer replays and is recorded again as revision 2; pinned, it refuses that.
+    entries.review(uctx, entry_id, "rejected")
+    assert client.post(URL, json=body(), headers=headers).status_code == 200
+    assert [r["number"] for r in entries.get(uctx, entry_id)["revisions"]] == [1, 2]
+    entries.review(uctx, entry_id, "rejected")
+    entries.set_pinned(uctx, entry_id, True)
+    r = client.post(URL, json=body(), headers=headers)
+    assert r.status_code == 409 and r.json["error"]["code"] == "entry_pinned"
+    assert [r["number"] for r in entries.get(uctx, entry_id)["revisions"]] == [1, 2]
+    spent = usage(client, headers)
+    assert (spent["calls"], spent["prompt_tokens"], spent["completion_tokens"]) == (2, 40, 20)
 
 
 def test_upstream_model_replaces_the_model_sent(client, uctx, shop, headers, fake):

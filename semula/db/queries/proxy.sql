@@ -19,7 +19,11 @@ WHERE project_id = :project_id AND review_status <> 'rejected'
 ORDER BY CASE WHEN model = :model THEN 0 ELSE 1 END, id DESC
 LIMIT :limit
 
--- name: upsert_entry
+-- name: save_entry
+-- An answer as the entry's newest revision (its first, or one more), with the provider tokens it
+-- spent counted (record-through; 0 and 0 otherwise), and nothing at all for a pinned entry. SQLite
+-- runs these statements in order, in one transaction (semula.db.sqlite); on PostgreSQL it is one
+-- statement (one round trip).
 INSERT INTO entries (id, workspace_id, project_id, fingerprint, model, request, response, chunks, revision,
     pinned, review_status, created_at, updated_at)
 VALUES (:id, :workspace_id, :project_id, :fingerprint, :model, :request, :response, :chunks, 1,
@@ -27,8 +31,39 @@ VALUES (:id, :workspace_id, :project_id, :fingerprint, :model, :request, :respon
 ON CONFLICT (project_id, fingerprint) DO UPDATE SET
     response = excluded.response, chunks = excluded.chunks, revision = entries.revision + 1,
     review_status = 'unreviewed', updated_at = excluded.updated_at
-WHERE entries.pinned = 0
-RETURNING id, revision
+WHERE entries.pinned = 0;
+INSERT INTO entry_revisions (id, workspace_id, entry_id, number, response, chunks, actor, summary, created_at)
+SELECT :revision_id, :workspace_id, id, revision, :response, :chunks, :actor, :summary, :now
+FROM entries WHERE project_id = :project_id AND fingerprint = :fingerprint AND changes() > 0;
+UPDATE upstream_usage SET prompt_tokens = prompt_tokens + :prompt_tokens,
+    completion_tokens = completion_tokens + :completion_tokens
+WHERE project_id = :project_id AND :prompt_tokens + :completion_tokens > 0
+  AND EXISTS (SELECT 1 FROM entry_revisions WHERE id = :revision_id);
+SELECT entry_id AS id, number AS revision FROM entry_revisions WHERE id = :revision_id
+
+-- name: save_entry.postgresql
+WITH entry AS (
+    INSERT INTO entries (id, workspace_id, project_id, fingerprint, model, request, response, chunks,
+        revision, pinned, review_status, created_at, updated_at)
+    VALUES (:id, :workspace_id, :project_id, :fingerprint, :model, :request, :response, :chunks, 1,
+        0, 'unreviewed', :now, :now)
+    ON CONFLICT (project_id, fingerprint) DO UPDATE SET
+        response = excluded.response, chunks = excluded.chunks, revision = entries.revision + 1,
+        review_status = 'unreviewed', updated_at = excluded.updated_at
+    WHERE entries.pinned = 0
+    RETURNING id, revision
+), revision AS (
+    INSERT INTO entry_revisions (id, workspace_id, entry_id, number, response, chunks, actor, summary,
+        created_at)
+    SELECT :revision_id, :workspace_id, id, revision, :response, :chunks, :actor, :summary, :now FROM entry
+), tokens AS (
+    UPDATE upstream_usage SET prompt_tokens = prompt_tokens + :prompt_tokens,
+        completion_tokens = completion_tokens + :completion_tokens
+    WHERE project_id = :project_id
+      AND CAST(:prompt_tokens AS BIGINT) + CAST(:completion_tokens AS BIGINT) > 0
+      AND EXISTS (SELECT 1 FROM entry)
+)
+SELECT id, revision FROM entry
 
 -- name: insert_revision
 INSERT INTO entry_revisions (id, workspace_id, entry_id, number, response, chunks, actor, summary, created_at)

@@ -19,11 +19,6 @@ WHERE project_id = :project_id AND calls < :max_calls
 -- name: give_back_upstream_call
 UPDATE upstream_usage SET calls = calls - 1 WHERE project_id = :project_id AND calls > 0
 
--- name: add_upstream_tokens
-UPDATE upstream_usage SET prompt_tokens = prompt_tokens + :prompt_tokens,
-    completion_tokens = completion_tokens + :completion_tokens
-WHERE project_id = :project_id
-
 -- name: get_upstream_usage
 SELECT calls, prompt_tokens, completion_tokens FROM upstream_usage WHERE project_id = :project_id
 
