@@ -156,8 +156,11 @@ class WalIndex:
 
     def header(self) -> bytes | None:
         """The current header, or None while a writer is between its two copies."""
-        first = self._map[:WAL_INDEX_HEADER]
-        if first != self._map[WAL_INDEX_HEADER : 2 * WAL_INDEX_HEADER] or first[12] != 1:
+        try:
+            first, second = self._map[:WAL_INDEX_HEADER], self._map[WAL_INDEX_HEADER : 2 * WAL_INDEX_HEADER]
+        except ValueError:  # closed by SQLiteStore.close() meanwhile
+            return None
+        if first != second or first[12] != 1:
             return None
         if struct.unpack_from("=I", first)[0] != WAL_INDEX_VERSION:
             return None

@@ -45,6 +45,12 @@ def test_anything_else_is_no_header(tmp_path, first, second):
     assert shm(tmp_path, first, second).header() is None
 
 
+def test_a_closed_map_is_no_header(tmp_path):
+    index = shm(tmp_path, header(7), header(7))
+    index.close()
+    assert index.header() is None
+
+
 def test_a_short_file_is_refused_before_it_is_mapped(tmp_path):
     (tmp_path / "x.db-shm").write_bytes(bytes(10))
     with pytest.raises(OSError):

@@ -6,10 +6,11 @@ import io
 from http import client
 
 import pytest
-from gevent.pywsgi import OldMessage, WSGIHandler
+from gevent.pywsgi import OldMessage, WSGIHandler, format_date_time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from semula import worker
 from semula.worker import Handler, parse_headers
 
 NAMES = st.sampled_from(["Host", "Content-Type", "Content-Length", "X-A", "authorization", "A_B", "x"])
@@ -71,3 +72,45 @@ def test_more_than_100_headers_are_refused():
         parse_headers(io.BytesIO(block))
     with pytest.raises(client.HTTPException, match="more than 100 headers"):
         client.parse_headers(io.BytesIO(block))
+
+
+@given(st.one_of(st.sampled_from(["HTTP/1.1", "HTTP/1.0", "HTTP/0.9", "HTTP/2.0", "HTTP/1.10"]), st.text()))
+def test_http_versions_are_accepted_as_pywsgi_accepts_them(version):
+    ours_ok, theirs_ok = Handler.__new__(Handler), WSGIHandler.__new__(WSGIHandler)
+    ours_ok.request_version = theirs_ok.request_version = version
+    try:
+        expected = WSGIHandler._check_http_version(theirs_ok)
+    except ValueError:  # pywsgi's own raises on versions it cannot parse; ours then does too
+        with pytest.raises(ValueError):
+            ours_ok._check_http_version()
+        return
+    assert ours_ok._check_http_version() == expected
+
+
+def test_the_date_header_is_pywsgis_and_follows_the_clock(monkeypatch):
+    for now in (1_700_000_000.2, 1_700_000_000.9, 1_700_000_001.0):
+        monkeypatch.setattr(worker.time, "time", lambda now=now: now)
+        assert worker.http_date() == format_date_time(int(now))
+
+
+class _Socket:
+    """Takes at most `room` bytes a send, as a full kernel buffer would."""
+
+    def __init__(self, room: int):
+        self.room, self.sent = room, b""
+
+    def send(self, data) -> int:
+        self.sent += bytes(data[: self.room])
+        return min(len(data), self.room)
+
+    def sendall(self, data) -> None:
+        while data:
+            data = data[self.send(data) :]
+
+
+@pytest.mark.parametrize("room", [1, 7, 10_000])
+def test_a_response_goes_out_whole_whatever_each_send_takes(room):
+    handler = Handler.__new__(Handler)
+    handler.socket, handler.response_length, handler.code = _Socket(room), 0, 200
+    handler._sendall(b"HTTP/1.1 200 OK\r\n\r\nbody")
+    assert handler.socket.sent == b"HTTP/1.1 200 OK\r\n\r\nbody" and handler.response_length == 23
