@@ -162,20 +162,32 @@ def _take_budget(ctx: Context, project: dict[str, Any], fingerprint: str) -> boo
     return bool(ctx.store.run("take_upstream_call", **params))
 
 
+@dataclass(frozen=True)
+class _Provider:
+    """Where a forward goes: a connection pool and the request target within it."""
+
+    pool: urllib3.PoolManager | urllib3.HTTPConnectionPool
+    target: str  # the path on a direct pool, the absolute URL through a proxy manager
+
+
 @functools.lru_cache(maxsize=8)
-def _connections(url: str) -> urllib3.PoolManager:
+def _provider(url: str) -> _Provider:
     """Keep-alive connections to the provider at `url`, through the environment's proxy for it if any.
 
     urllib3 directly rather than requests: requests re-reads the environment (proxies, netrc) and
-    merges its settings on every call, most of the CPU a forward spends outside the provider. The
-    proxy variables (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) are read once, at the first forward.
+    merges its settings on every call, most of the CPU a forward spent outside the provider; and the
+    host's own connection pool rather than a PoolManager, which parses the URL and looks the pool up
+    again on every call (0.75 against 0.86 ms a call here). HTTPS_PROXY, HTTP_PROXY and NO_PROXY are
+    read once per URL, at its first forward.
     """
-    parts = urllib.parse.urlsplit(url)
+    endpoint = url + "/chat/completions"
+    parts = urllib.parse.urlsplit(endpoint)
     proxy = urllib.request.getproxies().get(parts.scheme)
-    options: dict[str, Any] = {"maxsize": KEPT_CONNECTIONS, "ca_certs": certifi.where()}
     if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
-        return urllib3.ProxyManager(proxy, **options)
-    return urllib3.PoolManager(**options)
+        manager = urllib3.ProxyManager(proxy, maxsize=KEPT_CONNECTIONS, ca_certs=certifi.where())
+        return _Provider(manager, endpoint)
+    tls = {"ca_certs": certifi.where()} if parts.scheme == "https" else {}
+    return _Provider(urllib3.connection_from_url(endpoint, maxsize=KEPT_CONNECTIONS, **tls), parts.path)
 
 
 def call_provider(settings: Any, body: dict[str, Any], model: str | None) -> tuple[dict[str, Any], Any]:
@@ -189,15 +201,17 @@ def call_provider(settings: Any, body: dict[str, Any], model: str | None) -> tup
     headers = {"Authorization": f"Bearer {settings.upstream_key}", "Content-Type": "application/json"}
     try:
         # Never retried (a POST the provider may have answered would count twice) nor redirected.
-        response = _connections(settings.upstream_url).request(
+        provider = _provider(settings.upstream_url)
+        response = provider.pool.urlopen(
             "POST",
-            settings.upstream_url + "/chat/completions",
+            provider.target,
             body=json.dumps(payload).encode(),
             headers=headers,
             timeout=settings.upstream_timeout,
             retries=False,
             redirect=False,
             preload_content=False,
+            assert_same_host=False,
         )
         try:
             raw = _read_capped(response)

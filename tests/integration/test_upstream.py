@@ -170,13 +170,13 @@ def test_the_environment_proxy_is_used(store, settings, headers, fake, monkeypat
     monkeypatch.setenv("HTTP_PROXY", fake.url.removesuffix("/v1"))
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    upstream._connections.cache_clear()
+    upstream._provider.cache_clear()
     s = replace(settings, upstream_key=CANARY, upstream_url="http://provider.invalid/v1")
     projects.create(Context(store, s, CLI), {"name": "shop", "record_through": True})
     try:
         r = create_app(s, store).test_client().post(URL, json=body(), headers=headers)
     finally:
-        upstream._connections.cache_clear()
+        upstream._provider.cache_clear()
     assert r.status_code == 200
     assert [c["path"] for c in fake.calls] == ["http://provider.invalid/v1/chat/completions"]
 
