@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -75,6 +76,62 @@ class _Conn:
             self.raw.execute(sql)
 
 
+Key = tuple[str, str]  # a project id and a fingerprint
+Query = Callable[[list[Key]], dict[Key, object]]
+
+
+class _Batch:
+    def __init__(self) -> None:
+        self.keys: set[Key] = set()
+        self.done = False
+        self.found: dict[Key, object] = {}
+        self.error: BaseException | None = None
+
+    def answer(self, key: Key) -> object:
+        if self.error is not None:
+            raise self.error
+        return self.found.get(key, object())  # no such project: a value equal to nothing
+
+
+class VersionReads:
+    """Versions asked for concurrently, read in one query: each kept hit on PostgreSQL needs one.
+
+    A caller gets its value from a query that began *after* it asked, as a query of its own would
+    (so it sees every commit that completed before it asked): keys that arrive while a query is in
+    flight wait for it to end and are then read together by one of them. One query per workspace is
+    in flight at a time: under row-level security a query reads as one tenant.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._open: dict[str | None, _Batch] = {}  # per workspace, the batch not sent yet
+        self._sending: set[str | None] = set()  # workspaces with a query in flight
+
+    def read(self, workspace: str | None, key: Key, query: Query) -> object:
+        with self._changed:
+            batch = self._open.setdefault(workspace, _Batch())
+            batch.keys.add(key)
+            while not batch.done:
+                if workspace not in self._sending:  # nothing in flight: this unsent batch goes now
+                    self._sending.add(workspace)
+                    del self._open[workspace]
+                    break
+                self._changed.wait()
+            else:
+                return batch.answer(key)
+        try:
+            batch.found = query(sorted(batch.keys))
+        except BaseException as exc:
+            batch.error = exc
+            raise
+        finally:
+            with self._changed:
+                batch.done = True
+                self._sending.discard(workspace)
+                self._changed.notify_all()
+        return batch.answer(key)
+
+
 class PostgresStore:
     dialect = "postgresql"
     blocks_process = False  # psycopg waits through gevent's patched sockets
@@ -92,6 +149,7 @@ class PostgresStore:
         )
         with _translated():
             self._pool.open(wait=True, timeout=10)
+        self._versions = VersionReads()  # shared with the scoped views, which copy this object
 
     def scoped(self, workspace_id: str) -> PostgresStore:
         """A view of this store whose every statement runs as `workspace_id` under row-level security."""
@@ -125,9 +183,17 @@ class PostgresStore:
             return conn.all(name, **params)
 
     def version(self, project_id: str, fingerprint: str) -> object:
-        """The row versions (xmin) of the project and of its entry: every update writes a new one."""
-        row = self.one("replay_version", project_id=project_id, fingerprint=fingerprint)
-        return object() if row is None else (row["project_version"], row["entry_version"])
+        """The row versions (xmin) of the project and of its entry: every update writes a new one.
+
+        Concurrent hits read theirs together (VersionReads), each in a query that began after it asked.
+        """
+        return self._versions.read(self.workspace_id, (project_id, fingerprint), self._read_versions)
+
+    def _read_versions(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], object]:
+        rows = self.all(
+            "replay_versions", project_ids=[k[0] for k in keys], fingerprints=[k[1] for k in keys]
+        )
+        return {(r["project_id"], r["fingerprint"]): (r["project_version"], r["entry_version"]) for r in rows}
 
     def run(self, name: str, /, **params: Any) -> int:
         with self._conn() as conn:

@@ -4,11 +4,14 @@
 SELECT id, response, chunks, review_status, model FROM entries
 WHERE project_id = :project_id AND fingerprint = :fingerprint
 
--- name: replay_version.postgresql
--- store.version(): an update always writes a new row version, so xmin changes with every edit.
-SELECT CAST(p.xmin AS TEXT) AS project_version, CAST(e.xmin AS TEXT) || e.id AS entry_version
-FROM projects p LEFT JOIN entries e ON e.project_id = p.id AND e.fingerprint = :fingerprint
-WHERE p.id = :project_id
+-- name: replay_versions.postgresql
+-- store.version() for many hits at once: an update always writes a new row version, so xmin changes
+-- with every edit (and an entry deleted and recorded again has a new id).
+SELECT k.project_id, k.fingerprint,
+    CAST(p.xmin AS TEXT) AS project_version, CAST(e.xmin AS TEXT) || e.id AS entry_version
+FROM unnest(CAST(:project_ids AS TEXT[]), CAST(:fingerprints AS TEXT[])) AS k (project_id, fingerprint)
+JOIN projects p ON p.id = k.project_id
+LEFT JOIN entries e ON e.project_id = k.project_id AND e.fingerprint = k.fingerprint
 
 -- name: get_entry
 SELECT * FROM entries WHERE id = :id
