@@ -83,7 +83,7 @@ Query = Callable[[list[Key]], dict[Key, object]]
 class _Batch:
     def __init__(self) -> None:
         self.keys: set[Key] = set()
-        self.done = False
+        self.done = threading.Event()
         self.found: dict[Key, object] = {}
         self.error: BaseException | None = None
 
@@ -103,33 +103,40 @@ class VersionReads:
     """
 
     def __init__(self) -> None:
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
         self._open: dict[str | None, _Batch] = {}  # per workspace, the batch not sent yet
-        self._sending: set[str | None] = set()  # workspaces with a query in flight
+        self._flying: dict[str | None, _Batch] = {}  # per workspace, the batch being read
 
     def read(self, workspace: str | None, key: Key, query: Query) -> object:
-        with self._changed:
+        with self._lock:
             batch = self._open.setdefault(workspace, _Batch())
             batch.keys.add(key)
-            while not batch.done:
-                if workspace not in self._sending:  # nothing in flight: this unsent batch goes now
-                    self._sending.add(workspace)
-                    del self._open[workspace]
+        while True:
+            with self._lock:
+                if batch.done.is_set():
                     break
-                self._changed.wait()
-            else:
-                return batch.answer(key)
+                flying = self._flying.get(workspace)
+                if flying is None:  # nothing in flight, so ours is the batch not sent yet: it goes now
+                    self._flying[workspace] = batch
+                    del self._open[workspace]
+            if flying is None:
+                self._send(workspace, batch, query)
+                break
+            flying.done.wait()  # the query in flight (ours, or one that began before we asked)
+        return batch.answer(key)
+
+    def _send(self, workspace: str | None, batch: _Batch, query: Query) -> None:
         try:
             batch.found = query(sorted(batch.keys))
-        except BaseException as exc:
-            batch.error = exc
+        except Exception as exc:
+            batch.error = exc  # every caller of the batch raises it, this one in read()
+        except BaseException as exc:  # this greenlet or thread is being stopped: the others need not be
+            batch.error = Unavailable(type(exc).__name__)
             raise
         finally:
-            with self._changed:
-                batch.done = True
-                self._sending.discard(workspace)
-                self._changed.notify_all()
-        return batch.answer(key)
+            with self._lock:  # sent and not yet done is always in flight (read() relies on it)
+                del self._flying[workspace]
+                batch.done.set()
 
 
 class PostgresStore:
