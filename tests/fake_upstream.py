@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,10 +15,11 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeUpstream:
-    """Answers POST /v1/chat/completions; `mode` is ok, error (echoes the key back), invalid
-    or redirect (307 to itself). Through a proxy, `calls` shows the absolute URL it was asked for."""
+    """Answers POST /v1/chat/completions (over TLS given a server context); `mode` is ok, error
+    (echoes the key back), invalid, redirect (307 to itself) or "hang up" (answers, then closes the
+    connection without saying so). Through a proxy, `calls` shows the absolute URL it was asked for."""
 
-    def __init__(self, delay: float = 0.0):
+    def __init__(self, delay: float = 0.0, tls: ssl.SSLContext | None = None):
         self.delay = delay
         self.mode = "ok"
         self.calls: list[dict[str, Any]] = []
@@ -34,7 +36,14 @@ class FakeUpstream:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with fake._lock:
-                    fake.calls.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                    fake.calls.append(
+                        {
+                            "path": self.path,
+                            "headers": dict(self.headers),
+                            "body": body,
+                            "peer": self.client_address,
+                        }
+                    )
                 if fake.delay:
                     time.sleep(fake.delay)
                 status, content_type, data = fake.respond(body, self.headers.get("Authorization", ""))
@@ -45,10 +54,15 @@ class FakeUpstream:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+                if fake.mode == "hang up":  # as a provider closing an idle keep-alive connection would
+                    self.close_connection = True
 
         self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        scheme = "https" if tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import ssl
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -146,7 +148,8 @@ def test_unreachable_upstream_is_named_by_exception_type_only(store, settings, h
     projects.create(Context(store, s, CLI), {"name": "shop", "record_through": True})
     r = create_app(s, store).test_client().post(URL, json=body(), headers=headers)
     assert r.status_code == 502 and r.json["error"]["code"] == "semula_upstream_unreachable"
-    assert "ConnectionError" in r.json["error"]["message"] and "127.0.0.1" not in r.json["error"]["message"]
+    message = r.json["error"]["message"]
+    assert re.search(r"\(Connection\w*Error\)", message) and "127.0.0.1" not in message
 
 
 def test_redirects_are_not_followed_and_nothing_is_retried(client, shop, headers, fake):
@@ -165,9 +168,59 @@ def test_a_too_large_answer_is_refused_and_the_next_call_works(client, shop, hea
     assert r.status_code == 200 and r.json["choices"][0]["message"]["content"] == "upstream says: next"
 
 
+def test_connections_are_kept_alive_and_one_the_provider_closed_is_not_reused(client, shop, headers, fake):
+    for text in ("one", "two", "three"):
+        assert client.post(URL, json=body(text), headers=headers).status_code == 200
+    assert len({c["peer"] for c in fake.calls}) == 1  # one connection for all three
+    fake.mode = "hang up"
+    assert client.post(URL, json=body("four"), headers=headers).status_code == 200
+    fake.mode = "ok"
+    r = client.post(URL, json=body("five"), headers=headers)  # not sent on the closed connection
+    assert r.status_code == 200 and r.json["choices"][0]["message"]["content"] == "upstream says: five"
+    assert len(fake.calls) == 5 and fake.calls[4]["peer"] != fake.calls[3]["peer"]
+
+
+@pytest.fixture
+def tls_provider(tmp_path):
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    server = FakeUpstream(tls=context)
+    yield server, str(tmp_path / "ca.pem")
+    server.close()
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_an_https_provider_is_called_with_its_certificate_checked(
+    store, settings, headers, tls_provider, monkeypatch, trusted
+):
+    server, ca_file = tls_provider
+    if trusted:
+        monkeypatch.setattr(upstream, "_ca_bundle", lambda: ca_file)
+    upstream._provider.cache_clear()
+    s = replace(settings, upstream_key=CANARY, upstream_url=server.url)
+    projects.create(Context(store, s, CLI), {"name": "shop", "record_through": True})
+    try:
+        app = create_app(s, store).test_client()
+        responses = [app.post(URL, json=body(text), headers=headers) for text in ("a", "b")]
+    finally:
+        upstream._provider.cache_clear()
+    if trusted:
+        assert [r.json["choices"][0]["message"]["content"] for r in responses] == [
+            "upstream says: a",
+            "upstream says: b",
+        ]
+        assert len({c["peer"] for c in server.calls}) == 1
+    else:  # a certificate no CA of the bundle signed: refused before anything is sent
+        assert all(r.json["error"]["code"] == "semula_upstream_unreachable" for r in responses)
+        assert "SSLCertVerificationError" in responses[0].json["error"]["message"] and not server.calls
+
+
 def test_the_environment_proxy_is_used(store, settings, headers, fake, monkeypatch):
     # The fake provider stands in for the proxy: it is asked for the provider's absolute URL.
-    monkeypatch.setenv("HTTP_PROXY", fake.url.removesuffix("/v1"))
+    monkeypatch.setenv("HTTP_PROXY", fake.url.removesuffix("/v1").replace("//", "//proxy%20user:s3cret@"))
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
     upstream._provider.cache_clear()
@@ -179,6 +232,8 @@ def test_the_environment_proxy_is_used(store, settings, headers, fake, monkeypat
         upstream._provider.cache_clear()
     assert r.status_code == 200
     assert [c["path"] for c in fake.calls] == ["http://provider.invalid/v1/chat/completions"]
+    sent = {name.lower(): value for name, value in fake.calls[0]["headers"].items()}
+    assert sent["proxy-authorization"] == "Basic cHJveHkgdXNlcjpzM2NyZXQ="  # "proxy user:s3cret"
 
 
 def test_dry_run_lists_prompts_and_never_calls(client, uctx, shop, headers, fake, store):
