@@ -78,6 +78,10 @@ class CallLog:
         return len(rows)
 
     def _write(self, rows: list[dict[str, Any]], offload: Offload | None = None) -> None:
+        # Ids here, on the caller's side: the offloaded insert runs in a native thread, where the
+        # id generator's (gevent-patched) lock has no business.
+        for row, call_id in zip(rows, new_ids("call", len(rows)), strict=True):
+            row["id"] = call_id
         try:
             if offload is None:
                 self._insert(rows)
@@ -89,8 +93,7 @@ class CallLog:
     def _insert(self, rows: list[dict[str, Any]]) -> None:
         # One transaction per workspace: under row-level security a row is written as its tenant.
         by_workspace: dict[str, list[dict[str, Any]]] = {}
-        for row, call_id in zip(rows, new_ids("call", len(rows)), strict=True):
-            row["id"] = call_id
+        for row in rows:
             by_workspace.setdefault(row["workspace_id"], []).append(row)
         for workspace_id, group in by_workspace.items():
             with self.store.transaction(workspace_id) as tx:
