@@ -1,4 +1,4 @@
-"""Test helpers: waiting for an event by polling, and running the real semula server."""
+"""Test helpers: waiting for an event by polling, running the real semula server, call-log rows."""
 
 from __future__ import annotations
 
@@ -13,6 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import requests
+
+
+def call_row(**fields: Any) -> dict[str, Any]:
+    """A call-log row as the proxy logs one (a hit of project prj_x), without its id; `fields` override."""
+    row = dict(workspace_id="wsp_default", project_id="prj_x", created_at=1000.0, fingerprint=None)
+    row |= dict(model="m", stream=0, outcome="hit", status=200, duration_ms=0.5)
+    return row | dict(entry_id=None, pending_id=None, token_id=None) | fields
 
 
 def wait_for(

@@ -11,29 +11,14 @@ from semula.cli import main
 from semula.service import projects
 from semula.service.calllog import CallLog
 from semula.service.retention import DAY, prune_call_log, start_pruner
-from tests.helpers import wait_for
+from tests.helpers import call_row, wait_for
 
 
 def fill(ctx, project_id, ages_in_days):
     log = CallLog(ctx.store)
     now = time.time()
     for age in ages_in_days:
-        log.record(
-            dict(
-                workspace_id="wsp_default",
-                project_id=project_id,
-                created_at=now - age * DAY,
-                fingerprint=None,
-                model="m",
-                stream=0,
-                outcome="hit",
-                status=200,
-                duration_ms=1.0,
-                entry_id=None,
-                pending_id=None,
-                token_id=None,
-            )
-        )
+        log.record(call_row(project_id=project_id, created_at=now - age * DAY))
 
 
 def remaining(ctx, project_id):

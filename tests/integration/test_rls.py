@@ -8,6 +8,7 @@ import pytest
 from semula.fingerprint import fingerprint
 from semula.service import pending, projects, tokens, upstream
 from semula.service.calllog import CallLog
+from tests.helpers import call_row
 from tests.hosted_helpers import app_role_url, hosted, tenant  # noqa: F401 - fixture
 
 REQUEST = {"model": "gpt-4o", "messages": [{"role": "user", "content": "B only"}]}
@@ -45,22 +46,7 @@ def filled(hosted, db_url):  # noqa: F811 - the fixture imported above
             request="{}",
             now=0,
         )
-        CallLog(ctx.store).record(
-            dict(
-                workspace_id=ctx.principal.workspace_id,
-                project_id=row["id"],
-                created_at=0,
-                fingerprint=None,
-                model=None,
-                stream=0,
-                outcome="hit",
-                status=200,
-                duration_ms=1,
-                entry_id=None,
-                pending_id=None,
-                token_id=None,
-            )
-        )
+        CallLog(ctx.store).record(call_row(workspace_id=ctx.principal.workspace_id, project_id=row["id"]))
         upstream.usage(ctx, "p")
         workspaces[name] = ctx.principal.workspace_id
     return workspaces, app_role_url(db_url)

@@ -7,6 +7,7 @@ import pytest
 from semula import db
 from semula.db import UniqueViolation, connect
 from semula.migrate import migrate, migration_files
+from tests.helpers import call_row
 
 
 def test_migrate_twice_is_a_no_op(store):
@@ -77,9 +78,7 @@ CALL_COLUMNS += " entry_id pending_id token_id"
 
 
 def _call_rows(count: int) -> list[dict]:
-    row = dict.fromkeys(CALL_COLUMNS.split()) | dict(workspace_id="wsp_default", project_id="prj_x")
-    row |= dict(stream=0, outcome="hit", status=200, duration_ms=0.5)
-    return [row | {"id": f"call_{i:04d}", "created_at": 1000.0 + i} for i in range(count)]
+    return [call_row(id=f"call_{i:04d}", created_at=1000.0 + i) for i in range(count)]
 
 
 @pytest.mark.parametrize("shape", ["per row", "json array"])
