@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import threading
 import time
@@ -55,6 +56,8 @@ class FakeUpstream:
                 self.end_headers()
                 self.wfile.write(data)
                 if fake.mode == "hang up":  # as a provider closing an idle keep-alive connection would
+                    self.wfile.flush()
+                    self.request.shutdown(socket.SHUT_WR)  # the FIN follows the answer at once
                     self.close_connection = True
 
         self.server = _Server(("127.0.0.1", 0), Handler)
