@@ -196,7 +196,7 @@ class PostgresStore:
         """
         return self._versions.read(self.workspace_id, (project_id, fingerprint), self._read_versions)
 
-    def _read_versions(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], object]:
+    def _read_versions(self, keys: list[Key]) -> dict[Key, object]:
         rows = self.all(
             "replay_versions", project_ids=[k[0] for k in keys], fingerprints=[k[1] for k in keys]
         )

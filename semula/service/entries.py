@@ -40,8 +40,11 @@ def save(
 
     `tokens` (prompt, completion) are what a provider spent on the answer, counted against the
     project's record-through budget in the same statement. On a Store rather than a transaction it
-    is atomic all the same (one statement on PostgreSQL).
+    is atomic all the same (one statement on PostgreSQL). Returns the entry's id and revision, and
+    the response and chunks as stored.
     """
+    response_json = dumps(response)
+    chunks_json = dumps(chunks) if chunks is not None else None
     row = tx.one(
         "save_entry",
         id=new_id("entry"),
@@ -51,8 +54,8 @@ def save(
         fingerprint=fingerprint,
         model=request.get("model"),
         request=dumps(request),
-        response=dumps(response),
-        chunks=dumps(chunks) if chunks is not None else None,
+        response=response_json,
+        chunks=chunks_json,
         actor=actor,
         summary=summary[:500],
         now=now(),
@@ -61,7 +64,7 @@ def save(
     )
     if row is None:
         raise Conflict("The entry for this request is pinned; unpin it to re-record.", code="entry_pinned")
-    return row
+    return {**row, "response": response_json, "chunks": chunks_json}
 
 
 def _add_revision(

@@ -143,8 +143,8 @@ def _forward_once(
     # What was just written, without reading it back: a forward is a round trip shorter.
     return {
         "id": saved["id"],
-        "response": dumps(parsed),
-        "chunks": dumps(chunks) if chunks else None,
+        "response": saved["response"],
+        "chunks": saved["chunks"],
         "review_status": "unreviewed",
         "model": stored.get("model"),
     }
