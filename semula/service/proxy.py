@@ -101,6 +101,11 @@ def park(ctx: Context, call: Call) -> None:
             )
 
 
+def answered_entry(ctx: Context, entry_id: str) -> dict[str, Any]:
+    """The entry that answered a held call, read as the caller (row-level security sees it in hosted mode)."""
+    return entries_service.get_row(ctx, entry_id)
+
+
 def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
     """A 424 whose message names the closest entry and the first path where the request differs."""
     rules = (json.loads(call.project["ignore_fields"]), json.loads(call.project["normalize"]))

@@ -170,7 +170,7 @@ class ProxyApp:
             raise errors.Conflict(
                 f"Pending call {call.pending_id} was {status}.", code="semula_pending_cancelled"
             )
-        call.entry = self.store.one("get_entry", id=entry_id)
+        call.entry = proxy_service.answered_entry(ctx, entry_id)
         return "answered"
 
     def _read(self, environ: dict[str, Any]) -> bytes:
