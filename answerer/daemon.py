@@ -58,7 +58,8 @@ def document(
     call: dict[str, Any], attempt: int, rejection: InvalidAnswer | None, previous: str | None
 ) -> bytes:
     """The stdin JSON (and webhook body) of ADR-0014's contract."""
-    request = call["request"]
+    # The conversation view: the same shape whatever API the app called (docs/decisions/0030-dialects.md).
+    request = call.get("conversation") or call["request"]
     doc: dict[str, Any] = {
         "request": {
             "messages": request.get("messages", []),
@@ -67,6 +68,7 @@ def document(
         },
         "shape": call["shape"],
         "project": call["project"],
+        "api": call.get("api", "openai.chat"),
         "pending_id": call["id"],
         "attempt": attempt,
     }

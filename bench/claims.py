@@ -43,6 +43,7 @@ def fill(store: Store, project_id: str, calls: int) -> None:
                 model="gpt-4o-mini",
                 request=request,
                 stream=0,
+                api="openai.chat",
                 max_misses=calls + 1,
                 now=time.time(),
             )

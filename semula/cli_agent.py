@@ -208,14 +208,19 @@ def register(group: click.Group) -> None:
 def render(item: dict[str, Any]) -> None:
     """A parked call for a reader: what was asked, what the answer must look like, how to send it."""
     line = f"{item['id']}  project {item['project']}  model {item['model']}  status {item['status']}"
+    if item.get("api") not in (None, "openai.chat"):
+        line += f"  api {item['api']}"
     if item.get("claimed_by"):
         line += f"  claimed by {item['claimed_by']} ({_duration(item['claimed_until'] - time.time())} left)"
     click.echo(line)
-    request = item.get("request") or {}
+    # The conversation view is the same for every API (docs/decisions/0030-dialects.md).
+    view = item.get("conversation") or item.get("request") or {}
     click.echo("\nmessages:")
-    for message in request.get("messages") or []:
+    for message in view.get("messages") or []:
         click.echo(_message_text(message))
     shape = item.get("shape") or {}
+    for note in shape.get("notes") or []:
+        click.echo(f"\nnote: {note}")
     if shape.get("tools"):
         click.echo("\ntools:")
         for tool in shape["tools"]:

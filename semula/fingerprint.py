@@ -6,13 +6,14 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from difflib import SequenceMatcher
 from typing import Any
 
 from semula.errors import BadRequest
 
 VERSION = "v1"
+CHAT_API = "openai.chat"
 
 # Fields that change how the answer is delivered or billed, not what it says.
 TRANSPORT_FIELDS = frozenset(
@@ -107,23 +108,54 @@ def validate_normalize(value: Any) -> list[dict[str, str]]:
     return rules
 
 
+def message_texts(request: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
+    """(container, key) of each chat message text: string contents and text parts."""
+    messages = request.get("messages")
+    if not isinstance(messages, list):
+        return
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            yield message, "content"
+        elif isinstance(content, list):
+            for part in content:
+                if (
+                    isinstance(part, dict)
+                    and part.get("type") == "text"
+                    and isinstance(part.get("text"), str)
+                ):
+                    yield part, "text"
+
+
+Texts = Callable[[dict[str, Any]], Iterator[tuple[Any, Any]]]
+
+
 def canonical_request(
     body: Mapping[str, Any],
     ignore_fields: Iterable[str] = (),
     normalize: Iterable[Mapping[str, str]] = (),
+    *,
+    transport: frozenset[str] = TRANSPORT_FIELDS,
+    texts: Texts = message_texts,
 ) -> dict[str, Any]:
-    """A fresh copy of the request as hashed: no transport fields, ignored fields removed, text normalised."""
+    """A fresh copy of the request as hashed: no transport fields, ignored fields removed, text normalised.
+
+    `transport` and `texts` are the API's (semula.dialects); the defaults are Chat Completions'.
+    """
     if not isinstance(body, Mapping):
         raise BadRequest("the request body must be a JSON object")
     try:
-        canonical = {key: _copy(value) for key, value in body.items() if key not in TRANSPORT_FIELDS}
+        canonical = {key: _copy(value) for key, value in body.items() if key not in transport}
     except RecursionError:
         raise BadRequest("the request body is nested too deeply") from None
     for pointer in ignore_fields:
         _remove_pointer(canonical, pointer)
     rules = [(re.compile(rule["pattern"]), rule["replacement"]) for rule in normalize]
     if rules:
-        _normalize_messages(canonical, rules)
+        for container, key in list(texts(canonical)):
+            container[key] = _apply(container[key], rules)
     return canonical
 
 
@@ -131,9 +163,20 @@ def fingerprint(
     body: Mapping[str, Any],
     ignore_fields: Iterable[str] = (),
     normalize: Iterable[Mapping[str, str]] = (),
+    *,
+    transport: frozenset[str] = TRANSPORT_FIELDS,
+    texts: Texts = message_texts,
+    api: str | None = None,
 ) -> str:
-    """`v1:` + SHA-256 of the canonical request's canonical JSON."""
-    text = canonical_json(canonical_request(body, ignore_fields, normalize))
+    """`v1:` + SHA-256 of the canonical request's canonical JSON.
+
+    Chat Completions requests hash as they always have; another API's requests hash together with the
+    API's name, so the same JSON sent to two APIs is two requests.
+    """
+    canonical: Any = canonical_request(body, ignore_fields, normalize, transport=transport, texts=texts)
+    if api is not None and api != CHAT_API:
+        canonical = {"api": api, "request": canonical}
+    text = canonical_json(canonical)
     # A lone surrogate ("\ud800") is valid JSON input; hash it rather than fail the request.
     return f"{VERSION}:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()}"
 
@@ -204,26 +247,6 @@ def _child(node: Any, token: str) -> Any:
     if isinstance(node, list) and _ARRAY_INDEX.match(token) and int(token) < len(node):
         return node[int(token)]
     return None
-
-
-def _normalize_messages(request: dict[str, Any], rules: list[tuple[re.Pattern[str], str]]) -> None:
-    messages = request.get("messages")
-    if not isinstance(messages, list):
-        return
-    for message in messages:
-        if not isinstance(message, dict):
-            continue
-        content = message.get("content")
-        if isinstance(content, str):
-            message["content"] = _apply(content, rules)
-        elif isinstance(content, list):
-            for part in content:
-                if (
-                    isinstance(part, dict)
-                    and part.get("type") == "text"
-                    and isinstance(part.get("text"), str)
-                ):
-                    part["text"] = _apply(part["text"], rules)
 
 
 def _apply(text: str, rules: list[tuple[re.Pattern[str], str]]) -> str:

@@ -21,31 +21,32 @@ from semula.client import Client, ClientError
 T = TypeVar("T")
 
 INSTRUCTIONS = """\
-semula is a record/replay server for OpenAI chat completions. When an application's request has no
-recorded answer, semula parks it ("a pending call") and holds the application's HTTP call open until
-someone answers. You are that someone: you write the reply the model should have given.
+semula is a record/replay server for LLM API calls (OpenAI Chat Completions and Responses). When an
+application's request has no recorded answer, semula parks it ("a pending call") and holds the
+application's HTTP call open until someone answers. You are that someone: you write the reply the model
+should have given.
 
 The loop: call claim_next. It returns the oldest unanswered call and reserves it for you for
-lease_seconds (default 300) so other agents skip it. Read call.request.messages (and request.tools or
-request.response_format, if present) and call.shape.skeleton, which is an answer of the right form with
-placeholder values. Fill it in and send it with answer_pending(pending_id, answer). The waiting
-application receives your answer at once and semula saves it, so the same request replays it later.
-If answer_pending returns an invalid_answer error, its param names the field to fix
-(like tool_calls[0].arguments.city); fix that and call answer_pending again. When claim_next says there
-is nothing to claim, the queue is empty. Nothing you answer is executed: tool calls are returned to the
-application as the model's tool calls, exactly as you write them.
-"""
+lease_seconds (default 300) so other agents skip it. Read call.conversation.messages (and
+conversation.tools or conversation.response_format, if present: the same shape whatever API the app
+called; call.request is the app's request as sent) and call.shape.skeleton, which is an answer of the
+right form with placeholder values. Fill it in and send it with answer_pending(pending_id, answer). The
+waiting application receives your answer at once and semula saves it, so the same request replays it
+later. If answer_pending returns an invalid_answer error, its param names the field to fix (like
+tool_calls[0].arguments.city); fix that and call answer_pending again. When claim_next says there is
+nothing to claim, the queue is empty. Nothing you answer is executed: tool calls are returned to the
+application as the model's tool calls, exactly as you write them."""
 
 ANSWER_FORMS = """\
 The answer is one of:
 - {"content": "the assistant's reply text"}  (a plain string is the same as this)
 - {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}], "content": null}
-  to call tools: each name must be one of request.tools, arguments must satisfy that tool's
+  to call tools: each name must be one of conversation.tools, arguments must satisfy that tool's
   parameters JSON schema (arguments may be an object or a JSON string)
 - {"message": {"role": "assistant", "content": ..., "tool_calls": [...]}}  (an assistant message)
 - a whole chat.completion object with exactly one choice
 Optional next to content/tool_calls: "finish_reason" ("stop", "length", "tool_calls", ...) and "usage".
-If request.response_format is a json_schema, content must be JSON text that validates against it.
+If conversation.response_format is a json_schema, content must be JSON text that validates against it.
 Start from call.shape.skeleton: it already has the right form."""
 
 LIST_PENDING = """\
@@ -54,7 +55,7 @@ agent holds one. To work through the queue, use claim_next instead: it reserves 
 returns it in full."""
 
 GET_PENDING = """\
-Get one parked call in full: request (the chat completion request: model, messages, tools, \
+Get one parked call in full: conversation (the request in chat form: model, messages, tools, \
 response_format) and shape (the tools with their JSON schemas, the response_format schema, and skeleton: \
 an answer of the right form with placeholder values to fill in)."""
 

@@ -32,7 +32,7 @@ def synthesize_chunks(completion: dict[str, Any], include_usage: bool) -> list[d
         content = message.get("content")
         # Like OpenAI: a text answer opens with content "", a tool-call-only answer with content null.
         emit(index, {"role": "assistant", "content": "" if content is not None else None})
-        for piece in _pieces(content or "", words=True):
+        for piece in pieces(content or "", words=True):
             emit(index, {"content": piece})
         if message.get("refusal"):
             emit(index, {"refusal": message["refusal"]})
@@ -45,7 +45,7 @@ def synthesize_chunks(completion: dict[str, Any], include_usage: bool) -> list[d
                 "function": {"name": function.get("name"), "arguments": ""},
             }
             emit(index, {"tool_calls": [opening]})
-            for piece in _pieces(function.get("arguments") or "", words=False):
+            for piece in pieces(function.get("arguments") or "", words=False):
                 emit(index, {"tool_calls": [{"index": number, "function": {"arguments": piece}}]})
         emit(index, {}, choice.get("finish_reason") or "stop")
 
@@ -178,7 +178,7 @@ def _estimated_usage(completion: dict[str, Any]) -> dict[str, int]:
     return {"prompt_tokens": 0, "completion_tokens": tokens, "total_tokens": tokens}
 
 
-def _pieces(text: str, words: bool) -> list[str]:
+def pieces(text: str, words: bool) -> list[str]:
     if not text:
         return []
     size = max(_PIECE, -(-len(text) // _MAX_PIECES))

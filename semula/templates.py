@@ -22,6 +22,11 @@ def expand(obj: Any, request_model: str, now: float | None = None) -> Any:
     return _expand(obj, _expander(request_model, now, in_json=False))
 
 
+def expand_json_text(text: str, request_model: str, now: float | None = None) -> str:
+    """Templates expanded inside JSON text (tool call arguments): what they insert is escaped as JSON."""
+    return _expander(request_model, now, in_json=True)(text)
+
+
 def expand_completion(
     completion: dict[str, Any], request_model: str, now: float | None = None
 ) -> dict[str, Any]:

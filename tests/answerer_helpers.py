@@ -17,22 +17,10 @@ from typing import Any
 from answerer import config as answerer_config
 from answerer.daemon import Daemon
 from semula.service import Context, pending, projects
-from tests.helpers import wait_for
+from tests.helpers import CHAT_WEATHER_TOOL, wait_for
 
 CHILD = Path(__file__).resolve().parent / "answerer_children" / "child.py"
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    },
-}
+WEATHER_TOOL = CHAT_WEATHER_TOOL
 
 
 def command(mode: str, *args: str) -> list[str]:

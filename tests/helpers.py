@@ -19,7 +19,7 @@ def call_row(**fields: Any) -> dict[str, Any]:
     """A call-log row as the proxy logs one (a hit of project prj_x), without its id; `fields` override."""
     row = dict(workspace_id="wsp_default", project_id="prj_x", created_at=1000.0, fingerprint=None)
     row |= dict(model="m", stream=0, outcome="hit", status=200, duration_ms=0.5)
-    return row | dict(entry_id=None, pending_id=None, token_id=None) | fields
+    return row | dict(entry_id=None, pending_id=None, token_id=None, api="openai.chat") | fields
 
 
 def wait_for(
@@ -88,3 +88,18 @@ class Server:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         self._log.close()
+
+
+# One function tool, as Chat Completions nests it and as the Responses API flattens it.
+WEATHER_FUNCTION = {
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}
+CHAT_WEATHER_TOOL = {"type": "function", "function": WEATHER_FUNCTION}
+RESPONSES_WEATHER_TOOL = {"type": "function", **WEATHER_FUNCTION, "strict": True}

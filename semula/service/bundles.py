@@ -26,8 +26,7 @@ from typing import IO, Any
 import ijson
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
-from semula import answers, redact
-from semula import fingerprint as fp
+from semula import dialects, redact
 from semula.db import UniqueViolation
 from semula.errors import BadRequest, Conflict, SemulaError
 from semula.ids import new_id
@@ -35,7 +34,6 @@ from semula.service import Context, audit, dumps, now, quotas
 from semula.service import entries as entries_service
 from semula.service import projects as projects_service
 from semula.service.auth import require
-from semula.service.proxy import check_body
 
 FORMAT = "semula-bundle"
 VERSION = 1
@@ -98,6 +96,8 @@ def _export_pieces(ctx: Context, row: dict[str, Any], secrets: tuple[str, ...]) 
             "response": redacted(response, secrets),
             "review_status": entry["review_status"],
         }
+        if entry.get("api") not in (None, dialects.CHAT):  # Chat Completions entries stay as they were
+            item["api"] = entry["api"]
         yield _encode(('  "entries": [\n    ' if first else ",\n    ") + _nested(item, 4))
         first = False
     yield _encode('  "entries": []\n}\n' if first else "\n  ]\n}\n")
@@ -231,6 +231,7 @@ class EntrySchema(Schema):
     class Meta:
         unknown = RAISE
 
+    api = fields.String(load_default=dialects.CHAT, validate=validate.OneOf(dialects.names()))
     fingerprint = fields.String(load_default=None, validate=validate.Regexp(FINGERPRINT_PATTERN))
     request = fields.Dict(required=True)
     response = fields.Raw(required=True, allow_none=False)
@@ -295,7 +296,18 @@ def _check_config(value: Any) -> dict[str, Any]:
 class _Prepared:
     """One validated entry as it will be written; pickled to a temporary file between the two phases."""
 
-    __slots__ = ("index", "fingerprint", "model", "request", "response", "chunks", "pinned", "review_status")
+    __slots__ = (
+        "index",
+        "api",
+        "fingerprint",
+        "model",
+        "request",
+        "response",
+        "response_id",
+        "chunks",
+        "pinned",
+        "review_status",
+    )
 
     def __init__(self, **values: Any):
         for key, value in values.items():
@@ -333,19 +345,21 @@ def _prepare(
     except ValidationError as exc:
         raise fail(*_first_error(exc)) from None
     request = data["request"]
+    dialect = dialects.get(data["api"])
     try:
-        check_body(request)
-        computed = fp.fingerprint(request, *rules)
+        dialect.check(request)
+        computed = dialect.fingerprint(request, *rules)
     except BadRequest as exc:
         raise fail(f"request.{exc.param}" if exc.param else "request", exc.message) from None
     try:
-        response = answers.parse_answer(data["response"], request)
-        answers.validate_tool_calls(response, request)
+        response, chunks = dialect.accept_recorded(
+            data["response"], data["chunks"], request, dialect.conversation(request)
+        )
     except SemulaError as exc:
         raise fail(f"response.{exc.param}" if exc.param else "response", exc.message) from None
     stored_request = redacted(request, secrets)
     request_json, response_json = dumps(stored_request), dumps(response)
-    chunks_json = dumps(data["chunks"]) if data["chunks"] is not None else None
+    chunks_json = dumps(chunks) if chunks is not None else None
     for name, text in (("request", request_json), ("response", response_json), ("chunks", chunks_json)):
         if text is not None and len(text) > limit:
             raise fail(name, f"longer than {limit} characters (SEMULA_MAX_BODY_BYTES).")
@@ -360,6 +374,8 @@ def _prepare(
             recomputed = True
     prepared = _Prepared(
         index=index,
+        api=dialect.name,
+        response_id=dialect.response_id(response),
         fingerprint=fingerprint,
         model=request.get("model"),
         request=request_json,
@@ -492,6 +508,8 @@ def _write(
             for item in batch:
                 old = existing.get(item.fingerprint)
                 values_ = {
+                    "api": item.api,
+                    "response_id": item.response_id,
                     "model": item.model,
                     "request": item.request,
                     "response": item.response,

@@ -15,6 +15,7 @@ def present(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "object": "call",
         "id": row["id"],
+        "api": row.get("api") or "openai.chat",
         "project": row.get("project_name"),
         "created": row["created_at"],
         "fingerprint": row["fingerprint"],

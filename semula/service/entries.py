@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from semula import answers, stream
+from semula import dialects
 from semula.db import Store, Tx
 from semula.errors import BadRequest, Conflict, NotFound
 from semula.ids import new_id
@@ -23,6 +23,11 @@ def lookup(ctx: Context, project_id: str, fingerprint: str) -> dict[str, Any] | 
     return row
 
 
+def by_response_id(ctx: Context, project_id: str, response_id: str) -> dict[str, Any] | None:
+    """The entry whose recorded response has this id (Responses API), or None; rejected ones too."""
+    return ctx.store.one("entry_by_response_id", project_id=project_id, response_id=response_id)
+
+
 def save(
     tx: Tx | Store,
     ctx: Context,
@@ -35,6 +40,7 @@ def save(
     actor: str,
     summary: str,
     tokens: tuple[int, int] = (0, 0),
+    api: str = dialects.CHAT,
 ) -> dict[str, Any]:
     """Insert the entry or add a revision to it; a pinned entry refuses re-recording (409).
 
@@ -61,6 +67,8 @@ def save(
         now=now(),
         prompt_tokens=tokens[0],
         completion_tokens=tokens[1],
+        api=api,
+        response_id=dialects.get(api).response_id(response),
     )
     if row is None:
         raise Conflict("The entry for this request is pinned; unpin it to re-record.", code="entry_pinned")
@@ -122,9 +130,11 @@ def get_row(ctx: Context, entry_id: str) -> dict[str, Any]:
 
 def present(row: dict[str, Any], *, full: bool = False) -> dict[str, Any]:
     """The public view of an entry; `full` adds the request, response and chunks."""
+    dialect = dialects.get(row.get("api"))
     out: dict[str, Any] = {
         "object": "entry",
         "id": row["id"],
+        "api": dialect.name,
         "project": row.get("project_name"),
         "fingerprint": row["fingerprint"],
         "model": row["model"],
@@ -138,8 +148,15 @@ def present(row: dict[str, Any], *, full: bool = False) -> dict[str, Any]:
     response, chunks = decode(row)
     if full:
         out.update(request=request, response=response, chunks=chunks)
+        # The same shapes for every API: the request's conversation view and the answer as a message.
+        out["conversation"] = dialect.conversation(request)
+        common = dialect.common(response, chunks)
+        out["answer"] = (common.get("choices") or [{}])[0].get("message")
     else:
-        out["preview"] = {"prompt": _prompt_preview(request), "answer": _answer_preview(response, chunks)}
+        out["preview"] = {
+            "prompt": _prompt_preview(dialect.conversation(request)),
+            "answer": _answer_preview(dialect.common(response, chunks)),
+        }
     return out
 
 
@@ -170,9 +187,7 @@ def _prompt_preview(request: dict[str, Any]) -> str:
     return ""
 
 
-def _answer_preview(response: dict[str, Any], chunks: list[dict[str, Any]] | None) -> str:
-    if not response.get("choices") and chunks:
-        response = stream.assemble_chunks(chunks)
+def _answer_preview(response: dict[str, Any]) -> str:
     try:
         message = response["choices"][0]["message"]
     except (KeyError, IndexError, TypeError):
@@ -237,10 +252,15 @@ def edit(ctx: Context, entry_id: str, payload: Any, *, summary: str = "") -> dic
     """
     require(ctx, role="editor")
     row = get_row(ctx, entry_id)
+    dialect = dialects.get(row.get("api"))
     request = json.loads(row["request"])
-    completion = answers.parse_answer(payload, request)
-    answers.validate_tool_calls(completion, request)
-    return _replace(ctx, row, completion, None, "entry.edit", summary or f"edited by {ctx.principal.actor}")
+    old, _ = decode(row)
+    response, chunks = dialect.accept(payload, request, dialect.conversation(request))
+    # A follow-up request names the recorded response's id: an edit keeps it.
+    recorded_id = dialect.response_id(old)
+    if recorded_id is not None and dialect.response_id(response) != recorded_id:
+        response = {**response, "id": recorded_id}
+    return _replace(ctx, row, response, chunks, "entry.edit", summary or f"edited by {ctx.principal.actor}")
 
 
 def revert(ctx: Context, entry_id: str, number: int, *, summary: str = "") -> dict[str, Any]:

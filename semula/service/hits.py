@@ -20,17 +20,17 @@ from typing import Any
 
 from semula.service import Context
 from semula.service.auth import require, visible
-from semula.service.proxy import Call, stamp_completion, templated
+from semula.service.proxy import Call, templated
 
 # Bounds the memory: at most SIZE requests of at most MAX_BODY bytes each (64 MiB in all).
 SIZE = 2048
 MAX_BODY = 32 * 1024
-Key = tuple[str, str | None, str | None, str | None, bytes]
+Key = tuple[str, str, str | None, str | None, str | None, bytes]
 
 
-def key(ctx: Context, path_project: str | None, header_project: str | None, raw: bytes) -> Key:
+def key(ctx: Context, api: str, path_project: str | None, header_project: str | None, raw: bytes) -> Key:
     """What decides the answer to a request, besides the rows store.version() covers."""
-    return (ctx.principal.workspace_id, ctx.principal.project_id, path_project, header_project, raw)
+    return (api, ctx.principal.workspace_id, ctx.principal.project_id, path_project, header_project, raw)
 
 
 @dataclass
@@ -81,6 +81,6 @@ class HitCache:
 
     @staticmethod
     def completion(kept: Kept) -> dict[str, Any]:
-        """The kept answer with a fresh id and created, as proxy.render() writes it."""
+        """The kept answer stamped afresh (id, created) as its dialect's render() would."""
         assert kept.call is not None and kept.completion is not None
-        return stamp_completion(kept.completion, kept.call.model, time.time())
+        return kept.call.dialect.restamp(kept.completion, kept.call.request, time.time())

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from semula import answers
+from semula import answers, dialects
 from semula.errors import BadRequest, NotFound, PendingResolved
 from semula.ids import new_id
 from semula.service import Context, dumps, now, page, quotas
@@ -23,6 +23,8 @@ MAX_LEASE = 3600
 MAX_WORKER_LENGTH = 200
 # Candidates read per look: enough that a claimer losing a race moves on without another SELECT.
 CLAIM_BATCH = 16
+# How many earlier responses a conversation view follows back through previous_response_id.
+MAX_HISTORY = 100
 
 # Called with (pending_id, status, entry_id, resolved_at) after an answer or cancel commits in
 # this process, so a call held here is released at once instead of at the next poll.
@@ -30,7 +32,13 @@ RESOLVED_LISTENERS: list[Callable[[str, str, str | None, float], None]] = []
 
 
 def park(
-    ctx: Context, project: dict[str, Any], fingerprint: str, request: dict[str, Any], stream: bool
+    ctx: Context,
+    project: dict[str, Any],
+    fingerprint: str,
+    request: dict[str, Any],
+    stream: bool,
+    *,
+    api: str = dialects.CHAT,
 ) -> str | None:
     """The id of the pending row for this miss (new or shared), or None when max_misses is reached."""
     params = dict(project_id=project["id"], fingerprint=fingerprint)
@@ -42,6 +50,7 @@ def park(
             model=request.get("model"),
             request=dumps(request),
             stream=int(stream),
+            api=api,
             max_misses=project["max_misses"],
             now=now(),
             **params,
@@ -64,14 +73,32 @@ def get_row(ctx: Context, pending_id: str) -> dict[str, Any]:
     return row
 
 
-def present(row: dict[str, Any], *, full: bool = False) -> dict[str, Any]:
-    """The list view of a pending row; `full` adds the request and its shape."""
+def conversation(ctx: Context, project_id: str, api: str | None, request: dict[str, Any]) -> dict[str, Any]:
+    """The common view of a request (every answerer sees it), with the recorded turns it continues."""
+    dialect = dialects.get(api)
+    history: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    previous, seen = dialect.previous(request), set()
+    while previous is not None and previous not in seen and len(history) < MAX_HISTORY:
+        seen.add(previous)
+        row = entries_service.by_response_id(ctx, project_id, previous)
+        if row is None:
+            break
+        earlier = json.loads(row["request"])
+        response, chunks = entries_service.decode(row)
+        history.insert(0, (earlier, dialect.common_response(response, chunks)))
+        previous = dialect.previous(earlier)
+    return dialect.conversation(request, history)
+
+
+def present(row: dict[str, Any], *, full: bool = False, ctx: Context | None = None) -> dict[str, Any]:
+    """The list view of a pending row; `full` adds the request, its conversation view and shape."""
     claimed = (
         row["claim_expires_at"] is not None and row["claim_expires_at"] > now() and row["status"] == "pending"
     )
     out: dict[str, Any] = {
         "object": "pending",
         "id": row["id"],
+        "api": row.get("api") or dialects.CHAT,
         "project": row.get("project_name"),
         "status": row["status"],
         "model": row["model"],
@@ -83,15 +110,23 @@ def present(row: dict[str, Any], *, full: bool = False) -> dict[str, Any]:
     }
     if full:
         request = json.loads(row["request"])
+        view = (
+            conversation(ctx, row["project_id"], row.get("api"), request)
+            if ctx is not None
+            else dialects.get(row.get("api")).conversation(request)
+        )
         out["request"] = request
-        out["shape"] = answers.shape(request)
+        out["conversation"] = view
+        out["shape"] = answers.shape(view)
+        if view.get("notes"):
+            out["shape"]["notes"] = view["notes"]
     return out
 
 
 def get(ctx: Context, pending_id: str) -> dict[str, Any]:
     """The call in full, with its shape; viewer role and record scope."""
     require(ctx, role="viewer", scope="record")
-    return present(get_row(ctx, pending_id), full=True)
+    return present(get_row(ctx, pending_id), full=True, ctx=ctx)
 
 
 def answer(
@@ -110,8 +145,11 @@ def answer(
         raise PendingResolved(f"Pending call {pending_id} is {row['status']} already.")
     request = json.loads(row["request"])
     quotas.check_answer(ctx, payload)
-    completion = answers.parse_answer(payload, request)
-    answers.validate_tool_calls(completion, request)
+    dialect = dialects.get(row.get("api"))
+    response, made_chunks = dialect.accept(
+        payload, request, conversation(ctx, row["project_id"], row.get("api"), request)
+    )
+    chunks = chunks if chunks is not None else made_chunks
     entries_service.check_quota(ctx, row["project_id"], row["fingerprint"])
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:
         entry = entries_service.save(
@@ -120,10 +158,11 @@ def answer(
             project_id=row["project_id"],
             fingerprint=row["fingerprint"],
             request=request,
-            response=completion,
+            response=response,
             chunks=chunks,
             actor=actor,
             summary=summary or f"answered by {ctx.principal.actor}",
+            api=dialect.name,
         )
         resolved_at = now()
         if not tx.run(
@@ -234,7 +273,7 @@ def _try_claim(ctx: Context, pending_id: str, worker: str, lease: int) -> dict[s
     if row is None:
         return None
     logger.debug("claimed", extra={"pending_id": pending_id, "lease_seconds": lease})
-    out = present(row, full=True)
+    out = present(row, full=True, ctx=ctx)
     out["claim"] = {"worker": worker, "lease_seconds": lease, "claimed_until": int(until)}
     return out
 

@@ -1,15 +1,15 @@
-"""The proxy (SPEC §3): fingerprint a chat completion, replay a hit, park a miss, render the answer."""
+"""The proxy (SPEC §3): check and fingerprint a request in its API's dialect, replay a hit, park a miss."""
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from semula import dialects, redact
 from semula import fingerprint as fp
-from semula import redact, stream, templates
+from semula.dialects import CHAT, RESPONSES, Dialect, Request
 from semula.errors import BadRequest, NotFound, ReplayMiss, TooManyMisses
 from semula.service import Context, quotas
 from semula.service import entries as entries_service
@@ -27,12 +27,19 @@ class Call:
     project: dict[str, Any]
     body: dict[str, Any]
     fingerprint: str
-    model: str
-    stream: bool
-    include_usage: bool
+    request: Request
     started: float
+    dialect: Dialect
     entry: dict[str, Any] | None = None
     pending_id: str | None = None
+
+    @property
+    def model(self) -> str:
+        return self.request.model
+
+    @property
+    def stream(self) -> bool:
+        return self.request.stream
 
 
 def resolve_project(ctx: Context, path_project: str | None, header_project: str | None) -> dict[str, Any]:
@@ -54,30 +61,33 @@ def resolve_project(ctx: Context, path_project: str | None, header_project: str 
 
 def check_body(body: Any) -> tuple[str, bool, bool]:
     """The model, stream and include_usage of a chat completion request; 400 when it is not one."""
-    if not isinstance(body, dict):
-        raise BadRequest("The body must be a JSON object.")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequest(
-            "you must provide a model parameter", param="model", code="missing_required_parameter"
-        )
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("messages must be a non-empty array", param="messages")
-    stream_on = body.get("stream") is True
-    options = body.get("stream_options")
-    include_usage = stream_on and isinstance(options, dict) and options.get("include_usage") is True
-    return model, stream_on, include_usage
+    req = dialects.get(CHAT).check(body)
+    return req.model, req.stream, req.include_usage
 
 
-def start(ctx: Context, project: dict[str, Any], body: Any) -> Call:
-    """Fingerprint the request and look for its entry."""
+def start(ctx: Context, project: dict[str, Any], body: Any, dialect: Dialect | None = None) -> Call:
+    """Check the request as its API does, fingerprint it and look for its entry."""
     require(ctx, role="viewer", scope="replay")
-    model, stream_on, include_usage = check_body(body)
-    fingerprint = fp.fingerprint(body, json.loads(project["ignore_fields"]), json.loads(project["normalize"]))
-    call = Call(project, body, fingerprint, model, stream_on, include_usage, time.monotonic())
+    dialect = dialect or dialects.get(CHAT)
+    req = dialect.check(body)
+    fingerprint = dialect.fingerprint(
+        body, json.loads(project["ignore_fields"]), json.loads(project["normalize"])
+    )
+    call = Call(project, body, fingerprint, req, time.monotonic(), dialect)
     call.entry = entries_service.lookup(ctx, project["id"], fingerprint)
     return call
+
+
+def check_previous(ctx: Context, call: Call) -> None:
+    """A miss that continues a response this project never recorded: 400 naming the id."""
+    previous = call.dialect.previous(call.body)
+    if previous is not None and entries_service.by_response_id(ctx, call.project["id"], previous) is None:
+        raise BadRequest(
+            f"Previous response with id {previous!r} not found: it is not a recorded response of project "
+            f"{call.project['name']!r}.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
 
 
 def may_park(ctx: Context, call: Call) -> bool:
@@ -91,7 +101,9 @@ def park(ctx: Context, call: Call) -> None:
         "pending_by_fingerprint", project_id=call.project["id"], fingerprint=call.fingerprint
     ):
         quotas.check(ctx, "quota_parked")  # joining a row parked already adds nothing
-    call.pending_id = pending_service.park(ctx, call.project, call.fingerprint, stored, call.stream)
+    call.pending_id = pending_service.park(
+        ctx, call.project, call.fingerprint, stored, call.stream, api=call.dialect.name
+    )
     if call.pending_id is None:
         call.entry = entries_service.lookup(ctx, call.project["id"], call.fingerprint)
         if call.entry is None:
@@ -109,12 +121,16 @@ def answered_entry(ctx: Context, entry_id: str) -> dict[str, Any]:
 def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
     """A 424 whose message names the closest entry and the first path where the request differs."""
     rules = (json.loads(call.project["ignore_fields"]), json.loads(call.project["normalize"]))
-    mine = fp.canonical_request(call.body, *rules)
+    mine = call.dialect.canonical(call.body, *rules)
     best, best_score = None, -1.0
     for row in ctx.store.all(
-        "entry_candidates", project_id=call.project["id"], model=call.model, limit=CANDIDATES
+        "entry_candidates",
+        project_id=call.project["id"],
+        api=call.dialect.name,
+        model=call.model,
+        limit=CANDIDATES,
     ):
-        theirs = fp.canonical_request(json.loads(row["request"]), *rules)
+        theirs = call.dialect.canonical(json.loads(row["request"]), *rules)
         score = fp.closeness(mine, theirs)
         if score > best_score:
             best, best_score = (row["id"], theirs), score
@@ -136,40 +152,10 @@ def templated(entry: dict[str, Any]) -> bool:
     return "{{" in entry["response"] or "{{" in (entry.get("chunks") or "")
 
 
-def _response_id() -> str:
-    return "chatcmpl-" + os.urandom(12).hex()
-
-
-def stamp_completion(completion: dict[str, Any], model: str, now: float) -> dict[str, Any]:
-    """A completion as the app receives it: a fresh id and created, the request's model."""
-    return {
-        "id": _response_id(),
-        "object": "chat.completion",
-        "created": int(now),
-        "model": model,
-        **{k: v for k, v in completion.items() if k not in ("id", "object", "created", "model")},
-    }
-
-
 def render(call: Call, entry: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None]:
-    """The response for an entry: a completion, or (for stream requests) the chunks to send."""
-    completion, chunks = entries_service.decode(entry)
-    expand = templated(entry)
-    now = time.time()
-    if not call.stream:
-        if completion is None or not completion.get("choices"):
-            completion = stream.assemble_chunks(chunks or [])
-        out = templates.expand_completion(completion, call.model, now) if expand else completion
-        return stamp_completion(out, call.model, now), None
-    if chunks:
-        body = stream.replay_chunks(
-            chunks, call.include_usage, completion.get("usage") if completion else None
-        )
-    else:
-        body = stream.synthesize_chunks(completion, call.include_usage)
-    if expand:
-        body = templates.expand_chunks(body, call.model, now)
-    return None, stream.stamp_chunks(body, _response_id(), int(now), call.model)
+    """The response for an entry: a body, or (for stream requests) the events to send."""
+    response, chunks = entries_service.decode(entry)
+    return call.dialect.render(call.request, response, chunks, templated(entry), time.time())
 
 
 def log_row(
@@ -195,6 +181,47 @@ def log_row(
         "entry_id": call.entry["id"] if call and call.entry else None,
         "pending_id": call.pending_id if call else None,
         "token_id": ctx.principal.token_id if ctx.principal else None,
+        "api": call.dialect.name if call else None,
+    }
+
+
+def _recorded_response(ctx: Context, project: dict[str, Any], response_id: str) -> dict[str, Any]:
+    require(ctx, role="viewer", scope="replay")
+    row = entries_service.by_response_id(ctx, project["id"], response_id)
+    if row is None:
+        raise NotFound(
+            f"Response with id {response_id!r} not found: it is not a recorded response of project "
+            f"{project['name']!r}.",
+            param="response_id",
+            code="response_not_found",
+        )
+    return row
+
+
+def stored_response(ctx: Context, project: dict[str, Any], response_id: str) -> dict[str, Any]:
+    """GET /v1/responses/{id}: a recorded response as it was recorded."""
+    row = _recorded_response(ctx, project, response_id)
+    response, chunks = entries_service.decode(row)
+    return dialects.get(RESPONSES).common_response(response, chunks)
+
+
+def forget_response(ctx: Context, project: dict[str, Any], response_id: str) -> dict[str, Any]:
+    """DELETE /v1/responses/{id}: acknowledged, but the recording stays (an app's clean-up must not
+    delete what its next replay needs)."""
+    _recorded_response(ctx, project, response_id)
+    return {"id": response_id, "object": "response", "deleted": True}
+
+
+def input_items(ctx: Context, project: dict[str, Any], response_id: str) -> dict[str, Any]:
+    """GET /v1/responses/{id}/input_items: the input items of a recorded response's request."""
+    row = _recorded_response(ctx, project, response_id)
+    items = dialects.get(RESPONSES).input_items(json.loads(row["request"]))
+    return {
+        "object": "list",
+        "data": items,
+        "first_id": items[0]["id"] if items else None,
+        "last_id": items[-1]["id"] if items else None,
+        "has_more": False,
     }
 
 

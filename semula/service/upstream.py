@@ -23,7 +23,8 @@ from typing import Any
 import certifi
 import urllib3
 
-from semula import answers, redact, stream
+from semula import dialects, redact
+from semula.dialects import Dialect
 from semula.errors import InvalidAnswer, UpstreamBudget, UpstreamDryRun, UpstreamError
 from semula.service import Context, audit, dumps, now
 from semula.service import entries as entries_service
@@ -78,8 +79,15 @@ class SingleFlight:
 FLIGHTS = SingleFlight()
 
 
-def forward(ctx: Context, project: dict[str, Any], fingerprint: str, body: dict[str, Any]) -> dict[str, Any]:
+def forward(
+    ctx: Context,
+    project: dict[str, Any],
+    fingerprint: str,
+    body: dict[str, Any],
+    dialect: Dialect | None = None,
+) -> dict[str, Any]:
     """The entry row for a miss, recorded from the upstream provider (one call per prompt per process)."""
+    dialect = dialect or dialects.get(dialects.CHAT)
     stored = redact.redact_obj(body, ctx.settings.secrets())
     if project["upstream_dry_run"]:
         ctx.store.run(
@@ -93,11 +101,16 @@ def forward(ctx: Context, project: dict[str, Any], fingerprint: str, body: dict[
         )
         raise UpstreamDryRun()
     key = (ctx.principal.workspace_id, project["id"], fingerprint)
-    return FLIGHTS.run(key, lambda: _forward_once(ctx, project, fingerprint, body, stored))
+    return FLIGHTS.run(key, lambda: _forward_once(ctx, project, fingerprint, body, stored, dialect))
 
 
 def _forward_once(
-    ctx: Context, project: dict[str, Any], fingerprint: str, body: dict[str, Any], stored: dict[str, Any]
+    ctx: Context,
+    project: dict[str, Any],
+    fingerprint: str,
+    body: dict[str, Any],
+    stored: dict[str, Any],
+    dialect: Dialect,
 ) -> dict[str, Any]:
     entries_service.check_quota(ctx, project["id"], fingerprint)
     # An earlier flight (or another process) may have recorded it since this request looked: the
@@ -112,17 +125,15 @@ def _forward_once(
             f"{project['upstream_max_tokens']}); an admin can raise it or reset the usage."
         )
     try:
-        completion, chunks = call_provider(ctx.settings, body, project["upstream_model"])
+        completion, chunks = call_provider(ctx.settings, body, project["upstream_model"], dialect)
         try:
-            parsed = answers.parse_answer(completion, stored)
-            answers.validate_tool_calls(parsed, stored)
+            parsed, chunks = dialect.accept_recorded(completion, chunks, stored, dialect.conversation(stored))
         except InvalidAnswer as exc:
             raise UpstreamError(
                 f"The upstream provider's answer failed validation: {exc.message}",
                 param=exc.param,
                 code="semula_upstream_invalid",
             ) from None
-        usage = parsed.get("usage") or {}
         # Not in a transaction of its own: one statement on PostgreSQL, a round trip for all of it.
         saved = entries_service.save(
             ctx.store,
@@ -134,7 +145,8 @@ def _forward_once(
             chunks=chunks,
             actor="agent",
             summary=SUMMARY,
-            tokens=(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
+            tokens=dialect.usage(parsed),
+            api=dialect.name,
         )
     except BaseException:
         ctx.store.run("give_back_upstream_call", project_id=project["id"])
@@ -266,11 +278,11 @@ class _Proxied:
             response.release_conn()
 
 
-@functools.lru_cache(maxsize=8)
-def _provider(url: str) -> _Direct | _Proxied:
-    """How to reach the provider at `url`: HTTPS_PROXY, HTTP_PROXY and NO_PROXY are read once per URL,
-    at its first forward (requests read them again for every call)."""
-    endpoint = url + "/chat/completions"
+@functools.lru_cache(maxsize=16)
+def _provider(url: str, path: str = "/chat/completions") -> _Direct | _Proxied:
+    """How to reach the provider's `path` at `url`: HTTPS_PROXY, HTTP_PROXY and NO_PROXY are read once
+    per endpoint, at its first forward (requests read them again for every call)."""
+    endpoint = url + path
     parts = urllib.parse.urlsplit(endpoint)
     proxy = urllib.request.getproxies().get(parts.scheme)
     if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
@@ -278,17 +290,19 @@ def _provider(url: str) -> _Direct | _Proxied:
     return _Direct(endpoint)
 
 
-def call_provider(settings: Any, body: dict[str, Any], model: str | None) -> tuple[dict[str, Any], Any]:
-    """POST the app's own JSON to the provider; a stream is read whole, with usage forced on."""
-    payload = dict(body)
+def call_provider(
+    settings: Any, body: dict[str, Any], model: str | None, dialect: Dialect | None = None
+) -> tuple[dict[str, Any], Any]:
+    """POST the app's own JSON to the provider's endpoint for its API; a stream is read whole (for
+    Chat Completions with usage forced on)."""
+    dialect = dialect or dialects.get(dialects.CHAT)
+    payload = dialect.upstream_body(dict(body))
     if model:
         payload["model"] = model
     streaming = payload.get("stream") is True
-    if streaming:
-        payload["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}
     headers = {"Authorization": f"Bearer {settings.upstream_key}", "Content-Type": "application/json"}
     try:
-        status, raw = _provider(settings.upstream_url).post(
+        status, raw = _provider(settings.upstream_url, dialect.upstream_path).post(
             json.dumps(payload).encode(), headers, settings.upstream_timeout
         )
     except (http.client.HTTPException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
@@ -302,8 +316,7 @@ def call_provider(settings: Any, body: dict[str, Any], model: str | None) -> tup
         raise UpstreamError(f"The upstream provider answered {status}: {text[:ERROR_TEXT_CHARS]}")
     try:
         if streaming:
-            chunks = _parse_sse(raw)
-            return stream.assemble_chunks(chunks), chunks
+            return dialect.from_stream(_parse_sse(raw))
         return json.loads(raw), None
     except ValueError:
         raise UpstreamError("The upstream provider's answer is not valid JSON.") from None

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from semula import errors, metrics, stream
+from semula import dialects, errors, metrics
 from semula.config import Settings
 from semula.db import DatabaseError, Store
 from semula.parking import Parking
@@ -27,7 +27,14 @@ from semula.service.calllog import CallLog
 
 logger = logging.getLogger("semula.proxy")
 
-ROUTE = re.compile(r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62}))?/v1/(?P<what>chat/completions|models)$")
+ROUTE = re.compile(
+    r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62}))?/v1/(?P<what>chat/completions|responses|models"
+    r"|responses/(?P<response_id>[A-Za-z0-9_.:-]{1,200})(?P<items>/input_items)?)$"
+)
+# Any other path under /v1 is an API this server does not speak: say so, in the API's error shape.
+API_PREFIX = re.compile(r"^(?:/p/[^/]*)?/v1(?:/|$)")
+# The POST routes that replay or record, by their path under /v1: the dialect that speaks each.
+APIS = {"chat/completions": dialects.CHAT, "responses": "openai.responses"}
 JSON_HEADERS = [("Content-Type", "application/json")]
 SSE_HEADERS = [
     ("Content-Type", "text/event-stream"),
@@ -60,6 +67,17 @@ ERROR_OUTCOMES = {
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # How long the proxy trusts a token it has checked (docs/decisions/0005-proxy-principal-cache.md).
 PRINCIPAL_TTL = 1.0
+
+
+def unknown_path(environ: dict[str, Any]) -> errors.NotFound:
+    """A 404 that names the path and the APIs this server speaks (clients otherwise blame the model)."""
+    method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
+    return errors.NotFound(
+        f"semula does not serve {method} {path[:200]}. It speaks: POST /v1/chat/completions (Chat "
+        "Completions), POST /v1/responses and GET /v1/responses/{id} (Responses), GET /v1/models; each also "
+        "under /p/<project>/v1/.",
+        code="unknown_path",
+    )
 
 
 class PrincipalCache:
@@ -103,8 +121,11 @@ class ProxyApp:
         self.hits = hits.HitCache()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        match = ROUTE.match(environ.get("PATH_INFO", ""))
+        path = environ.get("PATH_INFO", "")
+        match = ROUTE.match(path)
         if match is None:
+            if API_PREFIX.match(path):
+                return self._json(start_response, 404, unknown_path(environ).to_dict())
             return self.fallback(environ, start_response)
         started = time.monotonic()
         ctx: Context | None = None
@@ -112,29 +133,34 @@ class ProxyApp:
         try:
             ctx = self.base.as_(self.principals.authenticate(self.base, environ.get("HTTP_AUTHORIZATION")))
             header_project = environ.get("HTTP_X_SEMULA_PROJECT")
+            what = match["what"]
+            api = APIS.get(what)
             key, version = None, None
-            if match["what"] == "chat/completions" and environ.get("REQUEST_METHOD") == "POST":
-                key = hits.key(ctx, match["project"], header_project, self._read(environ))
+            if api is not None and environ.get("REQUEST_METHOD") == "POST":
+                key = hits.key(ctx, api, match["project"], header_project, self._read(environ))
                 kept, version = self.hits.find(ctx, key)
                 if kept is not None:
                     self._log(ctx, kept.call, "hit", 200, started)
                     return self._json(start_response, 200, self.hits.completion(kept))
             project = proxy_service.resolve_project(ctx, match["project"], header_project)
-            if match["what"] == "models":
+            if what == "models":
                 self._method(environ, "GET")
                 return self._json(start_response, 200, proxy_service.models(ctx, project))
+            if api is None:
+                return self._stored_response(ctx, project, match, environ, start_response)
             self._method(environ, "POST")
             assert key is not None
-            call = proxy_service.start(ctx, project, self._parse(key[-1]))
+            call = proxy_service.start(ctx, project, self._parse(key[-1]), dialects.get(api))
             outcome = "hit" if call.entry else self._miss(ctx, call)
-            completion, chunks = proxy_service.render(call, call.entry)
+            body, events = proxy_service.render(call, call.entry)
             self._log(ctx, call, outcome, 200, started)
-            if chunks is not None:
+            if events is not None:
                 start_response(STATUS_TEXT[200], SSE_HEADERS)
-                return stream.sse_lines(chunks)
+                return call.dialect.sse(events)
+            assert body is not None
             if outcome == "hit":
-                self.hits.keep(key, call, completion, version)
-            return self._json(start_response, 200, completion)
+                self.hits.keep(key, call, body, version)
+            return self._json(start_response, 200, body)
         except errors.SemulaError as exc:
             return self._error(start_response, exc, ctx, call, started)
         except DatabaseError as exc:
@@ -143,9 +169,29 @@ class ProxyApp:
                 start_response, errors.ServiceUnavailable("The database is busy; retry."), ctx, call, started
             )
 
+    def _stored_response(
+        self,
+        ctx: Context,
+        project: dict[str, Any],
+        match: re.Match[str],
+        environ: dict[str, Any],
+        start_response: Callable[..., Any],
+    ) -> list[bytes]:
+        """GET (and DELETE) /v1/responses/{id}, GET /v1/responses/{id}/input_items: recorded responses."""
+        method = environ.get("REQUEST_METHOD")
+        response_id = match["response_id"]
+        if match["items"]:
+            self._method(environ, "GET")
+            return self._json(start_response, 200, proxy_service.input_items(ctx, project, response_id))
+        if method == "DELETE":
+            return self._json(start_response, 200, proxy_service.forget_response(ctx, project, response_id))
+        self._method(environ, "GET")
+        return self._json(start_response, 200, proxy_service.stored_response(ctx, project, response_id))
+
     def _miss(self, ctx: Context, call: proxy_service.Call) -> str:
         """Park and hold a miss in record mode; returns the outcome, or raises the right error."""
         metrics.MISSES.inc()
+        proxy_service.check_previous(ctx, call)
         if not proxy_service.may_park(ctx, call):
             raise proxy_service.replay_miss(ctx, call)
         if call.project["record_through"]:
@@ -154,7 +200,7 @@ class ProxyApp:
                     "record_through is on but this server has no upstream key.",
                     code="upstream_not_configured",
                 )
-            call.entry = upstream.forward(ctx, call.project, call.fingerprint, call.body)
+            call.entry = upstream.forward(ctx, call.project, call.fingerprint, call.body, call.dialect)
             return "forwarded"
         proxy_service.park(ctx, call)
         if call.entry is not None:  # answered while we parked

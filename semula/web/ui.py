@@ -266,11 +266,7 @@ def entry_view(entry_id: str) -> Any:
     ctx = ui_context()
     entry = entries.get(ctx, entry_id)
     error = None
-    edited = json.dumps(
-        entry["response"]["choices"][0]["message"] if entry["response"].get("choices") else entry["response"],
-        indent=2,
-        ensure_ascii=False,
-    )
+    edited = json.dumps(entry["answer"] or entry["response"], indent=2, ensure_ascii=False)
     if request.method == "POST":
         action = request.form.get("action")
         try:

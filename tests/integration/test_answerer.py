@@ -62,7 +62,8 @@ def test_a_parked_call_is_answered_with_the_child_output_and_the_contract(ctx, t
     assert revision["summary"] == f"answered by the answerer ({Path(command('x')[0]).name})"
     # The stdin document is ADR-0014's contract.
     doc = stdin_docs(out, tooled)[1]
-    assert set(doc) == {"request", "shape", "project", "pending_id", "attempt"}
+    assert set(doc) == {"request", "shape", "project", "api", "pending_id", "attempt"}
+    assert doc["api"] == "openai.chat"
     assert doc["pending_id"] == tooled and doc["project"] == "tools" and doc["attempt"] == 1
     assert set(doc["request"]) == {"messages", "tools", "params"}
     assert doc["request"]["messages"] == [{"role": "user", "content": "question 0 in tools"}]

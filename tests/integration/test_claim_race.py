@@ -38,6 +38,7 @@ def insert_pending_rows(store: Store, project_id: str, count: int) -> list[str]:
                 model="m",
                 request=request,
                 stream=0,
+                api="openai.chat",
                 max_misses=count + 1,
                 now=time.time(),
             )

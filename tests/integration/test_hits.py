@@ -146,7 +146,13 @@ def test_a_token_bound_elsewhere_gets_404_even_for_a_kept_request(ctx, shop, cli
 
 def test_the_same_request_in_another_workspace_is_not_served_from_this_one(ctx, shop):
     elsewhere = Context(ctx.store, ctx.settings, replace(ctx.principal, workspace_id="wsp_other"))
-    assert hits.key(ctx, "shop", None, b"{}") != hits.key(elsewhere, "shop", None, b"{}")
+    assert hits.key(ctx, "openai.chat", "shop", None, b"{}") != hits.key(
+        elsewhere, "openai.chat", "shop", None, b"{}"
+    )
+    # The same bytes sent to another API are another request.
+    assert hits.key(ctx, "openai.chat", "shop", None, b"{}") != hits.key(
+        ctx, "openai.responses", "shop", None, b"{}"
+    )
 
 
 def test_templates_and_streams_are_rendered_afresh_each_time(ctx, client, make_token):

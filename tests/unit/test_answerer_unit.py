@@ -125,6 +125,7 @@ def test_document_carries_rejection_and_previous_output_only_on_attempt_two():
         "request": {"messages": [], "tools": [], "params": {"model": "m"}},
         "shape": {},
         "project": "p",
+        "api": "openai.chat",
         "pending_id": "pnd_1",
         "attempt": 1,
     }

@@ -16,9 +16,16 @@ LEFT JOIN entries e ON e.project_id = k.project_id AND e.fingerprint = k.fingerp
 -- name: get_entry
 SELECT * FROM entries WHERE id = :id
 
+-- name: entry_by_response_id
+-- A Responses API entry by the id of its recorded response (previous_response_id, GET /v1/responses/{id}).
+SELECT id, request, response, chunks, review_status, model FROM entries
+WHERE project_id = :project_id AND response_id = :response_id
+ORDER BY id DESC
+LIMIT 1
+
 -- name: entry_candidates
 SELECT id, request FROM entries
-WHERE project_id = :project_id AND review_status <> 'rejected'
+WHERE project_id = :project_id AND api = :api AND review_status <> 'rejected'
 ORDER BY CASE WHEN model = :model THEN 0 ELSE 1 END, id DESC
 LIMIT :limit
 
@@ -28,12 +35,12 @@ LIMIT :limit
 -- runs these statements in order, in one transaction (semula.db.sqlite); on PostgreSQL it is one
 -- statement (one round trip).
 INSERT INTO entries (id, workspace_id, project_id, fingerprint, model, request, response, chunks, revision,
-    pinned, review_status, created_at, updated_at)
+    pinned, review_status, created_at, updated_at, api, response_id)
 VALUES (:id, :workspace_id, :project_id, :fingerprint, :model, :request, :response, :chunks, 1,
-    0, 'unreviewed', :now, :now)
+    0, 'unreviewed', :now, :now, :api, :response_id)
 ON CONFLICT (project_id, fingerprint) DO UPDATE SET
     response = excluded.response, chunks = excluded.chunks, revision = entries.revision + 1,
-    review_status = 'unreviewed', updated_at = excluded.updated_at
+    review_status = 'unreviewed', updated_at = excluded.updated_at, response_id = excluded.response_id
 WHERE entries.pinned = 0;
 INSERT INTO entry_revisions (id, workspace_id, entry_id, number, response, chunks, actor, summary, created_at)
 SELECT :revision_id, :workspace_id, id, revision, :response, :chunks, :actor, :summary, :now
@@ -47,12 +54,12 @@ SELECT entry_id AS id, number AS revision FROM entry_revisions WHERE id = :revis
 -- name: save_entry.postgresql
 WITH entry AS (
     INSERT INTO entries (id, workspace_id, project_id, fingerprint, model, request, response, chunks,
-        revision, pinned, review_status, created_at, updated_at)
+        revision, pinned, review_status, created_at, updated_at, api, response_id)
     VALUES (:id, :workspace_id, :project_id, :fingerprint, :model, :request, :response, :chunks, 1,
-        0, 'unreviewed', :now, :now)
+        0, 'unreviewed', :now, :now, :api, :response_id)
     ON CONFLICT (project_id, fingerprint) DO UPDATE SET
         response = excluded.response, chunks = excluded.chunks, revision = entries.revision + 1,
-        review_status = 'unreviewed', updated_at = excluded.updated_at
+        review_status = 'unreviewed', updated_at = excluded.updated_at, response_id = excluded.response_id
     WHERE entries.pinned = 0
     RETURNING id, revision
 ), revision AS (
@@ -75,8 +82,8 @@ VALUES (:id, :workspace_id, :entry_id, :number, :response, :chunks, :actor, :sum
 -- name: insert_pending
 -- Parks a miss unless the project already has max_misses parked; the partial unique index makes
 -- identical concurrent misses share one row.
-INSERT INTO pending (id, workspace_id, project_id, fingerprint, model, request, stream, status, created_at)
-SELECT :id, :workspace_id, :project_id, :fingerprint, :model, :request, :stream, 'pending', :now
+INSERT INTO pending (id, workspace_id, project_id, fingerprint, model, request, stream, status, created_at, api)
+SELECT :id, :workspace_id, :project_id, :fingerprint, :model, :request, :stream, 'pending', :now, :api
 WHERE (SELECT COUNT(*) FROM pending WHERE project_id = :project_id AND status = 'pending') < :max_misses
 ON CONFLICT (project_id, fingerprint) WHERE status = 'pending' DO NOTHING
 RETURNING id
@@ -106,15 +113,15 @@ SELECT * FROM semula_resolved_among(CAST(:ids AS jsonb))
 -- The call log's rows, written by Tx.many (semula.service.calllog): on SQLite once per row, which
 -- costs half the time of one statement over a JSON array there.
 INSERT INTO call_log (id, workspace_id, project_id, created_at, fingerprint, model, stream, outcome, status,
-    duration_ms, entry_id, pending_id, token_id)
+    duration_ms, entry_id, pending_id, token_id, api)
 VALUES (:id, :workspace_id, :project_id, :created_at, :fingerprint, :model, :stream, :outcome, :status,
-    :duration_ms, :entry_id, :pending_id, :token_id)
+    :duration_ms, :entry_id, :pending_id, :token_id, :api)
 
 -- name: insert_calls.postgresql
 -- On PostgreSQL all of them as one JSON array: one statement, however many rows.
 INSERT INTO call_log (id, workspace_id, project_id, created_at, fingerprint, model, stream, outcome, status,
-    duration_ms, entry_id, pending_id, token_id)
-SELECT * FROM jsonb_to_recordset(CAST(:rows AS JSONB)) AS r (id TEXT, workspace_id TEXT, project_id TEXT, created_at DOUBLE PRECISION, fingerprint TEXT, model TEXT, stream INTEGER, outcome TEXT, status INTEGER, duration_ms DOUBLE PRECISION, entry_id TEXT, pending_id TEXT, token_id TEXT)
+    duration_ms, entry_id, pending_id, token_id, api)
+SELECT * FROM jsonb_to_recordset(CAST(:rows AS JSONB)) AS r (id TEXT, workspace_id TEXT, project_id TEXT, created_at DOUBLE PRECISION, fingerprint TEXT, model TEXT, stream INTEGER, outcome TEXT, status INTEGER, duration_ms DOUBLE PRECISION, entry_id TEXT, pending_id TEXT, token_id TEXT, api TEXT)
 
 -- name: models_in_project
 SELECT DISTINCT model FROM entries WHERE project_id = :project_id AND model IS NOT NULL ORDER BY model

@@ -1,0 +1,156 @@
+"""The APIs semula speaks, one module each (a "dialect"); everything else is shared and dialect-blind.
+
+A dialect owns what differs between APIs: its route, its request checks, which fields are transport
+(left out of the fingerprint) and where the text lives that `normalize` rules rewrite, the
+**conversation view** of a request, rendering a validated answer as its API's response, its stream
+events, its usage fields and its upstream path. The view is one common shape for every API (a
+Chat-Completions-style request: `messages`, `tools`, `tool_choice`, `response_format`), so parking,
+the claim lease, answers and their validation, the CLI, MCP, the dashboard and the answerer daemon
+need no per-API code (docs/decisions/0030-dialects.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from semula import fingerprint as fp
+from semula.errors import BadRequest
+
+CHAT = "openai.chat"
+RESPONSES = "openai.responses"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the shared code needs to know of a checked request."""
+
+    model: str
+    stream: bool
+    include_usage: bool = False
+
+
+class Dialect:
+    """The interface every API module implements; the defaults are the ones most APIs share."""
+
+    name: ClassVar[str]
+    upstream_path: ClassVar[str]
+    transport_fields: ClassVar[frozenset[str]]
+
+    def check(self, body: Any) -> Request:
+        """Refuse, with the API's own 400, a request the real API would refuse."""
+        raise NotImplementedError
+
+    def texts(self, request: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
+        """(container, key) of every prompt text `normalize` rules apply to, in a canonical request."""
+        raise NotImplementedError
+
+    def fingerprint(self, body: Mapping[str, Any], ignore_fields: Iterable[str], normalize: Any) -> str:
+        return fp.fingerprint(
+            body, ignore_fields, normalize, transport=self.transport_fields, texts=self.texts, api=self.name
+        )
+
+    def canonical(self, body: Mapping[str, Any], ignore_fields: Iterable[str], normalize: Any) -> Any:
+        return fp.canonical_request(
+            body, ignore_fields, normalize, transport=self.transport_fields, texts=self.texts
+        )
+
+    def conversation(
+        self, request: dict[str, Any], history: list[tuple[dict[str, Any], dict[str, Any]]] = ()
+    ) -> dict[str, Any]:
+        """The request in the common shape every answerer sees and every answer is validated against.
+
+        `history` is the earlier turns the request refers to (request, response), oldest first.
+        """
+        raise NotImplementedError
+
+    def previous(self, request: dict[str, Any]) -> str | None:
+        """The id of a stored response this request continues, if the API has such a reference."""
+        return None
+
+    def respond(
+        self, completion: dict[str, Any], request: dict[str, Any], *, response_id: str | None = None
+    ) -> dict[str, Any]:
+        """The API's response for a validated common answer (a chat.completion without id/created)."""
+        raise NotImplementedError
+
+    def common(self, response: dict[str, Any], chunks: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """The common answer (a chat.completion) a stored response amounts to: for previews and checks."""
+        raise NotImplementedError
+
+    def accept(
+        self, payload: Any, request: dict[str, Any], view: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+        """An answer in any accepted form, validated against the view: the response (and chunks) to store."""
+        raise NotImplementedError
+
+    def accept_recorded(
+        self,
+        response: Any,
+        chunks: list[dict[str, Any]] | None,
+        request: dict[str, Any],
+        view: dict[str, Any],
+    ) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+        """A response recorded elsewhere (a provider, a bundle), checked: what to store."""
+        raise NotImplementedError
+
+    def response_id(self, response: dict[str, Any]) -> str | None:
+        """The id other requests may refer to this response by (Responses API), else None."""
+        return None
+
+    def usage(self, response: dict[str, Any]) -> tuple[int, int]:
+        """(input, output) tokens a provider reported, for the record-through token cap."""
+        raise NotImplementedError
+
+    def render(
+        self,
+        req: Request,
+        response: dict[str, Any],
+        chunks: list[dict[str, Any]] | None,
+        expand: bool,
+        now: float,
+    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None]:
+        """What a replay sends: the response body, or (for a stream request) the events to stream."""
+        raise NotImplementedError
+
+    def restamp(self, body: dict[str, Any], req: Request, now: float) -> dict[str, Any]:
+        """A kept hit's rendered body, stamped for one more reply (fresh ids or times as the API has them)."""
+        raise NotImplementedError
+
+    def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
+        """The events as server-sent events on the wire, as the API frames them."""
+        raise NotImplementedError
+
+    def upstream_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The JSON sent to the provider for this request (the app's own, adjusted where the API needs)."""
+        return body
+
+    def from_stream(self, events: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """A provider's streamed events as (response, chunks) to store."""
+        raise NotImplementedError
+
+
+def _registry() -> dict[str, Dialect]:
+    from semula.dialects.openai_chat import OpenAIChat
+    from semula.dialects.openai_responses import OpenAIResponses
+
+    return {d.name: d for d in (OpenAIChat(), OpenAIResponses())}
+
+
+DIALECTS: dict[str, Dialect] = {}
+
+
+def get(name: str | None) -> Dialect:
+    """The dialect called `name` (None is Chat Completions, as rows and bundles from before dialects)."""
+    if not DIALECTS:
+        DIALECTS.update(_registry())
+    dialect = DIALECTS.get(name or CHAT)
+    if dialect is None:
+        raise BadRequest(f"unknown api {name!r}; this server speaks: {', '.join(sorted(DIALECTS))}.")
+    return dialect
+
+
+def names() -> list[str]:
+    get(CHAT)
+    return sorted(DIALECTS)

@@ -1,0 +1,648 @@
+"""The OpenAI Responses API (`POST /v1/responses`, `GET /v1/responses/{id}`).
+
+A Responses request becomes the common conversation view (instructions as a system message, input
+items as messages, `function_call` items as assistant tool calls, `function_call_output` items as
+tool messages, flat function tools as chat tools, `text.format` as `response_format`), answers are
+validated against that view, and a validated answer is rendered as a `response` object. Recorded
+responses keep their `id` on every replay (a follow-up names it in `previous_response_id`); only
+`created_at` is stamped afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from semula import answers, stream, templates
+from semula.dialects import Dialect, Request
+from semula.errors import BadRequest, InvalidAnswer
+
+NAME = "openai.responses"
+ROLES = ("assistant", "system", "developer", "user")
+PART_TYPES = ("input_text", "input_image", "input_file", "input_audio", "output_text", "refusal")
+TEXT_FORMATS = ("text", "json_object", "json_schema")
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
+TRANSPORT = frozenset(
+    {
+        "stream",
+        "stream_options",
+        "store",
+        "user",
+        "metadata",
+        "service_tier",
+        "prompt_cache_key",
+        "safety_identifier",
+        "background",
+    }
+)
+# Input and output items that only a provider's own tools produce; an answerer cannot make them up.
+_BUILTIN_CALLS = ("web_search_call", "file_search_call", "code_interpreter_call", "computer_call", "mcp_call")
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(24)}"
+
+
+def _bad(message: str, param: str, code: str | None = "invalid_value") -> BadRequest:
+    return BadRequest(message, param=param, code=code)
+
+
+class OpenAIResponses(Dialect):
+    name = NAME
+    upstream_path = "/responses"
+    transport_fields = TRANSPORT
+
+    # Requests
+
+    def check(self, body: Any) -> Request:
+        if not isinstance(body, dict):
+            raise BadRequest("The body must be a JSON object.")
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise _bad("Missing required parameter: 'model'.", "model", "missing_required_parameter")
+        if body.get("conversation") is not None:
+            raise _bad(
+                "semula does not support the Conversations API (conversation); send the earlier turns "
+                "in input, or continue a recorded response with previous_response_id.",
+                "conversation",
+                "unsupported_parameter",
+            )
+        items = body.get("input")
+        if items is None and not body.get("previous_response_id"):
+            raise _bad("Missing required parameter: 'input'.", "input", "missing_required_parameter")
+        if isinstance(items, list):
+            for i, item in enumerate(items):
+                _check_item(item, f"input[{i}]")
+        elif items is not None and not isinstance(items, str):
+            raise _bad("input must be a string or an array of input items.", "input", "invalid_type")
+        if body.get("instructions") is not None and not isinstance(body["instructions"], str):
+            raise _bad("instructions must be a string.", "instructions", "invalid_type")
+        _check_tools(body.get("tools"))
+        _check_text(body.get("text"))
+        if body.get("previous_response_id") is not None and not isinstance(body["previous_response_id"], str):
+            raise _bad("previous_response_id must be a string.", "previous_response_id", "invalid_type")
+        if "stream" in body and body["stream"] is not None and not isinstance(body["stream"], bool):
+            raise _bad("stream must be a boolean.", "stream", "invalid_type")
+        return Request(model, body.get("stream") is True)
+
+    def texts(self, request: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
+        if isinstance(request.get("instructions"), str):
+            yield request, "instructions"
+        items = request.get("input")
+        if isinstance(items, str):
+            yield request, "input"
+            return
+        for item in items if isinstance(items, list) else ():
+            if not isinstance(item, dict):
+                continue
+            content = item.get("content")
+            if isinstance(content, str):
+                yield item, "content"
+            elif isinstance(content, list):
+                for part in content:
+                    if (
+                        isinstance(part, dict)
+                        and part.get("type") in ("input_text", "output_text")
+                        and isinstance(part.get("text"), str)
+                    ):
+                        yield part, "text"
+            if item.get("type") == "function_call_output" and isinstance(item.get("output"), str):
+                yield item, "output"
+
+    def previous(self, request: dict[str, Any]) -> str | None:
+        previous = request.get("previous_response_id")
+        return previous if isinstance(previous, str) and previous else None
+
+    # The conversation view
+
+    def conversation(self, request, history=()):
+        messages: list[dict[str, Any]] = []
+        if isinstance(request.get("instructions"), str) and request["instructions"]:
+            messages.append({"role": "system", "content": request["instructions"]})
+        for earlier_request, earlier_response in history:
+            messages.extend(_input_messages(earlier_request.get("input")))
+            messages.extend(_output_messages(earlier_response))
+        messages.extend(_input_messages(request.get("input")))
+        view: dict[str, Any] = {"model": request.get("model"), "messages": messages}
+        tools, builtin = [], []
+        for tool in request.get("tools") or []:
+            if isinstance(tool, dict) and tool.get("type") == "function":
+                function = {"name": tool.get("name"), "parameters": tool.get("parameters")}
+                if tool.get("description") is not None:
+                    function["description"] = tool["description"]
+                if tool.get("strict") is not None:
+                    function["strict"] = tool["strict"]
+                tools.append({"type": "function", "function": function})
+            elif isinstance(tool, dict):
+                builtin.append(str(tool.get("type")))
+        if tools:
+            view["tools"] = tools
+        choice = request.get("tool_choice")
+        if isinstance(choice, str):
+            view["tool_choice"] = choice
+        elif isinstance(choice, dict) and choice.get("type") == "function":
+            view["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+        if request.get("parallel_tool_calls") is not None:
+            view["parallel_tool_calls"] = request["parallel_tool_calls"]
+        response_format = _response_format(request.get("text"))
+        if response_format is not None:
+            view["response_format"] = response_format
+        if builtin:
+            view["notes"] = [
+                f"The request offers built-in tools ({', '.join(builtin)}). An answer can only be text "
+                "or a function call; results of built-in tools come only from a provider (record-through)."
+            ]
+        return view
+
+    # Answers
+
+    def respond(self, completion, request, *, response_id=None):
+        message = completion["choices"][0]["message"]
+        output: list[dict[str, Any]] = []
+        parts: list[dict[str, Any]] = []
+        if message.get("content") is not None:
+            parts.append(
+                {"type": "output_text", "text": message["content"], "annotations": [], "logprobs": []}
+            )
+        if message.get("refusal"):
+            parts.append({"type": "refusal", "refusal": message["refusal"]})
+        if parts:
+            output.append(
+                {
+                    "id": _id("msg"),
+                    "type": "message",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": parts,
+                }
+            )
+        for call in message.get("tool_calls") or []:
+            output.append(
+                {
+                    "id": _id("fc"),
+                    "type": "function_call",
+                    "status": "completed",
+                    "arguments": call["function"]["arguments"],
+                    "call_id": call["id"],
+                    "name": call["function"]["name"],
+                }
+            )
+        usage = completion.get("usage") or {}
+        prompt, produced = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+        return envelope(
+            request,
+            response_id or _id("resp"),
+            output,
+            {
+                "input_tokens": prompt,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": produced,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": usage.get("total_tokens", prompt + produced),
+            },
+        )
+
+    def common(self, response, chunks):
+        if not response.get("output") and chunks:
+            response = final_response(chunks) or response
+        texts, refusals, calls = [], [], []
+        for item in response.get("output") or []:
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "message":
+                for part in item.get("content") or []:
+                    if isinstance(part, dict) and part.get("type") == "output_text":
+                        texts.append(str(part.get("text") or ""))
+                    elif isinstance(part, dict) and part.get("type") == "refusal":
+                        refusals.append(str(part.get("refusal") or ""))
+            elif item.get("type") == "function_call":
+                calls.append(
+                    {
+                        "id": item.get("call_id"),
+                        "type": "function",
+                        "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"},
+                    }
+                )
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+        if refusals:
+            message["refusal"] = "".join(refusals)
+        if calls:
+            message["tool_calls"] = calls
+        usage = response.get("usage") or {}
+        prompt, produced = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+        incomplete = response.get("status") == "incomplete"
+        return {
+            "object": "chat.completion",
+            "model": response.get("model"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if calls else "length" if incomplete else "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": produced,
+                "total_tokens": prompt + produced,
+            },
+        }
+
+    def accept(self, payload, request, view):
+        if isinstance(payload, dict) and ("output" in payload or payload.get("object") == "response"):
+            return self.accept_recorded(payload, None, request, view)
+        completion = answers.parse_answer(payload, view)
+        answers.validate_tool_calls(completion, view)
+        return self.respond(completion, request), None
+
+    def accept_recorded(self, response, chunks, request, view):
+        if not isinstance(response, dict) and chunks:
+            response = final_response(chunks)
+        if not isinstance(response, dict) or not isinstance(response.get("output"), list):
+            raise InvalidAnswer("a response has an output list", param="output")
+        if response.get("object") != "response":
+            response = envelope(
+                request, response.get("id") or _id("resp"), response["output"], response.get("usage")
+            )
+        elif not isinstance(response.get("id"), str) or not response["id"]:
+            response = {**response, "id": _id("resp")}
+        answers.validate_tool_calls(self.common(response, None), view)
+        return response, chunks
+
+    def common_response(
+        self, response: dict[str, Any], chunks: list[dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        """A stored response as recorded (from its final event when only the stream was kept)."""
+        if not response.get("output") and chunks:
+            return final_response(chunks) or response
+        return response
+
+    def input_items(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        """The request's input as the API lists it: items with ids, newest first."""
+        items = request.get("input")
+        if isinstance(items, str):
+            items = [{"type": "message", "role": "user", "content": items}]
+        listed = []
+        for number, item in enumerate(items if isinstance(items, list) else []):
+            if not isinstance(item, dict):
+                continue
+            item = {"type": "message", **item}
+            if isinstance(item.get("content"), str) and item["type"] == "message":
+                kind = "output_text" if item.get("role") == "assistant" else "input_text"
+                item["content"] = [{"type": kind, "text": item["content"]}]
+            if not item.get("id"):
+                digest = hashlib.sha256(json.dumps(item, sort_keys=True).encode("utf-8", "surrogatepass"))
+                item["id"] = (
+                    f"{'msg' if item['type'] == 'message' else 'item'}_{number}{digest.hexdigest()[:24]}"
+                )
+            listed.append(item)
+        return listed[::-1]
+
+    def response_id(self, response):
+        rid = response.get("id")
+        return rid if isinstance(rid, str) else None
+
+    def usage(self, response):
+        usage = response.get("usage") or {}
+        return int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+
+    # Responses and streams
+
+    def render(self, req, response, chunks, expand, now):
+        if not response.get("output") and chunks:
+            response = final_response(chunks) or response
+        if expand:
+            response = _expand(response, req.model, now)
+            chunks = None  # templates are expanded in the response; its events are made from it
+        if not req.stream:
+            return self.restamp(response, req, now), None
+        events = chunks if chunks else synthesize_events(response)
+        return None, [_restamp_event(event, int(now)) for event in events]
+
+    def restamp(self, body: dict[str, Any], req: Request, now: float) -> dict[str, Any]:
+        return {**body, "created_at": int(now)}
+
+    def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
+        for event in events:
+            kind = str(event.get("type", "message")).encode("ascii", "replace")
+            data = json.dumps(event, separators=(",", ":")).encode("ascii")
+            yield b"event: " + kind + b"\ndata: " + data + b"\n\n"
+
+    def upstream_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
+    def from_stream(self, events: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        response = final_response(events)
+        if response is None:
+            raise ValueError("the stream ended without response.completed")
+        return response, events
+
+
+def envelope(
+    request: dict[str, Any], response_id: str, output: list[dict[str, Any]], usage: Any
+) -> dict[str, Any]:
+    """A `response` object around `output`, echoing the request's settings as the API does."""
+    text = request.get("text") if isinstance(request.get("text"), dict) else {}
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed",
+        "background": False,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": request.get("instructions"),
+        "max_output_tokens": request.get("max_output_tokens"),
+        "max_tool_calls": request.get("max_tool_calls"),
+        "model": request.get("model"),
+        "output": output,
+        "parallel_tool_calls": request.get("parallel_tool_calls", True),
+        "previous_response_id": request.get("previous_response_id"),
+        "reasoning": request.get("reasoning") or {"effort": None, "summary": None},
+        "service_tier": request.get("service_tier") or "default",
+        "store": request.get("store", True),
+        "temperature": request.get("temperature", 1.0),
+        "text": {"format": {"type": "text"}, "verbosity": "medium", **text},
+        "tool_choice": request.get("tool_choice", "auto"),
+        "tools": request.get("tools") or [],
+        "top_logprobs": request.get("top_logprobs", 0),
+        "top_p": request.get("top_p", 1.0),
+        "truncation": request.get("truncation", "disabled"),
+        "usage": usage,
+        "user": request.get("user"),
+        "metadata": request.get("metadata") or {},
+    }
+
+
+def final_response(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The response a stream of events ends with (response.completed, .incomplete or .failed)."""
+    for event in reversed(events):
+        if isinstance(event, dict) and event.get("type") in (
+            "response.completed",
+            "response.incomplete",
+            "response.failed",
+        ):
+            response = event.get("response")
+            return response if isinstance(response, dict) else None
+    return None
+
+
+def synthesize_events(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The typed events the API would have streamed for this response, numbered from 0."""
+    numbers = itertools.count()
+    events: list[dict[str, Any]] = []
+
+    def emit(kind: str, **fields: Any) -> None:
+        events.append({"type": kind, "sequence_number": next(numbers), **fields})
+
+    opening = {**response, "status": "in_progress", "output": [], "usage": None}
+    emit("response.created", response=opening)
+    emit("response.in_progress", response=opening)
+    for index, item in enumerate(response.get("output") or []):
+        kind = item.get("type")
+        if kind == "message":
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "content": []},
+            )
+            for number, part in enumerate(item.get("content") or []):
+                _emit_part(emit, item["id"], index, number, part)
+        elif kind == "function_call":
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "arguments": ""},
+            )
+            arguments = item.get("arguments") or ""
+            for piece in stream.pieces(arguments, words=False):
+                emit(
+                    "response.function_call_arguments.delta",
+                    item_id=item.get("id"),
+                    output_index=index,
+                    delta=piece,
+                )
+            emit(
+                "response.function_call_arguments.done",
+                item_id=item.get("id"),
+                output_index=index,
+                name=item.get("name"),
+                arguments=arguments,
+            )
+        else:
+            emit("response.output_item.added", output_index=index, item=item)
+        emit("response.output_item.done", output_index=index, item=item)
+    emit("response.completed", response=response)
+    return events
+
+
+def _emit_part(emit: Any, item_id: str, index: int, number: int, part: dict[str, Any]) -> None:
+    where = {"item_id": item_id, "output_index": index, "content_index": number}
+    if part.get("type") == "output_text":
+        text = part.get("text") or ""
+        emit("response.content_part.added", **where, part={**part, "text": "", "annotations": []})
+        for piece in stream.pieces(text, words=True):
+            emit("response.output_text.delta", **where, delta=piece, logprobs=[])
+        emit("response.output_text.done", **where, text=text, logprobs=[])
+    elif part.get("type") == "refusal":
+        refusal = part.get("refusal") or ""
+        emit("response.content_part.added", **where, part={**part, "refusal": ""})
+        emit("response.refusal.delta", **where, delta=refusal)
+        emit("response.refusal.done", **where, refusal=refusal)
+    else:
+        emit("response.content_part.added", **where, part=part)
+    emit("response.content_part.done", **where, part=part)
+
+
+def _restamp_event(event: dict[str, Any], created_at: int) -> dict[str, Any]:
+    response = event.get("response")
+    if isinstance(response, dict) and "created_at" in response:
+        return {**event, "response": {**response, "created_at": created_at}}
+    return event
+
+
+def _expand(response: dict[str, Any], model: str, now: float) -> dict[str, Any]:
+    output = []
+    for item in response.get("output") or []:
+        if isinstance(item, dict) and item.get("type") == "message":
+            item = {**item, "content": templates.expand(item.get("content"), model, now)}
+        elif isinstance(item, dict) and item.get("type") == "function_call":
+            item = {
+                **item,
+                "arguments": templates.expand_json_text(str(item.get("arguments") or ""), model, now),
+            }
+        output.append(item)
+    return {**response, "output": output}
+
+
+def _check_item(item: Any, param: str) -> None:
+    if not isinstance(item, dict):
+        raise _bad("An input item must be an object.", param, "invalid_type")
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = item.get("role")
+        if role not in ROLES:
+            raise _bad(
+                f"Invalid value: {role!r}. Supported values are: "
+                "'assistant', 'system', 'developer', and 'user'.",
+                f"{param}.role",
+            )
+        content = item.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                if not isinstance(part, dict) or part.get("type") not in PART_TYPES:
+                    found = part.get("type") if isinstance(part, dict) else part
+                    raise _bad(
+                        f"Invalid value: {found!r}. Supported values are: {', '.join(PART_TYPES)}.",
+                        f"{param}.content[{j}].type",
+                    )
+        elif not isinstance(content, str):
+            raise _bad(
+                "content must be a string or an array of content parts.", f"{param}.content", "invalid_type"
+            )
+    elif kind == "function_call":
+        for key in ("call_id", "name", "arguments"):
+            if not isinstance(item.get(key), str):
+                raise _bad(
+                    f"Missing required parameter: '{param}.{key}'.",
+                    f"{param}.{key}",
+                    "missing_required_parameter",
+                )
+    elif kind == "function_call_output":
+        if not isinstance(item.get("call_id"), str):
+            raise _bad(
+                f"Missing required parameter: '{param}.call_id'.",
+                f"{param}.call_id",
+                "missing_required_parameter",
+            )
+        if not isinstance(item.get("output"), str | list):
+            raise _bad("output must be a string or an array.", f"{param}.output", "invalid_type")
+
+
+def _check_tools(tools: Any) -> None:
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise _bad("tools must be an array.", "tools", "invalid_type")
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+            raise _bad("A tool must be an object with a type.", f"tools[{i}]", "invalid_type")
+        if tool["type"] != "function":
+            continue
+        name = tool.get("name")
+        if not isinstance(name, str) or not TOOL_NAME.match(name):
+            raise _bad(
+                f"Invalid 'tools[{i}].name': string does not match pattern. Expected a string that matches "
+                "the pattern '^[a-zA-Z0-9_-]+$' of at most 64 characters.",
+                f"tools[{i}].name",
+            )
+        if tool.get("parameters") is not None and not isinstance(tool["parameters"], dict):
+            raise _bad("parameters must be a JSON Schema object.", f"tools[{i}].parameters", "invalid_type")
+
+
+def _check_text(text: Any) -> None:
+    if text is None:
+        return
+    if not isinstance(text, dict):
+        raise _bad("text must be an object.", "text", "invalid_type")
+    form = text.get("format")
+    if form is None:
+        return
+    if not isinstance(form, dict) or form.get("type") not in TEXT_FORMATS:
+        found = form.get("type") if isinstance(form, dict) else form
+        raise _bad(
+            f"Invalid value: {found!r}. Supported values are: 'text', 'json_object', and 'json_schema'.",
+            "text.format.type",
+        )
+    if form["type"] == "json_schema":
+        if not isinstance(form.get("name"), str) or not form["name"]:
+            raise _bad(
+                "Missing required parameter: 'text.format.name'.",
+                "text.format.name",
+                "missing_required_parameter",
+            )
+        if not isinstance(form.get("schema"), dict):
+            raise _bad(
+                "Missing required parameter: 'text.format.schema'.",
+                "text.format.schema",
+                "missing_required_parameter",
+            )
+
+
+def _response_format(text: Any) -> dict[str, Any] | None:
+    form = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(form, dict):
+        return None
+    if form.get("type") == "json_object":
+        return {"type": "json_object"}
+    if form.get("type") == "json_schema":
+        spec = {"name": form.get("name"), "schema": form.get("schema")}
+        if form.get("strict") is not None:
+            spec["strict"] = form["strict"]
+        return {"type": "json_schema", "json_schema": spec}
+    return None
+
+
+def _part_view(part: Any) -> dict[str, Any]:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind in ("input_text", "output_text"):
+        return {"type": "text", "text": part.get("text", "")}
+    if kind == "refusal":
+        return {"type": "text", "text": part.get("refusal", "")}
+    if kind == "input_image":
+        url = part.get("image_url") or (f"file:{part['file_id']}" if part.get("file_id") else "")
+        return {"type": "image_url", "image_url": {"url": url, "detail": part.get("detail", "auto")}}
+    if kind == "input_file":
+        name = part.get("filename") or part.get("file_id") or part.get("file_url") or "file"
+        return {"type": "text", "text": f"[file {name}]"}
+    return {"type": "text", "text": f"[{kind}]"}
+
+
+def _input_messages(items: Any) -> list[dict[str, Any]]:
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    messages: list[dict[str, Any]] = []
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type", "message")
+        if kind == "message":
+            content = item.get("content")
+            if isinstance(content, list):
+                content = [_part_view(part) for part in content]
+            messages.append({"role": item.get("role"), "content": content})
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last.get("role") == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+            messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
+        elif kind in _BUILTIN_CALLS:
+            messages.append({"role": "assistant", "content": f"[{kind}]"})
+    return messages
+
+
+def _output_messages(response: dict[str, Any]) -> list[dict[str, Any]]:
+    items = []
+    for item in response.get("output") or []:
+        if isinstance(item, dict) and item.get("type") == "message":
+            items.append({"type": "message", "role": "assistant", "content": item.get("content") or []})
+        elif isinstance(item, dict):
+            items.append(item)
+    return _input_messages(items)
