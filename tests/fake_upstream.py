@@ -47,7 +47,8 @@ class FakeUpstream:
                     )
                 if fake.delay:
                     time.sleep(fake.delay)
-                status, content_type, data = fake.respond(body, self.headers.get("Authorization", ""))
+                respond = fake.respond_responses if self.path.endswith("/responses") else fake.respond
+                status, content_type, data = respond(body, self.headers.get("Authorization", ""))
                 self.send_response(status)
                 if status == 307:
                     self.send_header("Location", fake.url + "/chat/completions")
@@ -118,6 +119,88 @@ class FakeUpstream:
         if (body.get("stream_options") or {}).get("include_usage"):
             chunks.append({**chunk, "choices": [], "usage": usage})
         data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        return 200, "text/event-stream", data.encode()
+
+    def respond_responses(self, body: dict[str, Any], authorization: str) -> tuple[int, str, bytes]:
+        """POST /v1/responses as the API answers it, written out by hand (not with semula's own code)."""
+        if self.mode == "error":
+            error = {
+                "error": {"message": f"Incorrect API key provided: {authorization[7:]}", "code": "bad_key"}
+            }
+            return 401, "application/json", json.dumps(error).encode()
+        items = body["input"]
+        text = f"upstream says: {items if isinstance(items, str) else items[-1].get('content')}"
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        message = {
+            "id": "msg_up1",
+            "type": "message",
+            "status": "completed",
+            "role": "assistant",
+            "content": [part],
+        }
+        response = {
+            "id": f"resp_upstream{len(self.calls)}",
+            "object": "response",
+            "created_at": 1,
+            "status": "completed",
+            "model": body["model"] + "-2025-04-14",
+            "output": [message],
+            "usage": {"input_tokens": 12, "output_tokens": 6, "total_tokens": 18},
+            "service_tier": "default",
+            "provider_extra": {"kept": True},
+        }
+        if not body.get("stream"):
+            return 200, "application/json", json.dumps(response).encode()
+        opening = {**response, "status": "in_progress", "output": [], "usage": None}
+        events = [
+            {"type": "response.created", "response": opening},
+            {"type": "response.in_progress", "response": opening},
+            {"type": "response.output_item.added", "output_index": 0, "item": {**message, "content": []}},
+            {
+                "type": "response.content_part.added",
+                "item_id": "msg_up1",
+                "output_index": 0,
+                "content_index": 0,
+                "part": {**part, "text": ""},
+            },
+            {
+                "type": "response.output_text.delta",
+                "item_id": "msg_up1",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": text[:8],
+                "logprobs": [],
+            },
+            {
+                "type": "response.output_text.delta",
+                "item_id": "msg_up1",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": text[8:],
+                "logprobs": [],
+            },
+            {
+                "type": "response.output_text.done",
+                "item_id": "msg_up1",
+                "output_index": 0,
+                "content_index": 0,
+                "text": text,
+                "logprobs": [],
+            },
+            {
+                "type": "response.content_part.done",
+                "item_id": "msg_up1",
+                "output_index": 0,
+                "content_index": 0,
+                "part": part,
+            },
+            {"type": "response.output_item.done", "output_index": 0, "item": message},
+            {"type": "response.completed", "response": response},
+        ]
+        data = "".join(
+            f"event: {e['type']}\ndata: {json.dumps({**e, 'sequence_number': n})}\n\n"
+            for n, e in enumerate(events)
+        )
         return 200, "text/event-stream", data.encode()
 
     def close(self) -> None:

@@ -198,3 +198,33 @@ def test_unknown_api_paths_name_the_path_and_what_is_spoken(client, admin):
     r = client.post("/v1/embeddingz", json={}, headers=admin)
     assert r.status_code == 404 and r.json["error"]["code"] == "unknown_path"
     assert "/v1/embeddingz" in r.json["error"]["message"] and "/v1/responses" in r.json["error"]["message"]
+
+
+def test_the_dashboard_answers_a_responses_call_as_text(ctx, shop, client, make_token):
+    import re
+
+    secret = make_token("admin")["Authorization"].split()[1]
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(
+            client.post,
+            URL,
+            json={"model": "gpt-4.1", "input": "Greet me"},
+            headers={"Authorization": f"Bearer {secret}"},
+        )
+        [row] = parked(ctx, shop)
+        # The dashboard signs in with a token, as a person would.
+        page = client.get("/ui/login").get_data(as_text=True)
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+        assert client.post("/ui/login", data={"token": secret, "csrf": csrf}).status_code == 302
+        shown = client.get(f"/ui/pending/{row['id']}").get_data(as_text=True)
+        assert "Greet me" in shown
+        csrf = re.search(r'name="csrf" value="([^"]+)"', shown).group(1)
+        posted = client.post(
+            f"/ui/pending/{row['id']}", data={"csrf": csrf, "kind": "text", "content": "Hello, you."}
+        )
+        assert posted.status_code == 302, posted.get_data(as_text=True)
+        response = future.result(10).json
+    assert response["output"][0]["content"][0]["text"] == "Hello, you."
+    [entry] = entries.list_entries(ctx, "shop")["data"]
+    page = client.get(f"/ui/entries/{entry['id']}")
+    assert page.status_code == 200 and "Hello, you." in page.get_data(as_text=True)

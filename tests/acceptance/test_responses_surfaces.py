@@ -1,0 +1,192 @@
+"""Responses API calls answered by every surface: the CLI, MCP, the answerer daemon and record-through.
+
+Each surface sees the same conversation view as for Chat Completions (docs/decisions/0030-dialects.md),
+and each answer reaches the official openai SDK as a Responses `response`, then replays.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+
+import anyio
+import openai
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from semula.client import Client
+from semula.service import Context, projects, tokens
+from tests.answerer_helpers import command
+from tests.fake_upstream import FakeUpstream
+from tests.helpers import RESPONSES_WEATHER_TOOL, wait_for
+
+pytestmark = pytest.mark.acceptance
+CANARY = "sk-upstream-CANARY-responses-0123456789abcdef"
+
+
+def held(client: openai.OpenAI, **request) -> tuple[threading.Thread, dict]:
+    """A responses.create call in a thread: it parks and waits; the dict gets its result or error."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["response"] = client.responses.create(**request)
+        except openai.OpenAIError as exc:  # reported by the test's assertions
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def finished(thread: threading.Thread, out: dict):
+    thread.join(60)
+    assert "error" not in out, out.get("error")
+    return out["response"]
+
+
+@pytest.fixture
+def agents(ctx, start_server):
+    projects.create(ctx, {"name": "shop"})
+    server = start_server()
+    app_token = tokens.create(ctx, {"role": "viewer", "scope": "record", "name": "app"})["token"]
+    agent_token = tokens.create(ctx, {"role": "editor", "scope": "record", "name": "agent"})["token"]
+    client = openai.OpenAI(base_url=server.url + "/p/shop/v1", api_key=app_token, timeout=60, max_retries=0)
+    env = {**os.environ, "SEMULA_URL": server.url, "SEMULA_TOKEN": agent_token}
+    yield {"server": server, "client": client, "env": env, "rest": Client(server.url, agent_token)}
+    client.close()
+
+
+def test_cli_and_mcp_answer_responses_calls(agents, ctx, tmp_path):
+    client, env = agents["client"], agents["env"]
+
+    # The CLI: claim shows the conversation view; the answer is the skeleton, filled in.
+    thread, out = held(client, model="gpt-4.1", input="Weather in Paris?", tools=[RESPONSES_WEATHER_TOOL])
+    wait_for(lambda: agents["rest"].list_pending()["data"], what="the call to park")
+    shown = subprocess.run(
+        [sys.executable, "-m", "semula", "claim"], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "api openai.responses" in shown.stdout and "[user] Weather in Paris?" in shown.stdout
+    assert "get_weather" in shown.stdout
+    pending_id = shown.stdout.split()[0]
+    answer = json.dumps({"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]})
+    done = subprocess.run(
+        [sys.executable, "-m", "semula", "answer", pending_id, "--json", answer],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    [item] = finished(thread, out).output
+    assert item.type == "function_call" and json.loads(item.arguments) == {"city": "Paris"}
+
+    # MCP: claim_next returns the view; a text answer releases the held call.
+    thread, out = held(client, model="gpt-4.1-mini", instructions="Be brief.", input="Say hi")
+    wait_for(lambda: agents["rest"].list_pending()["data"], what="the second call to park")
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "semula", "mcp"], env=env, cwd=str(tmp_path)
+    )
+
+    async def agent():
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            claimed = (await session.call_tool("claim_next", {"worker": "mcp-agent"})).structured_content
+            answered = await session.call_tool(
+                "answer_pending", {"pending_id": claimed["id"], "answer": "Hi!"}
+            )
+            return claimed, answered
+
+    claimed, answered = anyio.run(agent)
+    assert claimed["api"] == "openai.responses"
+    assert claimed["conversation"]["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Say hi"},
+    ]
+    assert answered.is_error is False
+    assert finished(thread, out).output_text == "Hi!"
+
+
+def test_the_answerer_daemon_answers_a_responses_call(
+    start_server, start_answerer_process, ctx, token, tmp_path
+):
+    argv = command("json")
+    server = start_server(SEMULA_ANSWERER_COMMAND=json.dumps(argv))
+    projects.create(
+        Context(ctx.store, replace(ctx.settings, answerer_command=argv), ctx.principal),
+        {"name": "shop", "answerer": True},
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    start_answerer_process(argv, ANSWERER_TEST_DIR=str(out))
+    client = openai.OpenAI(base_url=server.url + "/p/shop/v1", api_key=token, timeout=60, max_retries=0)
+    response = client.responses.create(
+        model="gpt-4.1", input="Weather in Paris?", tools=[RESPONSES_WEATHER_TOOL]
+    )
+    [item] = response.output
+    assert item.type == "function_call" and json.loads(item.arguments) == {"city": "Paris"}
+    [doc_path] = [p for p in out.iterdir() if p.name.startswith("stdin-")]
+    doc = json.loads(doc_path.read_text())
+    assert doc["api"] == "openai.responses"
+    assert doc["request"]["messages"] == [{"role": "user", "content": "Weather in Paris?"}]
+    assert doc["request"]["tools"][0]["function"]["name"] == "get_weather"
+
+
+@pytest.fixture
+def start_answerer_process(db_url, tmp_path):
+    from tests.answerer_helpers import AnswererProcess
+
+    started = []
+
+    def start(argv, **env):
+        proc = AnswererProcess(db_url, tmp_path / f"answerer{len(started)}.log", argv, **env)
+        started.append(proc)
+        return proc.start()
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def test_record_through_responses_keeps_what_the_provider_sent(start_server, ctx, token):
+    fake = FakeUpstream()
+    try:
+        server = start_server(SEMULA_UPSTREAM_KEY=CANARY, SEMULA_UPSTREAM_URL=fake.url)
+        operator = Context(ctx.store, replace(ctx.settings, upstream_key=CANARY), ctx.principal)
+        projects.create(operator, {"name": "shop", "record_through": True})
+        client = openai.OpenAI(base_url=server.url + "/p/shop/v1", api_key=token, timeout=60, max_retries=0)
+
+        first = client.responses.create(model="gpt-4.1", input="Hello")
+        assert first.output_text == "upstream says: Hello" and first.id == "resp_upstream1"
+        assert first.model == "gpt-4.1-2025-04-14"
+        with client.responses.stream(
+            model="gpt-4.1", input=[{"role": "user", "content": "Stream"}]
+        ) as stream:
+            deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+            final = stream.get_final_response()
+        assert deltas == ["upstream", " says: Stream"] and final.output_text == "upstream says: Stream"
+        assert [c["path"] for c in fake.calls] == ["/v1/responses", "/v1/responses"]
+        assert fake.calls[0]["headers"]["Authorization"] == f"Bearer {CANARY}"
+        usage = Client(server.url, token).request("GET", "/api/v1/projects/shop/upstream")
+        assert usage["calls"] == 2 and usage["prompt_tokens"] == 24 and usage["completion_tokens"] == 12
+
+        # Replay: no provider call, the provider's own response (its id and unknown fields) back.
+        projects.update(ctx, "shop", {"mode": "replay"})
+        again = client.responses.create(model="gpt-4.1", input="Hello")
+        assert again.id == first.id and again.output_text == first.output_text
+        assert again.model_extra.get("provider_extra") == {"kept": True}
+        with client.responses.stream(
+            model="gpt-4.1", input=[{"role": "user", "content": "Stream"}]
+        ) as stream:
+            replayed = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        assert replayed == deltas and len(fake.calls) == 2
+        server.stop()
+        assert CANARY not in server.log()
+    finally:
+        fake.close()
