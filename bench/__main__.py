@@ -1,4 +1,4 @@
-"""`python -m bench [replay|hold] [options]`: run semula's benchmarks and print a report."""
+"""`python -m bench [replay|hold|dialects] [options]`: run semula's benchmarks and print a report."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from bench import hold, replay
+from bench import dialects, hold, replay
 from bench.common import OUT, BenchError, machine
 
 
@@ -20,11 +20,13 @@ def main(argv: list[str] | None = None) -> int:
         "--servers", default=",".join(replay.SERVERS), help=f"replay servers, of {', '.join(replay.SERVERS)}"
     )
     parser.add_argument("--calls", type=int, default=5000, help="calls held at once (hold)")
-    parser.add_argument("--db", default="postgres,sqlite", help="databases for hold: postgres,sqlite")
+    parser.add_argument(
+        "--db", default="postgres,sqlite", help="databases for hold and dialects: postgres,sqlite"
+    )
     args = parser.parse_args(argv)
     which = args.which or ["replay", "hold"]
-    if set(which) - {"replay", "hold"}:
-        parser.error("choose among: replay, hold")
+    if set(which) - {"replay", "hold", "dialects"}:
+        parser.error("choose among: replay, hold, dialects")
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
     sections = [
         f"# semula benchmarks, {time.strftime('%Y-%m-%d %H:%M')}",
@@ -40,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"unknown servers: {', '.join(sorted(unknown))}")
             text = replay.run(duration=args.duration, rounds=args.rounds, warmup=args.warmup, only=servers)
             sections += ["", "## Replay", "", text]
+        if "dialects" in which:
+            dbs = tuple(d.strip() for d in args.db.split(",") if d.strip())
+            text = dialects.run(duration=args.duration, rounds=args.rounds, warmup=args.warmup, dbs=dbs)
+            sections += ["", "## Replay hits per API", "", text]
         if "hold" in which:
             for db in (d.strip() for d in args.db.split(",") if d.strip()):
                 try:

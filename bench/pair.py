@@ -61,6 +61,21 @@ def request_body() -> dict[str, Any]:
     }
 
 
+def responses_body() -> dict[str, Any]:
+    """The same conversation as a Responses API request (instructions and input items)."""
+    return {
+        "model": MODEL,
+        "instructions": SYSTEM,
+        "input": [{"role": role, "content": text} for role, text in HISTORY],
+        "temperature": 0.2,
+        "max_output_tokens": 400,
+        "top_p": 1,
+        "user": "customer-7781",
+        "store": True,
+        "metadata": {"ticket": "48213-A", "channel": "chat"},
+    }
+
+
 def completion() -> dict[str, Any]:
     """The recorded answer as an OpenAI chat.completion (id and created are replaced at replay)."""
     return {

@@ -54,6 +54,7 @@ class Target:
     process: Process | None = None
     database: PostgresDatabase | None = None  # its backends' CPU counts as the server's
     rounds: list[dict[str, float]] = field(default_factory=list)
+    body: bytes | None = None  # what wrk posts; the recorded pair's request when None
 
     def cpu_by_pid(self) -> dict[int, float]:
         pids = self.process.pids() if self.process else []
@@ -183,7 +184,7 @@ def check(target: Target) -> None:
 def wrk_script(target: Target) -> Path:
     lines = ['wrk.method = "POST"', 'wrk.headers["Content-Type"] = "application/json"']
     lines += [f'wrk.headers["{k}"] = "{v}"' for k, v in target.headers.items()]
-    lines.append(f"wrk.body = [==[{pair.request_bytes().decode()}]==]")
+    lines.append(f"wrk.body = [==[{(target.body or pair.request_bytes()).decode()}]==]")
     path = OUT / f"wrk-{re.sub(r'[^a-z0-9]+', '-', target.name.lower())}.lua"
     path.write_text("\n".join(lines) + "\n")
     return path

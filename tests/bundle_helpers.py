@@ -6,34 +6,36 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from semula import answers
+from semula import dialects
 from semula.config import Settings
 from semula.db import connect
-from semula.fingerprint import fingerprint
 from semula.migrate import migrate
 from semula.service import CLI, Context, bundles, entries, projects
 
 
-def write_bundle(path: Path, recorded: Iterable[tuple[dict[str, Any], Any]]) -> None:
-    """Record the pairs in a scratch SQLite database beside `path` and export them to `path`."""
+def write_bundle(path: Path, recorded: Iterable[tuple[Any, ...]]) -> None:
+    """Record (request, answer) pairs, or (request, answer, api) for an API other than Chat Completions,
+    in a scratch SQLite database beside `path` and export them to `path`."""
     settings = Settings.from_env({"SEMULA_DATABASE_URL": f"sqlite:///{path.parent}/source.db"})
     store = connect(settings.database_url, pool_size=1)
     migrate(store)
     ctx = Context(store, settings, CLI)
     project = projects.create(ctx, {"name": "source"})
     with store.transaction() as tx:
-        for request, answer in recorded:
-            completion = answers.parse_answer(answer, request)
+        for request, answer, *api in recorded:
+            dialect = dialects.get(api[0] if api else None)
+            response, chunks = dialect.accept(answer, request, dialect.conversation(request))
             entries.save(
                 tx,
                 ctx,
                 project_id=project["id"],
-                fingerprint=fingerprint(request),
+                fingerprint=dialect.fingerprint(request, [], []),
                 request=request,
-                response=completion,
-                chunks=None,
+                response=response,
+                chunks=chunks,
                 actor="agent",
                 summary="recorded for a bundle",
+                api=dialect.name,
             )
     path.write_bytes(b"".join(bundles.export_bundle(ctx, "source")))
     store.close()

@@ -167,6 +167,17 @@ SETTINGS_PROPERTIES: dict[str, Any] = {
     "answerer": {"type": "boolean"},
 }
 
+API = {
+    "type": "string",
+    "enum": ["openai.chat", "openai.responses"],
+    "description": "The API the call was made in (docs/decisions/0030-dialects.md).",
+}
+CONVERSATION = {
+    "type": "object",
+    "description": "The request in the common, Chat-Completions-shaped view every answer is checked against: "
+    "model, messages, tools, tool_choice, response_format, notes.",
+}
+
 SCHEMAS: dict[str, Any] = {
     "Error": obj(
         {
@@ -269,6 +280,7 @@ SCHEMAS: dict[str, Any] = {
         {
             "object": {"const": "pending"},
             "id": {"type": "string", "pattern": "^pnd_"},
+            "api": API,
             "project": {"type": "string"},
             "status": {"type": "string", "enum": ["pending", "answered", "cancelled"]},
             "model": nullable({"type": "string"}),
@@ -297,6 +309,11 @@ SCHEMAS: dict[str, Any] = {
             },
             "response_format": nullable({"type": "object"}),
             "skeleton": {"type": "object", "description": "An answer to fill in and send to /answer."},
+            "notes": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "What an answer cannot do for this call (built-in tools, for example).",
+            },
         },
         description="What an answer must look like: the request's tools, its response schema, a skeleton.",
     ),
@@ -305,7 +322,8 @@ SCHEMAS: dict[str, Any] = {
             ref("Pending"),
             obj(
                 {
-                    "request": {"type": "object", "description": "The chat completion request."},
+                    "request": {"type": "object", "description": "The request as the app sent it."},
+                    "conversation": CONVERSATION,
                     "shape": ref("Shape"),
                 }
             ),
@@ -550,6 +568,7 @@ SUMMARY = {"type": "string", "description": "What changed and why, kept with the
 ENTRY_PROPERTIES: dict[str, Any] = {
     "object": {"const": "entry"},
     "id": {"type": "string", "pattern": "^ent_"},
+    "api": API,
     "project": {"type": "string"},
     "fingerprint": {"type": "string"},
     "model": nullable({"type": "string"}),
@@ -583,7 +602,11 @@ SCHEMAS.update(
             {
                 **ENTRY_PROPERTIES,
                 "request": {"type": "object", "description": "The recorded request (redacted)."},
-                "response": {"type": "object", "description": "The chat.completion it replays."},
+                "response": {"type": "object", "description": "The API's response it replays."},
+                "conversation": CONVERSATION,
+                "answer": nullable(
+                    {"type": "object", "description": "The response as an assistant message, for every API."}
+                ),
                 "chunks": nullable({"type": "array", "items": {"type": "object"}}),
                 "revisions": {"type": "array", "items": ref("EntryRevision")},
             }
@@ -621,6 +644,7 @@ SCHEMAS.update(
             {
                 "object": {"const": "call"},
                 "id": {"type": "string", "pattern": "^cal_"},
+                "api": API,
                 "project": {"type": "string"},
                 "created": {"type": "number"},
                 "fingerprint": nullable({"type": "string"}),

@@ -34,6 +34,7 @@ RECORDED = [
         },
         {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
     ),
+    ({"model": "gpt-4.1", "input": "Say hello"}, {"content": "Hello from Responses!"}, "openai.responses"),
 ]
 
 SAMPLE_TESTS = """
@@ -60,6 +61,9 @@ def test_tool_call():
     call = r.choices[0].message.tool_calls[0]
     assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Oslo"}
 
+def test_responses():
+    assert client.responses.create(model="gpt-4.1", input="Say hello").output_text == "Hello from Responses!"
+
 def test_miss():
     client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Say hellO"}])
 """.replace("%(tool)s", repr(WEATHER))
@@ -75,7 +79,7 @@ def test_sample_project_replays_and_a_miss_explains_itself(pytester, tmp_path):
     make_bundle(bundle)
     pytester.makepyfile(test_app=SAMPLE_TESTS)
     result = pytester.runpytest_subprocess("--semula-bundle", str(bundle), "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=3, failed=1)
+    result.assert_outcomes(passed=4, failed=1)
     output = result.stdout.str()
     assert "semula: replay from" in output
     assert "Error code: 424 - No recorded entry matches this request" in output
