@@ -22,6 +22,16 @@ def call_row(**fields: Any) -> dict[str, Any]:
     return row | dict(entry_id=None, pending_id=None, token_id=None) | fields
 
 
+# A migration name no semula knows: recorded as applied, it makes a database look migrated by a newer one.
+FUTURE_MIGRATION = "9999_from_a_newer_semula.sql"
+
+
+def forget_migration(store: Any, name: str) -> None:
+    """Make the database look as if migration `name` had not been applied."""
+    with store.transaction() as tx:
+        tx.script(f"DELETE FROM semula_migrations WHERE name = '{name}'")
+
+
 def wait_for(
     predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, what: str = ""
 ) -> Any:
