@@ -82,7 +82,7 @@ class Server:
         if self.proc.poll() is not None:
             raise AssertionError(f"semula exited with {self.proc.returncode}:\n{self.log()}")
         try:
-            return requests.get(self.url + "/healthz", timeout=5).status_code == 200
+            return requests.get(self.url + "/readyz", timeout=5).status_code == 200
         except (requests.ConnectionError, requests.Timeout):
             return False
 
