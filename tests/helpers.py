@@ -55,7 +55,18 @@ def free_port() -> int:
 class Server:
     """`semula serve` as a real process: gunicorn with gevent workers on a free port."""
 
-    def __init__(self, db_url: str, log_path: Path, *, dev: bool = False, workers: int = 1, **env: str):
+    def __init__(
+        self,
+        db_url: str,
+        log_path: Path,
+        *,
+        dev: bool = False,
+        workers: int = 1,
+        semula: str | None = None,
+        cwd: Path | None = None,
+        **env: str,
+    ):
+        """`semula` is the executable to run (default: this interpreter's semula), `cwd` its directory."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -66,14 +77,20 @@ class Server:
             "SEMULA_KEEPALIVE": "1",
             **env,
         }
-        self.args = [sys.executable, "-m", "semula", "serve"]
+        self.cwd = cwd
+        self.args = [semula, "serve"] if semula else [sys.executable, "-m", "semula", "serve"]
         self.args += ["--dev", "--port", str(self.port)] if dev else ["--bind", f"127.0.0.1:{self.port}"]
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Server:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            self.args, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            self.args,
+            env=self.env,
+            cwd=self.cwd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         wait_for(self._healthy, timeout=60, what=f"semula on {self.url}")
         return self
