@@ -27,10 +27,10 @@ NOT_SOURCE = shutil.ignore_patterns(
 )
 
 
-def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{args} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
-    return result.stdout
+    return result
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +39,13 @@ def installed(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("wheel")
     source = work / "source"
     shutil.copytree(CHECKOUT, source, ignore=NOT_SOURCE)
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(work / "dist"), str(source)], cwd=work)
+    built = run(
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(work / "dist"), str(source)],
+        cwd=work,
+    )
+    # setuptools warns (some 80 lines in `make run`) when a data directory is not a declared package.
+    log = built.stdout + built.stderr
+    assert "would be ignored" not in log and "absent from the `packages`" not in log
     (wheel,) = (work / "dist").glob("semula-*.whl")
     run([sys.executable, "-m", "venv", str(work / "venv")], cwd=work)
     bin_dir = work / "venv" / "bin"
@@ -60,7 +66,9 @@ def outside(tmp_path, monkeypatch) -> Path:
 
 
 def test_the_installed_package_is_not_the_checkout(installed, outside):
-    where = run([str(installed / "python"), "-c", "import semula; print(semula.__file__)"], cwd=outside)
+    where = run(
+        [str(installed / "python"), "-c", "import semula; print(semula.__file__)"], cwd=outside
+    ).stdout
     assert Path(where.strip()).is_relative_to(installed.parent), where
 
 
@@ -70,10 +78,10 @@ def test_the_wheel_migrates_serves_records_and_replays(installed, outside, empty
     dialect = "sqlite" if empty_db_url.startswith("sqlite") else "postgresql"
     names = [p.name for p in migration_files(dialect)]
 
-    migrated = run([semula, "migrate"], cwd=outside, env=env)
+    migrated = run([semula, "migrate"], cwd=outside, env=env).stdout
     assert migrated.strip() == f"applied {len(names)} migration(s): " + ", ".join(names)
-    assert run([semula, "migrate"], cwd=outside, env=env).strip() == "applied 0 migration(s)"
-    token = run([semula, "token", "create", "--role", "admin"], cwd=outside, env=env).strip()
+    assert run([semula, "migrate"], cwd=outside, env=env).stdout.strip() == "applied 0 migration(s)"
+    token = run([semula, "token", "create", "--role", "admin"], cwd=outside, env=env).stdout.strip()
     run([semula, "project", "create", "shop", "mode=record", "record_timeout=60"], cwd=outside, env=env)
 
     server = Server(empty_db_url, tmp_path / "server.log", semula=semula, cwd=outside).start()
