@@ -11,7 +11,7 @@ from answerer.signals import on_stop
 from semula import logs
 from semula.config import ConfigError, Settings
 from semula.db import DatabaseError, connect
-from semula.migrate import migrate
+from semula.migrate import SchemaMismatch, migrate
 from semula.service import CLI, Context
 
 logger = logging.getLogger("semula.answerer")
@@ -39,7 +39,12 @@ def main() -> int:
         return 1
     try:
         # The server migrates too; whichever starts first does it, under the migration lock.
-        migrate(store)
+        try:
+            migrate(store)
+        except SchemaMismatch as exc:
+            # Restarting cannot fix a schema this version does not fit; like a configuration refusal.
+            print(f"semula-answerer: {exc.message}", file=sys.stderr)
+            return EXIT_CONFIG
         daemon = Daemon(Context(store, settings, CLI), config)
         with on_stop(daemon.stop, daemon.abort):
             daemon.run()

@@ -70,6 +70,8 @@ def migrate() -> None:
     store = connect(settings.owner_database_url or settings.database_url, pool_size=1)
     try:
         applied = run(store)
+    except SemulaError as exc:
+        raise click.ClickException(exc.message) from None
     finally:
         store.close()
     click.echo(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))

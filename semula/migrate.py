@@ -1,35 +1,104 @@
-"""Apply migrations/NNNN_*.sql in order, each in its own transaction, recorded in semula_migrations.
+"""Apply semula/migrations/NNNN_*.sql in order, each in its own transaction, recorded in semula_migrations.
 
-A file named `NNNN_x.postgresql.sql` or `NNNN_x.sqlite.sql` applies to that dialect only.
-Concurrent runs are safe: each migration takes the store's migration lock and re-checks.
+The migrations ship inside the package (package data), so an installed semula finds them wherever it
+is installed. A file named `NNNN_x.postgresql.sql` or `NNNN_x.sqlite.sql` applies to that dialect
+only. Concurrent runs are safe: each migration takes the store's migration lock and re-checks.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import time
+from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
+from semula import errors
 from semula.db import Store
 
-MIGRATIONS_DIR = Path(
-    os.environ.get("SEMULA_MIGRATIONS_DIR", Path(__file__).resolve().parent.parent / "migrations")
+MIGRATIONS_DIR: Traversable = (
+    Path(os.environ["SEMULA_MIGRATIONS_DIR"])
+    if os.environ.get("SEMULA_MIGRATIONS_DIR")
+    else resources.files(__package__).joinpath("migrations")
 )
 
 
-def migration_files(dialect: str, directory: Path = MIGRATIONS_DIR) -> list[Path]:
+class SchemaMismatch(errors.ServiceUnavailable):
+    """The database schema does not match this version of semula."""
+
+    code = "schema_mismatch"
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def migration_files(dialect: str, directory: Traversable = MIGRATIONS_DIR) -> list[Traversable]:
     """The migrations for a dialect, in order."""
+    names = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
     files = []
-    for path in sorted(directory.glob("[0-9][0-9][0-9][0-9]_*.sql")):
-        parts = path.name.split(".")
+    for name in fnmatch.filter(names, "[0-9][0-9][0-9][0-9]_*.sql"):
+        parts = name.split(".")
         if len(parts) == 3 and parts[1] != dialect:
             continue
-        files.append(path)
+        files.append(directory.joinpath(name))
     return files
 
 
-def migrate(store: Store, directory: Path = MIGRATIONS_DIR) -> list[str]:
-    """Apply what is not applied yet; return the names applied by this call."""
+@dataclass(frozen=True)
+class Schema:
+    """The migrations this semula knows for a dialect, and those the database records as applied."""
+
+    known: tuple[str, ...]
+    applied: tuple[str, ...]
+
+    def problem(self) -> SchemaMismatch | None:
+        """Why the database does not fit this semula, with what to do about it; None when it fits."""
+        unknown = [name for name in self.applied if name not in self.known]
+        missing = [name for name in self.known if name not in self.applied]
+        if unknown:
+            return SchemaMismatch(
+                "schema_newer",
+                f"The database holds migrations this semula does not know ({', '.join(unknown)}): a newer "
+                "semula migrated it. Upgrade semula, or point SEMULA_DATABASE_URL at another database.",
+            )
+        if not self.known:
+            return SchemaMismatch(
+                "schema_missing",
+                "This semula installation ships no migrations: reinstall semula (the wheel carries "
+                "semula/migrations/*.sql), or unset SEMULA_MIGRATIONS_DIR if it points elsewhere.",
+            )
+        if not self.applied:
+            message = "The database has no semula tables: run `semula migrate`."
+            return SchemaMismatch("schema_missing", message)
+        if missing:
+            return SchemaMismatch(
+                "schema_behind",
+                f"The database lacks migrations {', '.join(missing)}: run `semula migrate`.",
+            )
+        return None
+
+
+def schema(store: Store, directory: Traversable = MIGRATIONS_DIR) -> Schema:
+    """Read which migrations the database has applied (none when it has no migrations table)."""
+    known = tuple(p.name for p in migration_files(store.dialect, directory))
+    row = store.one("migrations_table_exists")
+    applied = tuple(r["name"] for r in store.all("list_migrations")) if row and row["n"] else ()
+    return Schema(known, applied)
+
+
+def migrate(store: Store, directory: Traversable = MIGRATIONS_DIR) -> list[str]:
+    """Apply what is not applied yet; return the names applied by this call.
+
+    Refuses (SchemaMismatch) a database that a newer semula migrated, before changing it, and a
+    database that still does not fit afterwards (an installation without its migrations).
+    """
+    before = schema(store, directory)
+    problem = before.problem()
+    if problem is not None and (problem.reason == "schema_newer" or not before.known):
+        raise problem
     applied = []
     for path in migration_files(store.dialect, directory):
         with store.migration_transaction() as tx:
@@ -39,4 +108,7 @@ def migrate(store: Store, directory: Path = MIGRATIONS_DIR) -> list[str]:
             tx.script(path.read_text())
             tx.run("record_migration", name=path.name, now=time.time())
         applied.append(path.name)
+    problem = schema(store, directory).problem()
+    if problem is not None:
+        raise problem
     return applied

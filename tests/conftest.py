@@ -73,6 +73,22 @@ def db_url(request: pytest.FixtureRequest, tmp_path, pg_template) -> Iterator[st
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    """A database URL of each dialect with nothing in it: not migrated."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/empty.db"
+        return
+    if not PG_URL:
+        pytest.skip(PG_SKIP)
+    name = f"semula_e_{os.getpid()}_{next(_counter)}"
+    with _pg_admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _with_dbname(PG_URL, name)
+    with _pg_admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def store(db_url: str) -> Iterator[Store]:
     s = connect(db_url, pool_size=4)

@@ -22,6 +22,16 @@ def call_row(**fields: Any) -> dict[str, Any]:
     return row | dict(entry_id=None, pending_id=None, token_id=None, api="openai.chat") | fields
 
 
+# A migration name no semula knows: recorded as applied, it makes a database look migrated by a newer one.
+FUTURE_MIGRATION = "9999_from_a_newer_semula.sql"
+
+
+def forget_migration(store: Any, name: str) -> None:
+    """Make the database look as if migration `name` had not been applied."""
+    with store.transaction() as tx:
+        tx.script(f"DELETE FROM semula_migrations WHERE name = '{name}'")
+
+
 def wait_for(
     predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, what: str = ""
 ) -> Any:
@@ -45,7 +55,18 @@ def free_port() -> int:
 class Server:
     """`semula serve` as a real process: gunicorn with gevent workers on a free port."""
 
-    def __init__(self, db_url: str, log_path: Path, *, dev: bool = False, workers: int = 1, **env: str):
+    def __init__(
+        self,
+        db_url: str,
+        log_path: Path,
+        *,
+        dev: bool = False,
+        workers: int = 1,
+        semula: str | None = None,
+        cwd: Path | None = None,
+        **env: str,
+    ):
+        """`semula` is the executable to run (default: this interpreter's semula), `cwd` its directory."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -56,14 +77,20 @@ class Server:
             "SEMULA_KEEPALIVE": "1",
             **env,
         }
-        self.args = [sys.executable, "-m", "semula", "serve"]
+        self.cwd = cwd
+        self.args = [semula, "serve"] if semula else [sys.executable, "-m", "semula", "serve"]
         self.args += ["--dev", "--port", str(self.port)] if dev else ["--bind", f"127.0.0.1:{self.port}"]
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Server:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            self.args, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            self.args,
+            env=self.env,
+            cwd=self.cwd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         wait_for(self._healthy, timeout=60, what=f"semula on {self.url}")
         return self
@@ -72,7 +99,7 @@ class Server:
         if self.proc.poll() is not None:
             raise AssertionError(f"semula exited with {self.proc.returncode}:\n{self.log()}")
         try:
-            return requests.get(self.url + "/healthz", timeout=5).status_code == 200
+            return requests.get(self.url + "/readyz", timeout=5).status_code == 200
         except (requests.ConnectionError, requests.Timeout):
             return False
 

@@ -11,7 +11,8 @@ from werkzeug.exceptions import HTTPException
 
 from semula import errors, metrics
 from semula.config import Settings
-from semula.db import Busy, Store, Unavailable, connect
+from semula.db import Busy, DatabaseError, Store, Unavailable, connect
+from semula.migrate import schema
 from semula.parking import Parking
 from semula.service import Context
 from semula.service.auth import authenticate
@@ -56,8 +57,13 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
 
     @app.get("/healthz")
     def healthz() -> Any:
-        store.one("ping")
+        """Liveness: the process answers. It reads nothing, so a database outage restarts no worker."""
         return {"status": "ok"}
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        """Readiness: the database answers and its schema is the one this semula knows."""
+        return readiness(store)
 
     @app.get("/metrics")
     def metrics_endpoint() -> Response:
@@ -97,6 +103,27 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         return error_response(errors.SemulaError("Internal error."))
 
     return app
+
+
+def readiness(store: Store) -> Response:
+    """200 {"status": "ready"}, or 503 with a reason and what to do; never the database URL."""
+    try:
+        problem = schema(store).problem()
+    except (Busy, Unavailable) as exc:
+        logger.warning("not ready", extra={"reason": "database_unreachable", "error": type(exc).__name__})
+        return not_ready("database_unreachable", "The database cannot be reached or stays busy; retry.")
+    except DatabaseError as exc:
+        logger.warning("not ready", extra={"reason": "database_error", "error": type(exc).__name__})
+        return not_ready("database_error", "The database refused the schema check; see the server log.")
+    if problem is not None:
+        return not_ready(problem.reason, problem.message)
+    return jsonify(status="ready")
+
+
+def not_ready(reason: str, message: str) -> Response:
+    response = jsonify(status="not_ready", reason=reason, message=message)
+    response.status_code = 503
+    return response
 
 
 def error_response(exc: errors.SemulaError) -> Response:

@@ -13,6 +13,7 @@ pytestmark = __import__("pytest").mark.acceptance
 def test_serve_answers_health_and_projects(start_server, db_url):
     server = start_server(workers=2)
     assert requests.get(server.url + "/healthz", timeout=5).json() == {"status": "ok"}
+    assert requests.get(server.url + "/readyz", timeout=5).json() == {"status": "ready"}
     assert requests.get(server.url + "/api/v1/projects", timeout=5).status_code == 401
 
     created = subprocess.run(

@@ -51,5 +51,6 @@ def test_non_object_body_is_400(open_client):
     assert_error_shape(r.json, "invalid_request")
 
 
-def test_healthz_checks_the_database(open_client):
+def test_healthz_is_liveness_and_readyz_readiness(open_client):
     assert open_client.get("/healthz").json == {"status": "ok"}
+    assert open_client.get("/readyz").json == {"status": "ready"}

@@ -37,6 +37,7 @@ PARAMETERS = {"name": "project", "pending_id": "pending", "entry_id": "entry", "
 # Routes that hold no tenant data at all.
 NO_TENANT_DATA = {
     "/healthz",
+    "/readyz",
     "/metrics",
     "/static/<path:filename>",
     "/api/v1/openapi.json",

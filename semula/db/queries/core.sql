@@ -12,6 +12,13 @@ INSERT INTO semula_migrations (name, applied_at) VALUES (:name, :now)
 -- name: list_migrations
 SELECT name, applied_at FROM semula_migrations ORDER BY name
 
+-- Readiness and migrate read the applied migrations only when the table exists (a fresh database).
+-- name: migrations_table_exists
+SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'semula_migrations'
+
+-- name: migrations_table_exists.postgresql
+SELECT COUNT(*) AS n FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = 'semula_migrations'
+
 -- name: ping
 SELECT 1 AS ok
 

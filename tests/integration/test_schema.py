@@ -1,0 +1,82 @@
+"""Issue 16: migrate and serve refuse a database schema that this version of semula does not fit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from semula.cli import main
+from semula.db import connect
+from semula.migrate import MIGRATIONS_DIR, SchemaMismatch, migrate, migration_files, schema
+from tests.helpers import FUTURE_MIGRATION, forget_migration, free_port
+
+
+def test_the_migrations_ship_inside_the_package():
+    import semula
+
+    package = os.path.dirname(semula.__file__)
+    files = migration_files("sqlite")
+    assert files and all(os.path.dirname(str(p)) == os.path.join(package, "migrations") for p in files)
+    assert str(MIGRATIONS_DIR) == os.path.join(package, "migrations")
+
+
+def test_a_fresh_database_is_missing_its_schema_until_migrated(empty_db_url):
+    store = connect(empty_db_url, pool_size=1)
+    try:
+        assert schema(store).problem().reason == "schema_missing"
+        assert migrate(store) == [p.name for p in migration_files(store.dialect)]
+        assert schema(store).problem() is None
+    finally:
+        store.close()
+
+
+def test_migrate_refuses_a_newer_schema_and_changes_nothing(store):
+    store.run("record_migration", name=FUTURE_MIGRATION, now=1.0)
+    forget_migration(store, "0006_pending_claim_indexes.sql")
+    with pytest.raises(SchemaMismatch) as raised:
+        migrate(store)
+    assert raised.value.reason == "schema_newer" and FUTURE_MIGRATION in raised.value.message
+    assert "Upgrade semula" in raised.value.message
+    # Refused before applying anything: the missing migration is still missing.
+    assert "0006_pending_claim_indexes.sql" not in [r["name"] for r in store.all("list_migrations")]
+
+
+def test_migrate_refuses_an_installation_without_migrations(empty_db_url, tmp_path):
+    store = connect(empty_db_url, pool_size=1)
+    try:
+        with pytest.raises(SchemaMismatch) as raised:
+            migrate(store, tmp_path / "nothing-here")
+    finally:
+        store.close()
+    assert raised.value.reason == "schema_missing" and "reinstall semula" in raised.value.message
+
+
+def test_cli_migrate_refuses_a_newer_schema_with_what_to_do(store, db_url, monkeypatch):
+    store.run("record_migration", name=FUTURE_MIGRATION, now=1.0)
+    monkeypatch.setenv("SEMULA_DATABASE_URL", db_url)
+    result = CliRunner().invoke(main, ["migrate"])
+    assert result.exit_code == 1
+    assert "newer semula" in result.output and FUTURE_MIGRATION in result.output
+    assert "applied" not in result.output
+
+
+def test_serve_refuses_a_newer_schema_and_starts_no_server(store, db_url, tmp_path):
+    store.run("record_migration", name=FUTURE_MIGRATION, now=1.0)
+    env = {**os.environ, "SEMULA_DATABASE_URL": db_url, "SEMULA_WORKERS": "1"}
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path / "metrics")
+    args = [sys.executable, "-m", "semula", "serve", "--bind", f"127.0.0.1:{free_port()}"]
+    out = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    proc = subprocess.Popen(args, env=env, start_new_session=True, **out)
+    try:
+        output, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("semula serve started on a database migrated by a newer semula")
+    assert proc.returncode == 1
+    assert b"newer semula" in output and b"Booting worker" not in output
