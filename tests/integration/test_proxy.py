@@ -278,3 +278,25 @@ def test_metrics_count_outcomes(ctx, shop, client, admin):
         == 1
     )
     assert value(after, "semula_misses_total") - value(before, "semula_misses_total") == 1
+
+
+def test_answered_calls_free_their_max_misses_slots(ctx, shop, client, admin):
+    """Only calls still parked count toward max_misses: once they are answered, a new miss parks."""
+    futures = [
+        call_async(client, admin, {**BODY, "messages": [{"role": "user", "content": f"q{i}"}]})
+        for i in range(3)
+    ]
+    for row in parked(ctx, shop, 3):
+        pending.answer(ctx, row["id"], {"content": "ok"})
+    assert all(f.result(10).status_code == 200 for f in futures)
+    late = call_async(client, admin, {**BODY, "messages": [{"role": "user", "content": "a fourth"}]})
+    rows = wait_for(
+        lambda: late.done() or ctx.store.all("parked_in_project", project_id=shop["id"]),
+        what="the fourth miss parked (or answered at once)",
+    )
+    assert not late.done(), late.result().json  # a 429 comes back at once
+    [row] = rows
+    pending.answer(ctx, row["id"], {"content": "parked after all"})
+    r = late.result(10)
+    assert r.status_code == 200, r.json
+    assert r.json["choices"][0]["message"]["content"] == "parked after all"
