@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from semula.service import projects
@@ -91,3 +93,19 @@ def test_token_secret_is_shown_once_and_stored_hashed(client, make_token, store)
     assert secret not in listing and created["id"] in listing
     rows = store.all("list_tokens", workspace_id="wsp_default", after=None, limit=100)
     assert all(secret not in str(row) for row in rows)
+
+
+def test_the_proxy_refuses_a_revoked_token_once_its_second_of_trust_is_over(
+    ctx, client, make_token, monkeypatch
+):
+    """The proxy keeps a checked token for about a second (PRINCIPAL_TTL), no longer."""
+    projects.create(ctx, {"name": "alpha"})
+    admin = make_token("admin")
+    victim = make_token("viewer")
+    token_id = client.get("/api/v1/tokens", headers=admin).json["data"][-1]["id"]
+    assert client.get("/p/alpha/v1/models", headers=victim).status_code == 200
+    assert client.delete(f"/api/v1/tokens/{token_id}", headers=admin).status_code == 200
+    real, later = time.monotonic, 2.0
+    monkeypatch.setattr(time, "monotonic", lambda: real() + later)
+    r = client.get("/p/alpha/v1/models", headers=victim)
+    assert r.status_code == 401 and r.json["error"]["code"] == "invalid_api_key"
