@@ -83,6 +83,20 @@ def test_replay_mode_miss_is_424_naming_the_closest_entry(ctx, shop, client, adm
     assert outcomes(ctx, shop)[-1] == ("replay_miss", 424)
 
 
+def test_replay_miss_names_the_closest_entry_not_the_newest(ctx, shop, client, admin):
+    close = {**BODY, "messages": [{"role": "user", "content": "hello there"}]}
+    far = {**BODY, "messages": [{"role": "user", "content": "Write a sonnet about the sea at dusk."}]}
+    record(ctx, shop, client, admin, {"content": "hi"}, body=close)
+    record(ctx, shop, client, admin, {"content": "a sonnet"}, body=far)
+    [newer, older] = ctx.store.all("entry_candidates", project_id=shop["id"], model="gpt-4o", limit=10)
+    assert json.loads(older["request"])["messages"] == close["messages"]
+    projects.update(ctx, "shop", {"mode": "replay"})
+    asked = {**BODY, "messages": [{"role": "user", "content": "hello therE"}]}
+    r = client.post(URL, json=asked, headers=admin)
+    assert r.status_code == 424
+    assert f"Closest entry: {older['id']};" in r.json["error"]["message"]
+
+
 def test_replay_miss_in_an_empty_project_says_so(ctx, client, admin):
     projects.create(ctx, {"name": "empty", "mode": "replay"})
     r = client.post("/p/empty/v1/chat/completions", json=BODY, headers=admin)
