@@ -23,6 +23,10 @@ MAX_LEASE = 3600
 MAX_WORKER_LENGTH = 200
 # Candidates read per look: enough that a claimer losing a race moves on without another SELECT.
 CLAIM_BATCH = 16
+# Looks a claim_next makes before it reports nothing to claim. Losing every candidate of one look is
+# rare; losing them all this many times over means the claim guard and the candidates query disagree,
+# and spinning on that would hold the caller (and its worker) forever.
+CLAIM_LOOKS = 50
 
 # Called with (pending_id, status, entry_id, resolved_at) after an answer or cancel commits in
 # this process, so a call held here is released at once instead of at the next poll.
@@ -181,7 +185,8 @@ def list_pending(
 def claim_next(
     ctx: Context, project: str | None = None, lease_seconds: int = DEFAULT_LEASE, worker: str | None = None
 ) -> dict[str, Any] | None:
-    """Claim the oldest pending call nobody holds, for lease_seconds; None when there is none.
+    """Claim the oldest pending call nobody holds, for lease_seconds; None when there is none
+    (or when every candidate went to someone else, look after look, CLAIM_LOOKS times).
 
     One guarded UPDATE decides each claim and its row count says who won; a lost race moves on
     to the next oldest. The same on SQLite and PostgreSQL, across processes: no SKIP LOCKED and
@@ -191,7 +196,7 @@ def claim_next(
     lease = _lease(lease_seconds)
     worker = _worker(ctx, worker)
     project_id = _project_filter(ctx, project)
-    while True:
+    for _ in range(CLAIM_LOOKS):
         candidates = ctx.store.all(
             "claim_candidates",
             workspace_id=ctx.principal.workspace_id,
@@ -206,6 +211,8 @@ def claim_next(
             if claimed is not None:
                 return claimed
         # Every candidate of this look went to someone else meanwhile: look again.
+    logger.warning("claim_gave_up", extra={"looks": CLAIM_LOOKS, "worker": worker})
+    return None
 
 
 def claim_by_id(

@@ -112,6 +112,14 @@ def test_the_lease_is_advisory_and_an_answer_ends_it(ctx, queue):
     assert pending_service.claim_next(editor)["id"] == queue["b1"]
 
 
+def test_claim_next_gives_up_after_a_bounded_number_of_lost_races(ctx, queue, monkeypatch):
+    """A claim guard that refuses every candidate makes claim_next report nothing, not spin forever."""
+    tried = []
+    monkeypatch.setattr(pending_service, "_try_claim", lambda ctx, pending_id, *_: tried.append(pending_id))
+    assert pending_service.claim_next(as_editor(ctx)) is None
+    assert len(tried) == pending_service.CLAIM_LOOKS * len(queue)
+
+
 def test_claim_by_id_and_release(ctx, queue):
     editor = as_editor(ctx)
     held = pending_service.claim_by_id(editor, queue["b1"], "answerer-1", lease_seconds=120)
