@@ -298,8 +298,8 @@ def call_provider(settings: Any, body: dict[str, Any], model: str | None) -> tup
             code="semula_upstream_unreachable",
         ) from None
     if status != 200:
-        text = redact.redact_text(raw.decode("utf-8", "replace")[:4000], settings.secrets())
-        raise UpstreamError(f"The upstream provider answered {status}: {text[:ERROR_TEXT_CHARS]}")
+        shown = redact.provider_error_text(status, raw, settings.secrets(), limit=ERROR_TEXT_CHARS)
+        raise UpstreamError(f"The upstream provider answered {shown}")
     try:
         if streaming:
             chunks = _parse_sse(raw)
