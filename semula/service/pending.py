@@ -1,4 +1,7 @@
-"""Parked calls (SPEC §3-§5): park a miss, list, claim and answer it, and wake whoever holds it."""
+"""Parked calls: park a miss, list, claim and answer it, and wake whoever holds it.
+
+The contract is docs/design/product.md §3-§5; claims are docs/design/queue-and-claims.md.
+"""
 
 from __future__ import annotations
 
@@ -190,7 +193,7 @@ def claim_next(
 
     One guarded UPDATE decides each claim and its row count says who won; a lost race moves on
     to the next oldest. The same on SQLite and PostgreSQL, across processes: no SKIP LOCKED and
-    no in-process lock. Not audited (SPEC §5).
+    no in-process lock. Not audited (docs/design/product.md §5).
     """
     require(ctx, role="editor", scope="record")
     lease = _lease(lease_seconds)
@@ -218,7 +221,10 @@ def claim_next(
 def claim_by_id(
     ctx: Context, pending_id: str, worker: str, lease_seconds: int = DEFAULT_LEASE
 ) -> dict[str, Any] | None:
-    """Claim one given call (the answerer of ADR-0014); None when it is resolved or someone holds it."""
+    """Claim one given call (for the answerer daemon); None when it is resolved or someone holds it.
+
+    See docs/design/answerer.md.
+    """
     require(ctx, role="editor", scope="record")
     lease = _lease(lease_seconds)
     worker = _worker(ctx, worker)

@@ -1,4 +1,4 @@
-"""The proxy (SPEC §3): fingerprint a chat completion, replay a hit, park a miss, render the answer."""
+"""The proxy (docs/design/product.md §3): fingerprint a request, replay a hit, park a miss, render."""
 
 from __future__ import annotations
 

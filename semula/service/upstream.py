@@ -1,4 +1,6 @@
-"""Record-through (ADR-0013): forward a miss to the operator's provider, behind a hard budget.
+"""Record-through: forward a miss to the operator's provider, behind a hard budget.
+
+The design is docs/design/record-through.md.
 
 The key is server configuration only; it goes into the Authorization header of the upstream
 request and nowhere else. The app's headers are never copied. A provider's error text is

@@ -1,4 +1,4 @@
-"""SPEC §8: each rule shown refusing a token without the right role, scope or binding."""
+"""docs/design/product.md §8: each rule shown refusing a token without the right role, scope or binding."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""SPEC §5: the pending queue through the service and REST: list, get, answer, cancel, and the claim lease."""
+"""The pending queue through the service and REST: list, get, answer, cancel, and the claim lease.
+
+The contract is docs/design/product.md §5.
+"""
 
 from __future__ import annotations
 
@@ -227,7 +230,7 @@ def test_rest_cancel(client, make_token, queue):
     assert client.get("/api/v1/pending/pnd_missing", headers=editor).status_code == 404
 
 
-# Roles, scopes and binding on every pending method (SPEC §5, §8)
+# Roles, scopes and binding on every pending method (docs/design/product.md §5, §8)
 
 METHODS = {
     "list": ("get", "/api/v1/pending", None),

@@ -1,4 +1,7 @@
-"""Record-through (ADR-0013) against a fake provider on 127.0.0.1, on SQLite and PostgreSQL."""
+"""Record-through against a fake provider on 127.0.0.1, on SQLite and PostgreSQL.
+
+The design is docs/design/record-through.md.
+"""
 
 from __future__ import annotations
 
