@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from semula.config import ConfigError, Settings
 from semula.service.pending import MAX_LEASE
 
-# ADR-0014: the child's environment is this allowlist plus the names in SEMULA_ANSWERER_ENV.
+# docs/design/answerer.md: the child's environment is this allowlist plus the names in SEMULA_ANSWERER_ENV.
 ALLOWED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER")
 # The claim outlives the child's timeout by this much, so answering after a slow child still
 # happens inside the lease.
@@ -62,7 +62,7 @@ def from_settings(settings: Settings, environ: Mapping[str, str] | None = None) 
     """Check what the daemon needs; raise ConfigError naming the variable (never its value)."""
     environ = os.environ if environ is None else environ
     if settings.hosted:
-        raise ConfigError("the answerer does not run with SEMULA_HOSTED=on (ADR-0014)")
+        raise ConfigError("the answerer does not run with SEMULA_HOSTED=on (docs/design/answerer.md)")
     if settings.answerer_command and settings.answerer_url:
         raise ConfigError("set SEMULA_ANSWERER_COMMAND or SEMULA_ANSWERER_URL, not both")
     if not settings.answerer_command and not settings.answerer_url:

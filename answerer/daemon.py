@@ -45,7 +45,10 @@ def principal(worker: str) -> Principal:
 
 
 def to_payload(output: bytes) -> Any:
-    """ADR-0014: a JSON object or array is the answer as is; anything else is the trimmed text."""
+    """A JSON object or array is the answer as is; anything else is the trimmed text.
+
+    The contract of docs/design/answerer.md.
+    """
     text = output.decode("utf-8", errors="replace").strip()
     try:
         value = json.loads(text)
@@ -57,7 +60,7 @@ def to_payload(output: bytes) -> Any:
 def document(
     call: dict[str, Any], attempt: int, rejection: InvalidAnswer | None, previous: str | None
 ) -> bytes:
-    """The stdin JSON (and webhook body) of ADR-0014's contract."""
+    """The stdin JSON (and webhook body) of the contract of docs/design/answerer.md."""
     # The conversation view: the same shape whatever API the app called (docs/decisions/0030-dialects.md).
     request = call.get("conversation") or call["request"]
     doc: dict[str, Any] = {

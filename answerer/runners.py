@@ -1,6 +1,6 @@
 """Running one attempt: a fresh child process per call, or one POST to the operator's URL.
 
-A runner takes the stdin document (ADR-0014's contract) as bytes and returns an Outcome:
+A runner takes the stdin document (the contract of docs/design/answerer.md) as bytes and returns an Outcome:
 the raw output on success, else a short status for the log (never the output itself).
 """
 

@@ -133,7 +133,13 @@ def prepare_metrics_dir() -> None:
 @click.option("--port", type=int, default=0, show_default=True, help="Port on 127.0.0.1; 0 picks a free one.")
 @click.option("--project", default="default", show_default=True, help="Project name in the base URL.")
 @click.option("--record", is_flag=True, help="Record mode: misses park; the bundle is rewritten on stop.")
-@click.option("--record-timeout", type=click.IntRange(1, 3600), default=300, show_default=True)
+@click.option(
+    "--record-timeout",
+    type=click.IntRange(1, 3600),
+    default=300,
+    show_default=True,
+    help="With --record: seconds a parked call is held.",
+)
 def replay(bundle: Path, port: int, project: str, record: bool, record_timeout: int) -> None:
     """Serve BUNDLE from a temporary database until stopped; prints the base URL first."""
     from semula import replay as replay_server
@@ -275,8 +281,19 @@ def token() -> None:
 
 
 @token.command("create")
-@click.option("--role", type=click.Choice(["viewer", "editor", "admin"]), required=True)
-@click.option("--scope", type=click.Choice(["replay", "record", "full"]), default="full", show_default=True)
+@click.option(
+    "--role",
+    type=click.Choice(["viewer", "editor", "admin"]),
+    required=True,
+    help="viewer reads; editor answers, claims and edits; admin also changes settings and tokens.",
+)
+@click.option(
+    "--scope",
+    type=click.Choice(["replay", "record", "full"]),
+    default="full",
+    show_default=True,
+    help="replay: the proxy only, never parks; record: also the pending queue; full: everything.",
+)
 @click.option("--project", default=None, help="Bind the token to this project only.")
 @click.option("--name", default="", help="A label to recognise the token by.")
 @click.option("--workspace", default=None, help="The workspace (tenant) it belongs to; default: default.")

@@ -52,8 +52,11 @@ def emit_json(value: Any) -> None:
     type=click.Choice(["pending", "answered", "cancelled", "all"]),
     default="pending",
     show_default=True,
+    help="Only calls with this status (all: every status).",
 )
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="At most this many calls."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the API's list object as JSON.")
 def pending(project: str | None, status: str, limit: int, as_json: bool) -> None:
     """List parked calls, oldest first (claimed ones show who holds them)."""

@@ -32,7 +32,9 @@ PROGRESS_BYTES = 1 << 20
     help="Only entries with this review status.",
 )
 @click.option("--pinned/--unpinned", default=None, help="Only pinned (or only unpinned) entries.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="At most this many entries."
+)
 @click.option("--after", default=None, help="Continue after this entry id (the last of the previous page).")
 @click.option("--json", "as_json", is_flag=True, help="Print the list object as JSON.")
 def entries_command(
@@ -286,7 +288,9 @@ def _import_with_progress(ctx: Any, project: str, source: IO[bytes], size: int) 
 @click.command("audit")
 @click.option("--action", default=None, help="Only this action, e.g. entry.edit or project.import.")
 @click.option("--target", default=None, help="Only this target: a project name, entry or token id.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="At most this many events."
+)
 @click.option("--before", default=None, help="Continue before this audit id (the last of the previous page).")
 @click.option("--json", "as_json", is_flag=True, help="Print the list object as JSON.")
 def audit_command(

@@ -99,7 +99,7 @@ class Client:
             },
         )
 
-    # The pending queue (SPEC §5).
+    # The pending queue (docs/design/product.md §5).
 
     def list_pending(
         self,

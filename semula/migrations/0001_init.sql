@@ -1,4 +1,4 @@
--- The tables of SPEC §3-§9. Portable SQL: it runs unchanged on SQLite and PostgreSQL.
+-- The tables of docs/design/product.md §3-§9. Portable SQL: it runs unchanged on SQLite and PostgreSQL.
 -- Times are Unix seconds (DOUBLE PRECISION); booleans are 0/1 INTEGERs; JSON is TEXT.
 -- Every tenant table carries workspace_id. Public ids are prefixed, time-ordered strings.
 

@@ -1,4 +1,4 @@
--- Record-through dry runs (ADR-0013): the distinct prompts that would have been forwarded, with counts.
+-- Record-through dry runs (docs/design/record-through.md): the distinct prompts that would have been forwarded, with counts.
 CREATE TABLE upstream_dry_runs (
     project_id TEXT NOT NULL REFERENCES projects (id) ON DELETE CASCADE,
     fingerprint TEXT NOT NULL,

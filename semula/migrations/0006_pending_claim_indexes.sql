@@ -1,4 +1,4 @@
--- The claim lease (SPEC §5), second take: claim_next reads unclaimed calls and calls whose lease
+-- The claim lease (docs/design/product.md §5), second take: claim_next reads unclaimed calls and calls whose lease
 -- ran out as two index ranges, so held calls cost nothing however many there are. Unclaimed pending
 -- rows are one partial index in id order; leased ones are another, ordered by when the lease ends.
 DROP INDEX IF EXISTS pending_claim_idx;

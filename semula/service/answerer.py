@@ -1,4 +1,7 @@
-"""What the answerer daemon (ADR-0014) asks of the service layer beyond claiming and answering."""
+"""What the answerer daemon asks of the service layer beyond claiming and answering.
+
+The design is docs/design/answerer.md.
+"""
 
 from __future__ import annotations
 

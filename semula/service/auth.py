@@ -1,4 +1,7 @@
-"""Authentication by bearer token and the role, scope and project-binding rules of SPEC §8."""
+"""Authentication by bearer token and the role, scope and project-binding rules.
+
+The rules are docs/design/product.md §8.
+"""
 
 from __future__ import annotations
 

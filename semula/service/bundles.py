@@ -1,4 +1,6 @@
-"""Export and import bundles (SPEC §6): a project's entries and non-operator settings as versioned JSON.
+"""Export and import bundles: a project's entries and non-operator settings as versioned JSON.
+
+The contract is docs/design/product.md §6.
 
 The format is JSON with sorted keys and two-space indents, entries ordered by fingerprint, so a
 bundle kept in git diffs line by line and the same entries always export to the same bytes:

@@ -1,4 +1,7 @@
-"""Reading the call log (SPEC §3): a project's proxied calls, newest first, filtered by outcome."""
+"""Reading the call log: a project's proxied calls, newest first, filtered by outcome.
+
+The call log is docs/design/product.md §3.
+"""
 
 from __future__ import annotations
 

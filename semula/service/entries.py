@@ -1,4 +1,7 @@
-"""Entries: recorded answers, unique per project and fingerprint, with revisions (SPEC §6)."""
+"""Entries: recorded answers, unique per project and fingerprint, with revisions.
+
+The contract is docs/design/product.md §6.
+"""
 
 from __future__ import annotations
 
@@ -113,7 +116,7 @@ def decode(row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]] | 
     return json.loads(row["response"]), json.loads(row["chunks"]) if row.get("chunks") else None
 
 
-# The lifecycle of an entry (SPEC §6): list, show, edit, revert, pin, review, delete.
+# The lifecycle of an entry (docs/design/product.md §6): list, show, edit, revert, pin, review, delete.
 
 REVIEW_STATUSES = ("unreviewed", "approved", "rejected")
 MAX_SUMMARY_LENGTH = 500
@@ -245,10 +248,11 @@ def get(ctx: Context, entry_id: str) -> dict[str, Any]:
 
 
 def edit(ctx: Context, entry_id: str, payload: Any, *, summary: str = "") -> dict[str, Any]:
-    """Replace the response with an answer in any SPEC §4 form, validated against the entry's request.
+    """Replace the response with an answer, validated against the entry's request.
 
-    A new revision by a human; the entry goes back to unreviewed. Pinned entries may be edited:
-    a pin guards against imports and re-recording, not against people.
+    The answer takes any form of docs/design/product.md §4. A new revision by a human; the entry
+    goes back to unreviewed. Pinned entries may be edited: a pin guards against imports and
+    re-recording, not against people.
     """
     require(ctx, role="editor")
     row = get_row(ctx, entry_id)

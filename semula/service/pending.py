@@ -1,4 +1,7 @@
-"""Parked calls (SPEC §3-§5): park a miss, list, claim and answer it, and wake whoever holds it."""
+"""Parked calls: park a miss, list, claim and answer it, and wake whoever holds it.
+
+The contract is docs/design/product.md §3-§5; claims are docs/design/queue-and-claims.md.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +28,10 @@ MAX_WORKER_LENGTH = 200
 CLAIM_BATCH = 16
 # How many earlier responses a conversation view follows back through previous_response_id.
 MAX_HISTORY = 100
+# Looks a claim_next makes before it reports nothing to claim. Losing every candidate of one look is
+# rare; losing them all this many times over means the claim guard and the candidates query disagree,
+# and spinning on that would hold the caller (and its worker) forever.
+CLAIM_LOOKS = 50
 
 # Called with (pending_id, status, entry_id, resolved_at) after an answer or cancel commits in
 # this process, so a call held here is released at once instead of at the next poll.
@@ -220,17 +227,18 @@ def list_pending(
 def claim_next(
     ctx: Context, project: str | None = None, lease_seconds: int = DEFAULT_LEASE, worker: str | None = None
 ) -> dict[str, Any] | None:
-    """Claim the oldest pending call nobody holds, for lease_seconds; None when there is none.
+    """Claim the oldest pending call nobody holds, for lease_seconds; None when there is none
+    (or when every candidate went to someone else, look after look, CLAIM_LOOKS times).
 
     One guarded UPDATE decides each claim and its row count says who won; a lost race moves on
     to the next oldest. The same on SQLite and PostgreSQL, across processes: no SKIP LOCKED and
-    no in-process lock. Not audited (SPEC §5).
+    no in-process lock. Not audited (docs/design/product.md §5).
     """
     require(ctx, role="editor", scope="record")
     lease = _lease(lease_seconds)
     worker = _worker(ctx, worker)
     project_id = _project_filter(ctx, project)
-    while True:
+    for _ in range(CLAIM_LOOKS):
         candidates = ctx.store.all(
             "claim_candidates",
             workspace_id=ctx.principal.workspace_id,
@@ -245,12 +253,17 @@ def claim_next(
             if claimed is not None:
                 return claimed
         # Every candidate of this look went to someone else meanwhile: look again.
+    logger.warning("claim_gave_up", extra={"looks": CLAIM_LOOKS, "worker": worker})
+    return None
 
 
 def claim_by_id(
     ctx: Context, pending_id: str, worker: str, lease_seconds: int = DEFAULT_LEASE
 ) -> dict[str, Any] | None:
-    """Claim one given call (the answerer of ADR-0014); None when it is resolved or someone holds it."""
+    """Claim one given call (for the answerer daemon); None when it is resolved or someone holds it.
+
+    See docs/design/answerer.md.
+    """
     require(ctx, role="editor", scope="record")
     lease = _lease(lease_seconds)
     worker = _worker(ctx, worker)

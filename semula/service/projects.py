@@ -1,4 +1,7 @@
-"""Projects and their settings (SPEC §3, §6, §9); operator fields are admin-only and audited."""
+"""Projects and their settings; operator fields are admin-only and audited.
+
+The settings are docs/design/product.md §3, §6 and §9.
+"""
 
 from __future__ import annotations
 
@@ -113,7 +116,10 @@ def _columns(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_switches(ctx: Context, changes: dict[str, Any]) -> None:
-    """The rules of ADR-0013 and ADR-0014 for turning record-through and the answerer on."""
+    """The rules for turning record-through and the answerer on.
+
+    From docs/design/record-through.md and docs/design/answerer.md.
+    """
     settings = ctx.settings
     if changes.get("record_through"):
         if settings.hosted and not settings.upstream_tenants:

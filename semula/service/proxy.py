@@ -1,4 +1,5 @@
-"""The proxy (SPEC §3): check and fingerprint a request in its API's dialect, replay a hit, park a miss."""
+"""The proxy (docs/design/product.md §3): check and fingerprint a request in its API's dialect, replay a
+hit, park a miss, render the answer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Call-log retention (SPEC §7): rows older than SEMULA_LOG_RETENTION_DAYS are deleted in small batches.
+"""Call-log retention: rows older than SEMULA_LOG_RETENTION_DAYS are deleted in small batches.
+
+The contract is docs/design/product.md §7.
 
 Each batch is its own short transaction, so pruning a large backlog never holds SQLite's write
 lock (or a PostgreSQL row lock set) for long. It runs from `semula prune-logs` and hourly inside

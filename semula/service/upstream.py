@@ -1,4 +1,6 @@
-"""Record-through (ADR-0013): forward a miss to the operator's provider, behind a hard budget.
+"""Record-through: forward a miss to the operator's provider, behind a hard budget.
+
+The design is docs/design/record-through.md.
 
 The key is server configuration only; it goes into the Authorization header of the upstream
 request and nowhere else. The app's headers are never copied. A provider's error text is
@@ -312,8 +314,8 @@ def call_provider(
             code="semula_upstream_unreachable",
         ) from None
     if status != 200:
-        text = redact.redact_text(raw.decode("utf-8", "replace")[:4000], settings.secrets())
-        raise UpstreamError(f"The upstream provider answered {status}: {text[:ERROR_TEXT_CHARS]}")
+        shown = redact.provider_error_text(status, raw, settings.secrets(), limit=ERROR_TEXT_CHARS)
+        raise UpstreamError(f"The upstream provider answered {shown}")
     try:
         if streaming:
             return dialect.from_stream(_parse_sse(raw))

@@ -1,4 +1,7 @@
-"""REST API under /api/v1 (SPEC §11): projects by name, prefixed ids, OpenAI list objects."""
+"""REST API under /api/v1: projects by name, prefixed ids, OpenAI list objects.
+
+The conventions are docs/design/product.md §11.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""REST for entries (SPEC §6, §7): list and search, show, edit, revert, pin, review, delete,
+"""REST for entries (docs/design/product.md §6, §7): list and search, show, edit, revert, pin, review, delete,
 bundle export and import, and the call log."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def get_entry(entry_id: str) -> Any:
 
 @api_entries.patch("/entries/<entry_id>")
 def edit_entry(entry_id: str) -> Any:
-    """The body is an answer in any SPEC §4 form, plus an optional `summary` of the change."""
+    """The body is an answer (any form of docs/design/product.md §4), and an optional `summary`."""
     body = json_body()
     summary = ""
     if isinstance(body, dict) and "summary" in body:

@@ -1,4 +1,7 @@
-"""REST for the pending queue (SPEC §5): list, get, answer, cancel, and claim with a lease."""
+"""REST for the pending queue: list, get, answer, cancel, and claim with a lease.
+
+The contract is docs/design/product.md §5.
+"""
 
 from __future__ import annotations
 

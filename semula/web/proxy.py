@@ -1,6 +1,6 @@
 """The OpenAI-compatible proxy as a plain WSGI layer in front of Flask.
 
-Flask's request machinery costs about 40% of a replay hit (see PERFORMANCE.md), so the
+Flask's request machinery costs about 40% of a replay hit (see bench/RESULTS.md), so the
 proxy routes are served here and everything else falls through to the Flask app.
 """
 
@@ -65,7 +65,7 @@ ERROR_OUTCOMES = {
     "semula_upstream_dry_run": "dry_run",
 }
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-# How long the proxy trusts a token it has checked (docs/decisions/0005-proxy-principal-cache.md).
+# How long the proxy trusts a token it has checked (docs/decisions/0012-proxy-hot-path.md).
 PRINCIPAL_TTL = 1.0
 
 

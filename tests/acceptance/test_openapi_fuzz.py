@@ -28,6 +28,7 @@ pytestmark = pytest.mark.acceptance
 EXCLUDED_CHECKS = "positive_data_acceptance,allow_header_conformance"
 
 
+@pytest.mark.timeout(600)  # schemathesis alone may take its 300 s, and the server must start first
 def test_schemathesis_finds_no_server_error_and_nothing_off_the_document(tmp_path):
     url = f"sqlite:///{tmp_path}/semula.db"
     store = connect(url, pool_size=1)

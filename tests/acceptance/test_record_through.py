@@ -1,4 +1,7 @@
-"""Record-through through real gunicorn workers and a fake provider on 127.0.0.1 (ADR-0013)."""
+"""Record-through through real gunicorn workers and a fake provider on 127.0.0.1.
+
+The design is docs/design/record-through.md.
+"""
 
 from __future__ import annotations
 

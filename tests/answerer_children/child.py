@@ -1,6 +1,7 @@
 """A stand-in for the operator's answerer command (never a real model).
 
-`child.py MODE [ARG]` reads ADR-0014's stdin JSON and behaves as MODE says. When ANSWERER_TEST_DIR
+`child.py MODE [ARG]` reads the stdin JSON (docs/design/answerer.md) and behaves as MODE says.
+When ANSWERER_TEST_DIR
 is in its environment (the tests list it in SEMULA_ANSWERER_ENV), it records what it saw there,
 outside its own temporary working directory.
 """

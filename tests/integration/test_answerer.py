@@ -1,4 +1,7 @@
-"""ADR-0014 through an in-process daemon on SQLite and PostgreSQL: each rule of "Run it safely"."""
+"""The answerer through an in-process daemon on SQLite and PostgreSQL.
+
+Each rule of "Running it safely" in docs/design/answerer.md.
+"""
 
 from __future__ import annotations
 
@@ -60,7 +63,7 @@ def test_a_parked_call_is_answered_with_the_child_output_and_the_contract(ctx, t
     [revision] = revisions(ctx, status(ctx, plain)["entry_id"])
     assert revision["actor"] == "agent"
     assert revision["summary"] == f"answered by the answerer ({Path(command('x')[0]).name})"
-    # The stdin document is ADR-0014's contract.
+    # The stdin document is the contract of docs/design/answerer.md.
     doc = stdin_docs(out, tooled)[1]
     assert set(doc) == {"request", "shape", "project", "api", "pending_id", "attempt"}
     assert doc["api"] == "openai.chat"

@@ -1,10 +1,15 @@
-"""SPEC §8: each rule shown refusing a token without the right role, scope or binding."""
+"""docs/design/product.md §8: each rule shown refusing a token without the right role, scope or binding."""
 
 from __future__ import annotations
 
+import re
+import time
+
 import pytest
 
+from semula.service import pending as pending_service
 from semula.service import projects
+from tests.agent_helpers import park
 
 
 @pytest.fixture
@@ -91,3 +96,45 @@ def test_token_secret_is_shown_once_and_stored_hashed(client, make_token, store)
     assert secret not in listing and created["id"] in listing
     rows = store.all("list_tokens", workspace_id="wsp_default", after=None, limit=100)
     assert all(secret not in str(row) for row in rows)
+
+
+def test_the_proxy_refuses_a_revoked_token_once_its_second_of_trust_is_over(
+    ctx, client, make_token, monkeypatch
+):
+    """The proxy keeps a checked token for about a second (PRINCIPAL_TTL), no longer."""
+    projects.create(ctx, {"name": "alpha"})
+    admin = make_token("admin")
+    victim = make_token("viewer")
+    token_id = client.get("/api/v1/tokens", headers=admin).json["data"][-1]["id"]
+    assert client.get("/p/alpha/v1/models", headers=victim).status_code == 200
+    assert client.delete(f"/api/v1/tokens/{token_id}", headers=admin).status_code == 200
+    real, later = time.monotonic, 2.0
+    monkeypatch.setattr(time, "monotonic", lambda: real() + later)
+    r = client.get("/p/alpha/v1/models", headers=victim)
+    assert r.status_code == 401 and r.json["error"]["code"] == "invalid_api_key"
+
+
+def signed_in(app, headers):
+    """A dashboard session signed in with the token of `headers`: its test client and its CSRF token."""
+    client = app.test_client()
+    form = client.get("/ui/login").get_data(as_text=True)
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form).group(1)
+    token = headers["Authorization"].removeprefix("Bearer ")
+    assert client.post("/ui/login", data={"token": token, "csrf": csrf}).status_code == 302
+    home = client.get("/ui/").get_data(as_text=True)
+    return client, re.search(r'name="csrf" value="([^"]+)"', home).group(1)
+
+
+def test_a_dashboard_form_with_another_sessions_csrf_token_is_refused(ctx, app, make_token):
+    projects.create(ctx, {"name": "alpha"})
+    pending_id = park(ctx, "alpha", "cancel me?")
+    admin = make_token("admin")
+    mine, my_csrf = signed_in(app, admin)
+    _, their_csrf = signed_in(app, admin)
+    assert my_csrf != their_csrf
+    url = f"/ui/pending/{pending_id}/cancel"
+    assert mine.post(url, data={"csrf": their_csrf}).status_code == 400
+    assert mine.post(url, data={}).status_code == 400
+    assert pending_service.get(ctx, pending_id)["status"] == "pending"
+    assert mine.post(url, data={"csrf": my_csrf}).status_code == 302
+    assert pending_service.get(ctx, pending_id)["status"] == "cancelled"

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from semula import fingerprint as fp
-from semula.errors import BadRequest, Forbidden
+from semula.db import UniqueViolation
+from semula.errors import BadRequest, Conflict, Forbidden
 from semula.service import CLI, Principal, audit, bundles, entries, projects
 from tests.entry_helpers import request_for, save_entry, snapshot
 
@@ -285,6 +286,34 @@ def test_malformed_bundles_are_refused_and_change_nothing(ctx, source, case):
     if param is not None:
         assert refused.value.param == param
     assert refused.value.code in ("invalid_bundle", "bundle_version_unsupported")
+    assert snapshot(ctx, "copy") == before
+
+
+class PhaseTwoFailure(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    "failure, refusal",
+    [(PhaseTwoFailure("disk full"), PhaseTwoFailure), (UniqueViolation("recorded meanwhile"), Conflict)],
+)
+def test_a_failure_while_writing_changes_nothing(ctx, source, failure, refusal):
+    """Phase 2 fails after its writes (settings and entries): the transaction takes all of it back."""
+    projects.create(ctx, {"name": "copy", "mode": "replay", "upstream_max_calls": 3})
+    save_entry(ctx, "copy", "plain question", {"content": "the copy's own answer"})
+    before = snapshot(ctx, "copy")
+    stages = []
+
+    def progress(stage, done, total):
+        stages.append(stage)
+        if stage == "write":
+            raise failure
+
+    with pytest.raises(refusal) as refused:
+        bundles.import_bundle(ctx, "copy", io.BytesIO(export(ctx, source)), progress=progress)
+    assert "write" in stages
+    if refusal is Conflict:
+        assert refused.value.code == "import_conflict" and "nothing was imported" in refused.value.message
     assert snapshot(ctx, "copy") == before
 
 

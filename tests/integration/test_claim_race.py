@@ -1,4 +1,6 @@
-"""SPEC §5 under load: 8 processes (spawned, not threads) claim from one queue on SQLite and PostgreSQL.
+"""Claims under load: 8 processes (spawned, not threads) claim from one queue on SQLite and PostgreSQL.
+
+The claim is docs/design/queue-and-claims.md.
 
 Every call is claimed exactly once and none is lost; a call whose lease expired is claimed again,
 and a call whose lease runs is never claimed by anyone else.

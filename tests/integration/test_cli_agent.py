@@ -105,7 +105,7 @@ def test_errors_exit_1_with_the_message_and_never_the_token(app, make_token, que
     assert headers["Authorization"][7:] not in result.output
 
 
-# Roles, scopes and binding on every pending command (SPEC §5, §8)
+# Roles, scopes and binding on every pending command (docs/design/product.md §5, §8)
 
 
 def commands(queue):

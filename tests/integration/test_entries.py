@@ -1,4 +1,7 @@
-"""The entry lifecycle through the service and REST, on SQLite and PostgreSQL (SPEC §6, §8)."""
+"""The entry lifecycle through the service and REST, on SQLite and PostgreSQL.
+
+The contract is docs/design/product.md §6 and §8.
+"""
 
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def test_get_and_answer_with_plain_text(mcp_call, queue):
     assert error_of(again)["code"] == "pending_resolved"
 
 
-# Roles, scopes and binding on every tool (SPEC §5, §8)
+# Roles, scopes and binding on every tool (docs/design/product.md §5, §8)
 
 
 def tool_calls(queue):

@@ -1,4 +1,7 @@
-"""SPEC §5: the pending queue through the service and REST: list, get, answer, cancel, and the claim lease."""
+"""The pending queue through the service and REST: list, get, answer, cancel, and the claim lease.
+
+The contract is docs/design/product.md §5.
+"""
 
 from __future__ import annotations
 
@@ -112,6 +115,14 @@ def test_the_lease_is_advisory_and_an_answer_ends_it(ctx, queue):
     assert pending_service.claim_next(editor)["id"] == queue["b1"]
 
 
+def test_claim_next_gives_up_after_a_bounded_number_of_lost_races(ctx, queue, monkeypatch):
+    """A claim guard that refuses every candidate makes claim_next report nothing, not spin forever."""
+    tried = []
+    monkeypatch.setattr(pending_service, "_try_claim", lambda ctx, pending_id, *_: tried.append(pending_id))
+    assert pending_service.claim_next(as_editor(ctx)) is None
+    assert len(tried) == pending_service.CLAIM_LOOKS * len(queue)
+
+
 def test_claim_by_id_and_release(ctx, queue):
     editor = as_editor(ctx)
     held = pending_service.claim_by_id(editor, queue["b1"], "answerer-1", lease_seconds=120)
@@ -219,7 +230,7 @@ def test_rest_cancel(client, make_token, queue):
     assert client.get("/api/v1/pending/pnd_missing", headers=editor).status_code == 404
 
 
-# Roles, scopes and binding on every pending method (SPEC §5, §8)
+# Roles, scopes and binding on every pending method (docs/design/product.md §5, §8)
 
 METHODS = {
     "list": ("get", "/api/v1/pending", None),

@@ -83,6 +83,20 @@ def test_replay_mode_miss_is_424_naming_the_closest_entry(ctx, shop, client, adm
     assert outcomes(ctx, shop)[-1] == ("replay_miss", 424)
 
 
+def test_replay_miss_names_the_closest_entry_not_the_newest(ctx, shop, client, admin):
+    close = {**BODY, "messages": [{"role": "user", "content": "hello there"}]}
+    far = {**BODY, "messages": [{"role": "user", "content": "Write a sonnet about the sea at dusk."}]}
+    record(ctx, shop, client, admin, {"content": "hi"}, body=close)
+    record(ctx, shop, client, admin, {"content": "a sonnet"}, body=far)
+    [newer, older] = ctx.store.all("entry_candidates", project_id=shop["id"], model="gpt-4o", limit=10)
+    assert json.loads(older["request"])["messages"] == close["messages"]
+    projects.update(ctx, "shop", {"mode": "replay"})
+    asked = {**BODY, "messages": [{"role": "user", "content": "hello therE"}]}
+    r = client.post(URL, json=asked, headers=admin)
+    assert r.status_code == 424
+    assert f"Closest entry: {older['id']};" in r.json["error"]["message"]
+
+
 def test_replay_miss_in_an_empty_project_says_so(ctx, client, admin):
     projects.create(ctx, {"name": "empty", "mode": "replay"})
     r = client.post("/p/empty/v1/chat/completions", json=BODY, headers=admin)
@@ -278,3 +292,25 @@ def test_metrics_count_outcomes(ctx, shop, client, admin):
         == 1
     )
     assert value(after, "semula_misses_total") - value(before, "semula_misses_total") == 1
+
+
+def test_answered_calls_free_their_max_misses_slots(ctx, shop, client, admin):
+    """Only calls still parked count toward max_misses: once they are answered, a new miss parks."""
+    futures = [
+        call_async(client, admin, {**BODY, "messages": [{"role": "user", "content": f"q{i}"}]})
+        for i in range(3)
+    ]
+    for row in parked(ctx, shop, 3):
+        pending.answer(ctx, row["id"], {"content": "ok"})
+    assert all(f.result(10).status_code == 200 for f in futures)
+    late = call_async(client, admin, {**BODY, "messages": [{"role": "user", "content": "a fourth"}]})
+    rows = wait_for(
+        lambda: late.done() or ctx.store.all("parked_in_project", project_id=shop["id"]),
+        what="the fourth miss parked (or answered at once)",
+    )
+    assert not late.done(), late.result().json  # a 429 comes back at once
+    [row] = rows
+    pending.answer(ctx, row["id"], {"content": "parked after all"})
+    r = late.result(10)
+    assert r.status_code == 200, r.json
+    assert r.json["choices"][0]["message"]["content"] == "parked after all"

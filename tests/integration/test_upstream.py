@@ -1,4 +1,7 @@
-"""Record-through (ADR-0013) against a fake provider on 127.0.0.1, on SQLite and PostgreSQL."""
+"""Record-through against a fake provider on 127.0.0.1, on SQLite and PostgreSQL.
+
+The design is docs/design/record-through.md.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from semula import logs
 from semula.fingerprint import fingerprint
 from semula.service import CLI, Context, entries, projects, upstream
 from semula.web import create_app
+from tests.entry_helpers import save_entry
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import free_port
 
@@ -121,6 +125,26 @@ def test_token_cap_is_checked_before_a_call(client, uctx, shop, headers):
     projects.update(uctx, "shop", {"upstream_max_tokens": 10})
     assert client.post(URL, json=body("a"), headers=headers).status_code == 200  # spends 30: overshoots once
     assert client.post(URL, json=body("b"), headers=headers).json["error"]["code"] == "semula_upstream_budget"
+
+
+def test_prompt_tokens_count_toward_the_token_cap(client, uctx, shop, headers):
+    projects.update(uctx, "shop", {"upstream_max_tokens": 25})
+    assert client.post(URL, json=body("a"), headers=headers).status_code == 200  # 20 prompt + 10 completion
+    spent = usage(client, headers)
+    assert (spent["prompt_tokens"], spent["completion_tokens"]) == (20, 10)
+    # The 10 completion tokens alone are under the cap of 25; with the 20 prompt tokens they pass it.
+    r = client.post(URL, json=body("b"), headers=headers)
+    assert r.status_code == 429 and r.json["error"]["code"] == "semula_upstream_budget"
+
+
+def test_an_entry_recorded_meanwhile_is_returned_without_paying(uctx, shop, fake, store):
+    """Another server recorded the prompt after this one looked: the forward pays nothing for it."""
+    recorded = save_entry(uctx, "shop", "hello", {"content": "recorded by the other server"})
+    project = projects.get_row(uctx, "shop")
+    entry = upstream.forward(uctx, project, recorded["fingerprint"], body())
+    assert entry["id"] == recorded["id"]
+    assert fake.calls == []
+    assert store.one("get_upstream_usage", project_id=shop["id"])["calls"] == 0
 
 
 def test_failed_call_gives_its_count_back_and_error_text_is_redacted(
@@ -280,6 +304,17 @@ def test_fifty_identical_concurrent_misses_make_one_upstream_call(client, shop, 
         results = list(pool.map(lambda _: client.post(URL, json=body("same"), headers=headers), range(50)))
     assert {r.status_code for r in results} == {200}
     assert len(fake.calls) == 1 and usage(client, headers)["calls"] == 1
+
+
+def test_identical_concurrent_misses_all_get_the_providers_error(client, shop, headers, fake):
+    """The callers that wait for the leader's forward share its failure, not only its success."""
+    fake.mode, fake.delay = "error", 0.5
+    with ThreadPoolExecutor(10) as pool:
+        results = list(pool.map(lambda _: client.post(URL, json=body("same"), headers=headers), range(10)))
+    assert len(fake.calls) == 1  # one flight: the other nine waited for it
+    refusals = [(r.status_code, r.json["error"]["code"]) for r in results]
+    assert refusals == [(502, "semula_upstream_error")] * 10
+    assert usage(client, headers)["calls"] == 0
 
 
 def test_reset_is_admin_only_and_audited(client, shop, headers, make_token):

@@ -1,4 +1,4 @@
--- Statements of the answerer daemon (ADR-0014).
+-- Statements of the answerer daemon (docs/design/answerer.md).
 
 -- name: answerer_candidates
 -- Parked calls, oldest first, in projects with the answerer on and that nobody holds; the

@@ -1,4 +1,4 @@
--- Statements of the entries lifecycle (SPEC §6, §7): list and search, revisions, pin, delete,
+-- Statements of the entries lifecycle (docs/design/product.md §6, §7): list and search, revisions, pin, delete,
 -- export and import of bundles, and reading and pruning the call log.
 
 -- name: list_entries

@@ -1,4 +1,4 @@
--- Statements of the pending queue (SPEC §5): list, and the claim lease.
+-- Statements of the pending queue (docs/design/product.md §5): list, and the claim lease.
 
 -- name: list_pending
 -- Oldest first, the order claims take; the request text is left out, a list never needs it.
@@ -55,6 +55,6 @@ WHERE id = :id AND status = 'pending' AND (claim_expires_at IS NULL OR claim_exp
 RETURNING *, (SELECT name FROM projects WHERE projects.id = pending.project_id) AS project_name
 
 -- name: release_claim
--- Give a claimed call back (the answerer of ADR-0014, through the service only).
+-- Give a claimed call back (the answerer, docs/design/answerer.md, through the service only).
 UPDATE pending SET claimed_by = NULL, claim_expires_at = NULL
 WHERE id = :id AND status = 'pending' AND claimed_by = :worker

@@ -1,4 +1,4 @@
--- Record-through (ADR-0013): the per-project budget and dry-run prompts.
+-- Record-through (docs/design/record-through.md): the per-project budget and dry-run prompts.
 
 -- name: ensure_upstream_usage
 INSERT INTO upstream_usage (project_id, workspace_id, calls, prompt_tokens, completion_tokens)
