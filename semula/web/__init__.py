@@ -9,7 +9,7 @@ from typing import Any
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from semula import errors, metrics
+from semula import errors, jsonio, metrics
 from semula.config import Settings
 from semula.db import Busy, Store, Unavailable, connect
 from semula.parking import Parking
@@ -123,8 +123,5 @@ def current_extension() -> dict[str, Any]:
 
 
 def json_body() -> Any:
-    """The parsed JSON body; 400 with a clear message when it is not JSON."""
-    data = request.get_json(silent=True, force=True)
-    if data is None:
-        raise errors.BadRequest("The body must be valid JSON.")
-    return data
+    """The parsed JSON body; 400 with a clear message when it is not JSON by semula.jsonio's rules."""
+    return jsonio.loads(request.get_data())

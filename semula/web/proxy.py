@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from semula import errors, metrics, stream
+from semula import errors, jsonio, metrics, stream
 from semula.config import Settings
 from semula.db import DatabaseError, Store
 from semula.parking import Parking
@@ -185,10 +185,7 @@ class ProxyApp:
 
     @staticmethod
     def _parse(raw: bytes) -> Any:
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise errors.BadRequest("The body must be valid JSON.") from None
+        return jsonio.loads(raw)
 
     @staticmethod
     def _method(environ: dict[str, Any], allowed: str) -> None:
