@@ -180,6 +180,7 @@ SERVICE_CALLS = {
     "upstream.usage": lambda a, o: upstream.usage(a, o["project"]),
     "upstream.reset": lambda a, o: upstream.reset(a, o["project"]),
     "proxy.resolve_project": lambda a, o: proxy_service.resolve_project(a, o["project"], None),
+    "proxy.answered_entry": lambda a, o: proxy_service.answered_entry(a, o["entry"]),
 }
 # Functions that take no object of a workspace (they act on the caller's own, or on nothing).
 NO_OBJECT = {
