@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from semula import chat_requests, redact, stream, templates
 from semula import fingerprint as fp
-from semula import redact, stream, templates
 from semula.errors import BadRequest, NotFound, ReplayMiss, TooManyMisses
 from semula.service import Context, quotas
 from semula.service import entries as entries_service
@@ -64,6 +64,7 @@ def check_body(body: Any) -> tuple[str, bool, bool]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty array", param="messages")
+    chat_requests.check(body)
     stream_on = body.get("stream") is True
     options = body.get("stream_options")
     include_usage = stream_on and isinstance(options, dict) and options.get("include_usage") is True
