@@ -153,6 +153,9 @@ class PostgresStore:
             kwargs={"autocommit": True, "row_factory": dict_row},
             open=False,
             timeout=30,
+            # A connection the server ended while it sat idle (a restart, pg_terminate_backend, an
+            # idle timeout) is found at checkout and replaced, rather than failing the request.
+            check=ConnectionPool.check_connection,
         )
         with _translated():
             self._pool.open(wait=True, timeout=10)
