@@ -11,7 +11,7 @@ from werkzeug.exceptions import HTTPException
 
 from semula import errors, jsonio, metrics
 from semula.config import Settings
-from semula.db import Busy, Store, Unavailable, connect
+from semula.db import DatabaseError, Store, connect
 from semula.parking import Parking
 from semula.service import Context
 from semula.service.auth import authenticate
@@ -83,13 +83,10 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
             response.headers["Allow"] = allow
         return response
 
-    @app.errorhandler(Busy)
-    @app.errorhandler(Unavailable)
-    def database_busy(exc: Exception) -> Response:
-        logger.warning("database unavailable", extra={"error": type(exc).__name__})
-        return error_response(
-            errors.ServiceUnavailable("The database is busy or unreachable; retry shortly.")
-        )
+    @app.errorhandler(DatabaseError)
+    def database_error(exc: DatabaseError) -> Response:
+        logger.warning("database error", extra={"error": type(exc).__name__, "detail": exc.describe()})
+        return error_response(errors.from_database(exc))
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:

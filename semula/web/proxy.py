@@ -138,10 +138,8 @@ class ProxyApp:
         except errors.SemulaError as exc:
             return self._error(start_response, exc, ctx, call, started)
         except DatabaseError as exc:
-            logger.warning("database error", extra={"error": type(exc).__name__})
-            return self._error(
-                start_response, errors.ServiceUnavailable("The database is busy; retry."), ctx, call, started
-            )
+            logger.warning("database error", extra={"error": type(exc).__name__, "detail": exc.describe()})
+            return self._error(start_response, errors.from_database(exc), ctx, call, started)
 
     def _miss(self, ctx: Context, call: proxy_service.Call) -> str:
         """Park and hold a miss in record mode; returns the outcome, or raises the right error."""
