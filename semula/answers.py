@@ -15,7 +15,8 @@ from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
-from semula.errors import InvalidAnswer
+from semula import jsonio
+from semula.errors import BadRequest, InvalidAnswer
 from semula.fingerprint import canonical_json, join_path
 
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
@@ -321,9 +322,9 @@ def _parse_json(text: Any, param: str) -> Any:
     if not isinstance(text, str):
         raise InvalidAnswer("expected a JSON string", param=param)
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise InvalidAnswer(f"not valid JSON: {str(exc)[:_MAX_ERROR_TEXT]}", param=param) from None
+        return jsonio.loads(text, "The text")
+    except BadRequest as exc:
+        raise InvalidAnswer(f"not valid JSON: {exc.message[:_MAX_ERROR_TEXT]}", param=param) from None
 
 
 def _check_schema(instance: Any, schema: Any, param: str) -> None:

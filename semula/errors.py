@@ -168,3 +168,18 @@ class AnswerTooLarge(QuotaExceeded):
     """The answer is larger than this workspace's quota allows; nothing was written."""
 
     status = 413
+
+
+class DatabaseFailure(SemulaError):
+    """The database failed this request."""
+
+    code = "database_error"
+
+
+def from_database(exc: Any) -> SemulaError:
+    """The error a surface answers for a semula.db.DatabaseError: only a lock timeout says "busy"."""
+    if exc.kind == "busy":
+        return ServiceUnavailable("The database is busy; retry.", code="database_busy")
+    if exc.kind in ("unavailable", "disk_full"):
+        return ServiceUnavailable(exc.describe(), code=f"database_{exc.kind}")
+    return DatabaseFailure(exc.describe())

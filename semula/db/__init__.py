@@ -16,20 +16,61 @@ from typing import Any, Protocol
 Row = dict[str, Any]
 
 
+# user:password@ in a URL the driver quotes back, e.g. in a connection error.
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^@\s]*@")
+
+
+def clean(text: str) -> str:
+    """A driver's message fit for a response and a log line: its first line, credentials redacted."""
+    from semula.redact import redact_text
+
+    lines = str(text).strip().splitlines()
+    return redact_text(_URL_PASSWORD.sub(r"\1[REDACTED]@", lines[0][:300] if lines else ""))
+
+
 class DatabaseError(Exception):
     """The database refused or failed a statement."""
+
+    kind = "error"
+
+    def __init__(self, detail: str = ""):
+        self.detail = clean(detail)
+        super().__init__(self.detail or (self.__doc__ or "").strip())
+
+    def describe(self) -> str:
+        """What happened, in a sentence: the class's summary and the driver's cleaned message."""
+        summary = (self.__doc__ or "").strip().rstrip(".")
+        return f"{summary}: {self.detail}" if self.detail else f"{summary}."
 
 
 class UniqueViolation(DatabaseError):
     """A row with the same unique key exists already."""
 
+    kind = "unique"
+
 
 class Busy(DatabaseError):
     """The database stayed locked by another writer for longer than the busy timeout."""
 
+    kind = "busy"
+
 
 class Unavailable(DatabaseError):
     """The database cannot be reached."""
+
+    kind = "unavailable"
+
+
+class DiskFull(DatabaseError):
+    """The database's disk is full."""
+
+    kind = "disk_full"
+
+
+class SchemaMismatch(DatabaseError):
+    """The database schema is not the one this semula expects (run `semula migrate`)."""
+
+    kind = "schema"
 
 
 def load_queries(text: str, dialect: str | None = None) -> dict[str, str]:

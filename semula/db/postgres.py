@@ -15,7 +15,17 @@ import psycopg.errors
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from semula.db import POSTGRES_QUERIES, DatabaseError, Row, Unavailable, UniqueViolation, takes_rows
+from semula.db import (
+    POSTGRES_QUERIES,
+    Busy,
+    DatabaseError,
+    DiskFull,
+    Row,
+    SchemaMismatch,
+    Unavailable,
+    UniqueViolation,
+    takes_rows,
+)
 
 # Any fixed 64-bit number: every semula process migrating one database takes the same lock.
 MIGRATION_LOCK = 0x53454D554C41
@@ -30,15 +40,54 @@ PG_QUERIES = {name: to_psycopg(sql) for name, sql in POSTGRES_QUERIES.items()}
 
 
 @contextmanager
-def _translated() -> Iterator[None]:
+def _translated(failures: list[str] | None = None) -> Iterator[None]:
+    """Driver errors as semula.db's; `failures` holds why the pool last failed to connect, if it did."""
     try:
         yield
+    except PoolTimeout as exc:
+        raise Unavailable(failures[-1] if failures else _message(exc)) from exc
     except psycopg.errors.UniqueViolation as exc:
         raise UniqueViolation(exc.diag.message_primary or "unique violation") from exc
-    except (psycopg.OperationalError, PoolTimeout) as exc:
-        raise Unavailable(type(exc).__name__) from exc
+    except psycopg.errors.DiskFull as exc:
+        raise DiskFull(_message(exc)) from exc
+    except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
+        raise Busy(_message(exc)) from exc
+    except _SCHEMA as exc:
+        raise SchemaMismatch(_message(exc)) from exc
+    except psycopg.OperationalError as exc:
+        raise Unavailable(_message(exc)) from exc
     except psycopg.Error as exc:
-        raise DatabaseError(exc.diag.message_primary if hasattr(exc, "diag") else type(exc).__name__) from exc
+        raise DatabaseError(_message(exc)) from exc
+
+
+_SCHEMA = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedColumn,
+    psycopg.errors.UndefinedFunction,
+    psycopg.errors.UndefinedObject,
+)
+
+
+def _message(exc: Exception) -> str:
+    diag = getattr(exc, "diag", None)
+    return (diag.message_primary if diag is not None else None) or str(exc) or type(exc).__name__
+
+
+def _recording(failures: list[str]) -> type[psycopg.Connection]:
+    """A connection class that notes why connecting failed: the pool's own timeout does not say."""
+
+    class Recording(psycopg.Connection):
+        @classmethod
+        def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            try:
+                conn = super().connect(*args, **kwargs)
+            except psycopg.OperationalError as exc:
+                failures[:] = [_message(exc)]
+                raise
+            failures.clear()
+            return conn
+
+    return Recording
 
 
 class _Conn:
@@ -146,6 +195,7 @@ class PostgresStore:
     workspace_id: str | None = None
 
     def __init__(self, url: str, *, pool_size: int = 10):
+        self._failures: list[str] = []
         self._pool = ConnectionPool(
             url,
             min_size=1,
@@ -153,8 +203,12 @@ class PostgresStore:
             kwargs={"autocommit": True, "row_factory": dict_row},
             open=False,
             timeout=30,
+            # A connection the server ended while it sat idle (a restart, pg_terminate_backend, an
+            # idle timeout) is found at checkout and replaced, rather than failing the request.
+            check=ConnectionPool.check_connection,
+            connection_class=_recording(self._failures),
         )
-        with _translated():
+        with _translated(self._failures):
             self._pool.open(wait=True, timeout=10)
         self._versions = VersionReads()  # shared with the scoped views, which copy this object
 
@@ -166,7 +220,7 @@ class PostgresStore:
 
     @contextmanager
     def _conn(self) -> Iterator[_Conn]:
-        with _translated(), self._pool.connection() as raw:
+        with _translated(self._failures), self._pool.connection() as raw:
             if self.workspace_id is None:
                 yield _Conn(raw)
                 return

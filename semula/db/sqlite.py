@@ -22,7 +22,17 @@ from typing import Any
 import orjson
 import sqlite_utils
 
-from semula.db import QUERIES, Busy, DatabaseError, Row, UniqueViolation, takes_rows
+from semula.db import (
+    QUERIES,
+    Busy,
+    DatabaseError,
+    DiskFull,
+    Row,
+    SchemaMismatch,
+    Unavailable,
+    UniqueViolation,
+    takes_rows,
+)
 
 BUSY_TIMEOUT_MS = 5000
 WAL_ATTEMPTS = 100
@@ -41,8 +51,17 @@ def _translated() -> Iterator[None]:
             raise UniqueViolation(str(exc)) from exc
         raise DatabaseError(str(exc)) from exc
     except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
+        name = getattr(exc, "sqlite_errorname", "")
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc):
             raise Busy(str(exc)) from exc
+        if name.startswith("SQLITE_FULL"):
+            raise DiskFull(str(exc)) from exc
+        if name.startswith("SQLITE_CANTOPEN"):
+            raise Unavailable(str(exc)) from exc
+        if str(exc).startswith(("no such table", "no such column", "no such function")):
+            raise SchemaMismatch(str(exc)) from exc
+        raise DatabaseError(str(exc)) from exc
+    except sqlite3.DatabaseError as exc:  # disk I/O errors, a corrupt file, ...
         raise DatabaseError(str(exc)) from exc
 
 

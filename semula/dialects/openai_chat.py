@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from semula import answers, stream, templates
+from semula import answers, chat_requests, stream, templates
 from semula import fingerprint as fp
 from semula.dialects import CHAT, Dialect, Request
 from semula.errors import BadRequest
@@ -47,6 +47,7 @@ class OpenAIChat(Dialect):
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise BadRequest("messages must be a non-empty array", param="messages")
+        chat_requests.check(body)
         stream_on = body.get("stream") is True
         options = body.get("stream_options")
         include_usage = stream_on and isinstance(options, dict) and options.get("include_usage") is True

@@ -27,9 +27,10 @@ def authenticate(ctx: Context, authorization: str | None) -> Principal:
     """The principal for an Authorization header; 401 when it is missing, unknown or revoked."""
     if not ctx.settings.auth:
         return LOCAL
-    if not authorization or not authorization.startswith("Bearer "):
+    scheme, _, secret = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer":  # RFC 7235: the scheme word is case-insensitive
         raise Unauthorized()
-    secret = authorization[7:].strip()
+    secret = secret.strip()
     if not secret:
         raise Unauthorized("The token is unknown or revoked.")
     return principal_for_hash(ctx, token_hash(secret))

@@ -28,7 +28,7 @@ from typing import IO, Any
 import ijson
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
-from semula import dialects, redact
+from semula import dialects, jsonio, redact
 from semula.db import UniqueViolation
 from semula.errors import BadRequest, Conflict, SemulaError
 from semula.ids import new_id
@@ -43,6 +43,7 @@ CONFIG_FIELDS = tuple(k for k in projects_service.DEFAULTS if k not in projects_
 BATCH = 500
 FINGERPRINT_PATTERN = r"^v[0-9]+:[0-9a-f]{64}$"
 TOP_LEVEL = ("bundle", "config", "entries")
+WRAPPING = 3  # levels a bundle adds around a request: the root object, entries and the entry
 
 # progress(stage, done, total): stage "read" counts bytes (total unknown), "write" counts entries.
 Progress = Callable[[str, int, int | None], None]
@@ -115,9 +116,12 @@ def _encode(text: str) -> bytes:
 
 def _events(source: IO[bytes]) -> Iterator[tuple[str, Any]]:
     try:
-        yield from ijson.basic_parse(source, use_float=True)
+        # The root object, the entries list and the entry wrap each request and response.
+        yield from jsonio.checked_events(ijson.basic_parse(source, use_float=True), base=WRAPPING)
     except ijson.JSONError as exc:
         raise _json_error(exc) from None
+    except jsonio.InvalidJSON as exc:
+        raise InvalidBundle(exc.message) from None
 
 
 def _json_error(exc: Exception) -> InvalidBundle:

@@ -9,7 +9,7 @@ from typing import Any
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from semula import errors, metrics
+from semula import errors, jsonio, metrics
 from semula.config import Settings
 from semula.db import Busy, DatabaseError, Store, Unavailable, connect
 from semula.migrate import schema
@@ -89,13 +89,10 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
             response.headers["Allow"] = allow
         return response
 
-    @app.errorhandler(Busy)
-    @app.errorhandler(Unavailable)
-    def database_busy(exc: Exception) -> Response:
-        logger.warning("database unavailable", extra={"error": type(exc).__name__})
-        return error_response(
-            errors.ServiceUnavailable("The database is busy or unreachable; retry shortly.")
-        )
+    @app.errorhandler(DatabaseError)
+    def database_error(exc: DatabaseError) -> Response:
+        logger.warning("database error", extra={"error": type(exc).__name__, "detail": exc.describe()})
+        return error_response(errors.from_database(exc))
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:
@@ -150,8 +147,5 @@ def current_extension() -> dict[str, Any]:
 
 
 def json_body() -> Any:
-    """The parsed JSON body; 400 with a clear message when it is not JSON."""
-    data = request.get_json(silent=True, force=True)
-    if data is None:
-        raise errors.BadRequest("The body must be valid JSON.")
-    return data
+    """The parsed JSON body; 400 with a clear message when it is not JSON by semula.jsonio's rules."""
+    return jsonio.loads(request.get_data())

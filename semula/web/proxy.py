@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from semula import dialects, errors, metrics
+from semula import dialects, errors, jsonio, metrics
 from semula.config import Settings
 from semula.db import DatabaseError, Store
 from semula.parking import Parking
@@ -164,10 +164,8 @@ class ProxyApp:
         except errors.SemulaError as exc:
             return self._error(start_response, exc, ctx, call, started)
         except DatabaseError as exc:
-            logger.warning("database error", extra={"error": type(exc).__name__})
-            return self._error(
-                start_response, errors.ServiceUnavailable("The database is busy; retry."), ctx, call, started
-            )
+            logger.warning("database error", extra={"error": type(exc).__name__, "detail": exc.describe()})
+            return self._error(start_response, errors.from_database(exc), ctx, call, started)
 
     def _stored_response(
         self,
@@ -231,10 +229,7 @@ class ProxyApp:
 
     @staticmethod
     def _parse(raw: bytes) -> Any:
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise errors.BadRequest("The body must be valid JSON.") from None
+        return jsonio.loads(raw)
 
     @staticmethod
     def _method(environ: dict[str, Any], allowed: str) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from flask import Blueprint, abort, flash, g, redirect, render_template, request, session, url_for
 
-from semula import errors
+from semula import errors, jsonio
 from semula.service import LOCAL, Context, audit, calls, entries, overview, pending, projects
 from semula.service.auth import principal_for_hash, token_hash
 from semula.service.calllog import OUTCOMES
@@ -178,15 +178,9 @@ def pending_call(pending_id: str) -> Any:
 def answer_payload(form: dict[str, Any]) -> Any:
     """The answer payload a form describes: text, one tool call, or raw JSON."""
     if form["kind"] == "json":
-        try:
-            return json.loads(form["json"])
-        except ValueError:
-            raise errors.BadRequest("This is not valid JSON.") from None
+        return jsonio.loads(form["json"], "This answer")
     if form["kind"] == "tool":
-        try:
-            arguments = json.loads(form["arguments"] or "{}")
-        except ValueError:
-            raise errors.BadRequest("The arguments are not valid JSON.") from None
+        arguments = jsonio.loads(form["arguments"] or "{}", "The arguments")
         payload: dict[str, Any] = {"tool_calls": [{"name": form["tool_name"], "arguments": arguments}]}
         if form["content"].strip():
             payload["content"] = form["content"]
@@ -221,11 +215,9 @@ def settings(name: str) -> Any:
     error = None
     if request.method == "POST":
         try:
-            changes = json.loads(request.form.get("settings", "{}"))
+            changes = jsonio.loads(request.form.get("settings", "{}"), "The settings")
             project = projects.update(ctx, name, changes)
             flash("Settings saved.")
-        except ValueError:
-            error = errors.BadRequest("The settings are not valid JSON.")
         except errors.SemulaError as exc:
             error = exc
     editable = {k: v for k, v in project.items() if k in projects.DEFAULTS}
@@ -273,8 +265,8 @@ def entry_view(entry_id: str) -> Any:
             if action == "edit":
                 edited = request.form.get("answer", "")
                 try:
-                    payload = json.loads(edited)
-                except ValueError:
+                    payload = jsonio.loads(edited, "The answer")
+                except errors.BadRequest:
                     payload = {"content": edited}  # plain text is a text answer
                 entries.edit(
                     ctx,

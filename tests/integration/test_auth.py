@@ -138,3 +138,19 @@ def test_a_dashboard_form_with_another_sessions_csrf_token_is_refused(ctx, app, 
     assert pending_service.get(ctx, pending_id)["status"] == "pending"
     assert mine.post(url, data={"csrf": my_csrf}).status_code == 302
     assert pending_service.get(ctx, pending_id)["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "beaRer"])
+def test_the_bearer_scheme_is_case_insensitive(client, ctx, make_token, scheme):
+    """RFC 7235: the scheme word is case-insensitive, on the REST API and on the proxy."""
+    projects.create(ctx, {"name": "alpha", "mode": "replay"})
+    secret = make_token("admin")["Authorization"].split(" ", 1)[1]
+    headers = {"Authorization": f"{scheme}  {secret}"}
+    assert client.get("/api/v1/projects", headers=headers).status_code == 200
+    assert client.get("/p/alpha/v1/models", headers=headers).status_code == 200
+
+
+@pytest.mark.parametrize("header", ["Basic abc", "Bearer", "Bearer   ", "Bearersmt_x", "token smt_x"])
+def test_other_schemes_and_empty_tokens_stay_401(client, header):
+    r = client.get("/api/v1/projects", headers={"Authorization": header})
+    assert r.status_code == 401 and r.json["error"]["code"] == "invalid_api_key"

@@ -107,3 +107,25 @@ def test_many_writes_every_row_either_way(store, monkeypatch, shape):
 def test_takes_rows_reads_the_parameter_name_only():
     assert db.takes_rows("SELECT * FROM json_each(:rows)")
     assert not db.takes_rows("SELECT :rows_seen, '::rows'")
+
+
+def test_connections_that_died_idle_in_the_pool_are_replaced(db_url, client, make_token, ctx, app):
+    """After pg_terminate_backend of the app's pooled connections, the next requests all succeed."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite opens no connection that a server can end")
+    import psycopg
+
+    headers = make_token("admin")
+    store = app.extensions["semula"]["store"]
+    with store.transaction() as a, store.transaction() as b:  # two connections in the pool
+        a.one("ping"), b.one("ping")
+    assert client.get("/api/v1/projects", headers=headers).status_code == 200
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        ended = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    assert len(ended) >= 2
+    for _ in range(6):
+        r = client.get("/api/v1/projects", headers=headers)
+        assert r.status_code == 200, r.json

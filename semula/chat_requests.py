@@ -1,0 +1,142 @@
+"""What OpenAI's chat completions API refuses with a 400, refused here too (pure, no I/O).
+
+A request the real API would never accept must not be parked, or someone records an answer to it.
+Messages and codes follow OpenAI's (`invalid_value`, `invalid_type`, `param` like
+`messages[0].role`), so the SDKs raise the same BadRequestError they would against the real API.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from semula.errors import BadRequest
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+RESPONSE_FORMATS = ("text", "json_object", "json_schema")
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+
+
+def check(body: dict[str, Any]) -> None:
+    """400 for the first field of a chat completion request that OpenAI would refuse."""
+    for index, message in enumerate(body["messages"]):
+        _message(message, f"messages[{index}]")
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise _type("tools", "an array", tools)
+        for index, tool in enumerate(tools):
+            _tool(tool, f"tools[{index}]")
+    response_format = body.get("response_format")
+    if response_format is not None:
+        _response_format(response_format)
+
+
+def _message(message: Any, param: str) -> None:
+    if not isinstance(message, dict):
+        raise _type(param, "an object", message)
+    role = message.get("role")
+    if role is None:
+        raise _missing(f"{param}.role")
+    if role not in ROLES:
+        raise _value(f"{param}.role", role, ROLES)
+    content = message.get("content")
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise _type(f"{param}.content", "one of a string or array of objects", content)
+    for index, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise _type(f"{param}.content[{index}]", "an object", part)
+        if not isinstance(part.get("type"), str):
+            raise _missing(f"{param}.content[{index}].type")
+
+
+def _tool(tool: Any, param: str) -> None:
+    if not isinstance(tool, dict):
+        raise _type(param, "an object", tool)
+    function = tool.get("function")
+    if tool.get("type") != "function" or not isinstance(function, dict):
+        # Other tool types (custom tools, built-ins) are not checked: semula records them as sent.
+        return
+    name = function.get("name")
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+        raise BadRequest(
+            f"Invalid '{param}.function.name': string does not match pattern. "
+            "Expected a string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.",
+            param=f"{param}.function.name",
+            code="invalid_value",
+        )
+    parameters = function.get("parameters")
+    if parameters is not None:
+        _schema(parameters, f"{param}.function.parameters", f"Invalid schema for function '{name}'")
+
+
+def _response_format(value: Any) -> None:
+    if not isinstance(value, dict):
+        raise _type("response_format", "an object", value)
+    kind = value.get("type")
+    if kind is None:
+        raise _missing("response_format.type")
+    if kind not in RESPONSE_FORMATS:
+        raise _value("response_format.type", kind, RESPONSE_FORMATS)
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, dict):
+            raise _type("response_format.json_schema", "an object", spec)
+        if "schema" in spec:
+            _schema(
+                spec["schema"], "response_format.json_schema.schema", "Invalid schema for response_format"
+            )
+
+
+def _schema(schema: Any, param: str, what: str) -> None:
+    if not isinstance(schema, dict):
+        raise BadRequest(
+            f"{what}: schema must be a JSON Schema of 'type: \"object\"', got {_kind(schema)}.",
+            param=param,
+            code="invalid_function_parameters",
+        )
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.path)
+        raise BadRequest(
+            f"{what}: {param}{where}: {exc.message}"[:500],
+            param=param + where,
+            code="invalid_function_parameters",
+        ) from None
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return "a number"
+    return _KINDS.get(type(value), "a value")
+
+
+def _type(param: str, expected: str, value: Any) -> BadRequest:
+    return BadRequest(
+        f"Invalid type for '{param}': expected {expected}, but got {_kind(value)} instead.",
+        param=param,
+        code="invalid_type",
+    )
+
+
+def _value(param: str, value: Any, supported: tuple[str, ...]) -> BadRequest:
+    shown = f"'{value}'" if isinstance(value, str) else _kind(value)
+    listed = ", ".join(f"'{s}'" for s in supported[:-1]) + f", and '{supported[-1]}'"
+    return BadRequest(
+        f"Invalid value for '{param}': {shown[:80]}. Supported values are: {listed}.",
+        param=param,
+        code="invalid_value",
+    )
+
+
+def _missing(param: str) -> BadRequest:
+    return BadRequest(
+        f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
+    )

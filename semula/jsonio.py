@@ -1,0 +1,113 @@
+"""The JSON every entrance accepts (pure, no I/O): standard JSON, I-JSON strings, a bounded depth.
+
+Proxy bodies, REST bodies, dashboard forms and bundle imports are all read through here, so one
+policy decides what semula stores (docs/decisions/0026-one-json-policy.md):
+
+* only standard JSON: `NaN`, `Infinity` and numbers too large for a double (`1e400`) are refused,
+  as OpenAI refuses them;
+* no lone UTF-16 surrogates (`"\\ud800"`): RFC 7493 (I-JSON) forbids them, and neither UTF-8 text
+  nor the databases can hold them;
+* containers nest at most MAX_DEPTH deep, so every recursive walk over a stored value (fingerprint,
+  redaction, templates, JSON Schema) stays far from Python's recursion limit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from semula.errors import BadRequest
+
+MAX_DEPTH = 64
+# Where a lone surrogate could come from: a \uD800-\uDFFF escape (raw ones are not valid UTF-8).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class InvalidJSON(BadRequest):
+    """The body must be valid JSON."""
+
+
+def _constant(name: str) -> Any:
+    raise InvalidJSON(f"{name} is not valid JSON (numbers must be finite).")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise InvalidJSON(f"The number {text[:40]} is too large (numbers must fit a double).")
+    return value
+
+
+def loads(raw: bytes | str, what: str = "The body") -> Any:
+    """Parse one JSON document by the policy above; BadRequest (400) naming `what` when it breaks it."""
+    try:
+        value = json.loads(raw, parse_constant=_constant, parse_float=_float)
+    except InvalidJSON:
+        raise
+    except RecursionError:
+        raise too_deep(what) from None
+    except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError for bytes that are not UTF-8
+        raise InvalidJSON(f"{what} must be valid JSON: {str(exc)[:200]}") from None
+    pattern = _SURROGATE_ESCAPE_BYTES if isinstance(raw, bytes | bytearray) else _SURROGATE_ESCAPE
+    check(value, what, strings=pattern.search(raw) is not None)
+    return value
+
+
+def too_deep(what: str = "The body") -> InvalidJSON:
+    return InvalidJSON(f"{what} nests deeper than {MAX_DEPTH} levels of arrays and objects.")
+
+
+def check(value: Any, what: str = "The body", *, strings: bool = True) -> None:
+    """Refuse a parsed value nested deeper than MAX_DEPTH or (when `strings`) holding a lone surrogate."""
+    stack: list[tuple[Iterable[Any], int]] = [([value], 0)]
+    while stack:
+        items, depth = stack.pop()
+        for item in items:
+            if isinstance(item, dict):
+                if depth + 1 > MAX_DEPTH:
+                    raise too_deep(what)
+                if strings:
+                    _check_strings(item.keys(), what)
+                stack.append((item.values(), depth + 1))
+            elif isinstance(item, list):
+                if depth + 1 > MAX_DEPTH:
+                    raise too_deep(what)
+                stack.append((item, depth + 1))
+            elif strings and isinstance(item, str):
+                _check_strings((item,), what)
+
+
+def _check_strings(strings: Iterable[str], what: str) -> None:
+    for text in strings:
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidJSON(
+                    f"{what} holds a lone UTF-16 surrogate (\\ud800-\\udfff without its pair), "
+                    "which is not valid Unicode text."
+                ) from None
+
+
+def checked_events(
+    events: Iterable[tuple[str, Any]], what: str = "The bundle", *, base: int = 0
+) -> Iterator[tuple[str, Any]]:
+    """Pass a streaming parser's (event, value) pairs through, refusing nesting past MAX_DEPTH + base.
+
+    `base` is how many levels a container format adds around the values it carries (a bundle wraps
+    each request in the root object, the entries list and the entry).
+    """
+    depth = 0
+    limit = MAX_DEPTH + base
+    for event, value in events:
+        if event in ("start_map", "start_array"):
+            depth += 1
+            if depth > limit:
+                raise too_deep(what)
+        elif event in ("end_map", "end_array"):
+            depth -= 1
+        yield event, value

@@ -1,0 +1,111 @@
+"""Requests OpenAI refuses with a 400 are refused before they can park, with OpenAI's param and code."""
+
+from __future__ import annotations
+
+import pytest
+
+from semula import chat_requests
+from semula.errors import BadRequest
+
+
+def body(**changes):
+    return {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], **changes}
+
+
+def tool(name="lookup", parameters=None):
+    function = {"name": name, "parameters": parameters or {"type": "object", "properties": {}}}
+    return {"type": "function", "function": function}
+
+
+VALID = [
+    body(),
+    body(messages=[{"role": r, "content": "x"} for r in chat_requests.ROLES]),
+    body(messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}]),
+    body(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "content": None}]),
+    body(tools=[tool("get_weather-2"), tool("a" * 64)]),
+    body(tools=[{"type": "custom", "custom": {"name": "any name"}}]),
+    body(response_format={"type": "text"}),
+    body(response_format={"type": "json_object"}),
+    body(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
+]
+
+INVALID = {
+    "unknown role": (
+        body(messages=[{"role": "wizard", "content": "x"}]),
+        "messages[0].role",
+        "invalid_value",
+    ),
+    "role missing": (body(messages=[{"content": "x"}]), "messages[0].role", "missing_required_parameter"),
+    "message not an object": (body(messages=["hi"]), "messages[0]", "invalid_type"),
+    "content an object": (
+        body(messages=[{"role": "user", "content": "x"}, {"role": "user", "content": {"text": "hi"}}]),
+        "messages[1].content",
+        "invalid_type",
+    ),
+    "content a number": (
+        body(messages=[{"role": "user", "content": 3}]),
+        "messages[0].content",
+        "invalid_type",
+    ),
+    "content part not an object": (
+        body(messages=[{"role": "user", "content": ["hi"]}]),
+        "messages[0].content[0]",
+        "invalid_type",
+    ),
+    "content part without type": (
+        body(messages=[{"role": "user", "content": [{"text": "hi"}]}]),
+        "messages[0].content[0].type",
+        "missing_required_parameter",
+    ),
+    "tool name with a space": (body(tools=[tool("get weather")]), "tools[0].function.name", "invalid_value"),
+    "tool name with a dot": (body(tools=[tool(), tool("a.b")]), "tools[1].function.name", "invalid_value"),
+    "tool name too long": (body(tools=[tool("a" * 65)]), "tools[0].function.name", "invalid_value"),
+    "tool name empty": (body(tools=[tool("")]), "tools[0].function.name", "invalid_value"),
+    "tools not a list": (body(tools={"a": 1}), "tools", "invalid_type"),
+    "schema with an unknown type": (
+        body(tools=[tool(parameters={"type": "object", "properties": {"a": {"type": "nope"}}})]),
+        "tools[0].function.parameters.properties.a.type",
+        "invalid_function_parameters",
+    ),
+    "schema not an object": (
+        body(tools=[tool(parameters=["type", "object"])]),
+        "tools[0].function.parameters",
+        "invalid_function_parameters",
+    ),
+    "schema with required as text": (
+        body(tools=[tool(parameters={"type": "object", "required": "a"})]),
+        "tools[0].function.parameters.required",
+        "invalid_function_parameters",
+    ),
+    "unknown response_format": (
+        body(response_format={"type": "yaml"}),
+        "response_format.type",
+        "invalid_value",
+    ),
+    "response_format without type": (
+        body(response_format={}),
+        "response_format.type",
+        "missing_required_parameter",
+    ),
+    "response_format schema broken": (
+        body(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 1}}}),
+        "response_format.json_schema.schema.type",
+        "invalid_function_parameters",
+    ),
+}
+
+
+@pytest.mark.parametrize("request_body", VALID)
+def test_requests_openai_accepts_pass(request_body):
+    chat_requests.check(request_body)
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+def test_requests_openai_refuses_are_400_naming_the_field(case):
+    request_body, param, code = INVALID[case]
+    with pytest.raises(BadRequest) as refused:
+        chat_requests.check(request_body)
+    error = refused.value.to_dict()["error"]
+    assert refused.value.status == 400 and error["type"] == "invalid_request_error"
+    assert (error["param"], error["code"]) == (param, code), error
+    assert param.split(".")[0].split("[")[0] in error["message"] or "schema" in error["message"]
