@@ -1,7 +1,7 @@
 """The JSON every entrance accepts (pure, no I/O): standard JSON, I-JSON strings, a bounded depth.
 
 Proxy bodies, REST bodies, dashboard forms and bundle imports are all read through here, so one
-policy decides what semula stores (docs/decisions/0026-one-json-policy.md):
+policy decides what semula stores (docs/decisions/0026-input-hardening.md):
 
 * only standard JSON: `NaN`, `Infinity` and numbers too large for a double (`1e400`) are refused,
   as OpenAI refuses them;
