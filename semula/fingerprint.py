@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from difflib import SequenceMatcher
 from typing import Any
 
+from semula import safe_regex
 from semula.errors import BadRequest
 
 VERSION = "v1"
@@ -89,17 +90,14 @@ def validate_normalize(value: Any) -> list[dict[str, str]]:
                 f"pattern is longer than {MAX_PATTERN_LENGTH} characters", param=f"normalize[{i}].pattern"
             )
         try:
-            compiled = re.compile(pattern)
-        except re.error as exc:
-            raise BadRequest(
-                f"pattern is not a valid regex: {exc}", param=f"normalize[{i}].pattern"
-            ) from None
+            safe_regex.compile(pattern)
+        except safe_regex.PatternError as exc:
+            raise BadRequest(str(exc), param=f"normalize[{i}].pattern") from None
         if not isinstance(replacement, str):
             raise BadRequest("replacement must be a string", param=f"normalize[{i}].replacement")
         try:
-            # sub() parses the replacement template (group references) before it scans the text.
-            compiled.sub(replacement, "")
-        except (re.error, IndexError) as exc:
+            safe_regex.Substitution(pattern, replacement)
+        except safe_regex.PatternError as exc:
             raise BadRequest(
                 f"replacement is not valid for this pattern: {exc}", param=f"normalize[{i}].replacement"
             ) from None
@@ -121,7 +119,11 @@ def canonical_request(
         raise BadRequest("the request body is nested too deeply") from None
     for pointer in ignore_fields:
         _remove_pointer(canonical, pointer)
-    rules = [(re.compile(rule["pattern"]), rule["replacement"]) for rule in normalize]
+    try:
+        rules = [safe_regex.Substitution(rule["pattern"], rule["replacement"]) for rule in normalize]
+    except safe_regex.PatternError as exc:
+        # A rule saved before patterns ran on RE2; saving the setting again names which one.
+        raise BadRequest(f"the project's normalize setting: {exc}", param="normalize") from None
     if rules:
         _normalize_messages(canonical, rules)
     return canonical
@@ -206,7 +208,7 @@ def _child(node: Any, token: str) -> Any:
     return None
 
 
-def _normalize_messages(request: dict[str, Any], rules: list[tuple[re.Pattern[str], str]]) -> None:
+def _normalize_messages(request: dict[str, Any], rules: list[safe_regex.Substitution]) -> None:
     messages = request.get("messages")
     if not isinstance(messages, list):
         return
@@ -226,9 +228,9 @@ def _normalize_messages(request: dict[str, Any], rules: list[tuple[re.Pattern[st
                     part["text"] = _apply(part["text"], rules)
 
 
-def _apply(text: str, rules: list[tuple[re.Pattern[str], str]]) -> str:
-    for pattern, replacement in rules:
-        text = pattern.sub(replacement, text)
+def _apply(text: str, rules: list[safe_regex.Substitution]) -> str:
+    for rule in rules:
+        text = rule.sub(text)
     return text
 
 
