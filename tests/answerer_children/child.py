@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -28,6 +29,41 @@ def write_atomically(path: str, text: str) -> None:
     os.replace(path + ".part", path)
 
 
+# A process that ignores SIGTERM and sleeps: what an escaped descendant does.
+STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+
+
+def escape(how: str) -> int:
+    """Leave the child's process group: setsid(), or a double fork; the pid of what is left running."""
+    if how != "double-fork":
+        return subprocess.Popen(
+            [sys.executable, "-c", STUBBORN],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ).pid
+    read, write = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        last = os.fork()
+        if last == 0:
+            os.close(read)
+            os.close(write)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.execv(sys.executable, [sys.executable, "-c", STUBBORN])
+        os.write(write, str(last).encode())
+        os._exit(0)
+    os.close(write)
+    pid = int(os.read(read, 64))
+    os.close(read)
+    os.waitpid(middle, 0)
+    return pid
+
+
 def main() -> int:
     mode = sys.argv[1]
     arg = sys.argv[2] if len(sys.argv) > 2 else ""
@@ -44,7 +80,19 @@ def main() -> int:
         write_atomically(os.path.join(out_dir, f"pid-{tag}"), str(os.getpid()))
         write_atomically(os.path.join(out_dir, f"stdin-{tag}.json"), raw)
 
-    if mode == "echo":
+    if mode == "escape":
+        # ARG: setsid, double-fork or ignore-term (a child that ignores SIGTERM, with a setsid
+        # grandchild that does too). It records its pid, what it left running and its directory.
+        if arg == "ignore-term":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        left = escape(arg)
+        write_atomically(
+            os.path.join(out_dir, f"escaped-{doc['pending_id']}"), f"{os.getpid()} {left} {os.getcwd()}"
+        )
+        print("answered", flush=True)
+        if arg == "ignore-term":
+            time.sleep(300)
+    elif mode == "echo":
         print(f"  {arg}  ")
     elif mode == "json":
         print(json.dumps(VALID))

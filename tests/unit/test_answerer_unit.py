@@ -17,6 +17,7 @@ from answerer.runners import ChildRunner
 from answerer.signals import on_stop
 from semula.config import ConfigError, Settings
 from tests.answerer_helpers import CHILD, alive
+from tests.helpers import wait_for
 
 SECRET_ARGV = ["python3", "-c", "print('secret-prompt-in-argv')"]
 
@@ -219,3 +220,34 @@ def test_first_signal_stops_second_aborts_and_handlers_are_restored():
         os.kill(os.getpid(), signal.SIGTERM)
     assert calls == ["stop", "abort", "abort"]
     assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+# No descendant outlives its call
+
+
+def escaping_runner(out, timeout: float = 20) -> ChildRunner:
+    env = {"PATH": os.environ["PATH"], "ANSWERER_TEST_DIR": str(out)}
+    return ChildRunner((sys.executable, str(CHILD), "escape"), env, timeout, 1024 * 1024)
+
+
+def run_escape(tmp_path, how: str, timeout: float = 20):
+    r = escaping_runner(tmp_path, timeout)
+    r.argv.append(how)
+    outcome = r.run(json.dumps({"pending_id": f"pnd_{how}", "attempt": 1}).encode())
+    child, left, workdir = (tmp_path / f"escaped-pnd_{how}").read_text().split()
+    return outcome, int(child), int(left), workdir
+
+
+@pytest.mark.parametrize("how", ["setsid", "double-fork"])
+def test_a_grandchild_that_leaves_the_group_dies_with_its_call(tmp_path, how):
+    outcome, child, left, workdir = run_escape(tmp_path, how)
+    assert outcome.ok and outcome.output.strip() == b"answered"
+    wait_for(lambda: not alive(left), timeout=5, what=f"the {how} grandchild gone")
+    assert not alive(child) and not os.path.exists(workdir)
+
+
+def test_a_child_that_ignores_sigterm_dies_at_its_timeout_with_its_escaped_grandchild(tmp_path):
+    outcome, child, left, workdir = run_escape(tmp_path, "ignore-term", timeout=3)
+    assert outcome.status == "timeout"
+    wait_for(lambda: not alive(child) and not alive(left), timeout=5, what="child and grandchild gone")
+    assert not os.path.exists(workdir)
