@@ -33,7 +33,8 @@ def main() -> int:
         print(f"semula-answerer: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     logs.setup(settings.log_level, settings.secrets())
-    # Before any child runs: their orphans come back to this process (decision 0028).
+    # Before any child runs: the children can then read neither this process's environment nor
+    # its memory, and their orphans come back to it (decision 0028).
     containment.harden_daemon()
     config = replace(config, adopt_orphans=True)
     containment.clean_predecessors(tempfile.gettempdir())

@@ -26,6 +26,7 @@ logger = logging.getLogger("semula.answerer")
 MARK = "ANSWERER_CALL"
 DIR_PREFIX = "semula-answerer-"
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 # A fork bomb could outrun one pass of killing; SIGKILL'd processes cannot fork, so few passes do.
 _MAX_PASSES = 100
@@ -42,7 +43,14 @@ def prctl(option: int, value: int) -> None:
 
 
 def harden_daemon() -> None:
-    """Make this process a child subreaper: its children's orphans re-parent to it, not to PID 1."""
+    """Make this process not dumpable and a child subreaper.
+
+    Not dumpable: a process of the same user (a child) can no longer open its /proc/<pid>/environ,
+    mem or maps, where the server's secrets are (ADR-0014). It does not stop this process reading
+    its children's /proc entries: the check is on the process being read. Subreaper: its
+    children's orphans re-parent to it, not to PID 1.
+    """
+    prctl(_PR_SET_DUMPABLE, 0)
     prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 

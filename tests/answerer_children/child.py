@@ -64,6 +64,21 @@ def escape(how: str) -> int:
     return pid
 
 
+def snoop(secret: str, paths: list[str]) -> dict[str, str]:
+    parent = os.getppid()
+    routes = [f"/proc/{parent}/environ", f"/proc/{parent}/mem", f"/proc/{parent}/maps", *paths]
+    found = {}
+    for route in routes:
+        try:
+            with open(route, "rb") as f:
+                data = f.read(1 << 20) if not route.endswith("/mem") else b""
+        except OSError as exc:
+            found[route] = f"refused:{exc.errno}"
+            continue
+        found[route] = "secret" if secret.encode() in data else "opened"
+    return found
+
+
 def main() -> int:
     mode = sys.argv[1]
     arg = sys.argv[2] if len(sys.argv) > 2 else ""
@@ -80,7 +95,11 @@ def main() -> int:
         write_atomically(os.path.join(out_dir, f"pid-{tag}"), str(os.getpid()))
         write_atomically(os.path.join(out_dir, f"stdin-{tag}.json"), raw)
 
-    if mode == "escape":
+    if mode == "snoop":
+        # Try to read the daemon's secrets through the filesystem; answer with what could be read
+        # (whether each route opened, and whether the secret ARG was in it), never the text itself.
+        print(json.dumps({"content": json.dumps(snoop(arg, sys.argv[3:]))}))
+    elif mode == "escape":
         # ARG: setsid, double-fork or ignore-term (a child that ignores SIGTERM, with a setsid
         # grandchild that does too). It records its pid, what it left running and its directory.
         if arg == "ignore-term":

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import site
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -251,3 +256,62 @@ def test_a_child_that_ignores_sigterm_dies_at_its_timeout_with_its_escaped_grand
     assert outcome.status == "timeout"
     wait_for(lambda: not alive(child) and not alive(left), timeout=5, what="child and grandchild gone")
     assert not os.path.exists(workdir)
+
+
+# None of the server's secrets reach the child
+
+# A stand-in for the daemon process: the server's secret in its environment, hardened as
+# semula-answerer's entry point hardens itself (or not), running one child that snoops.
+STAND_IN = """
+import json, sys
+from answerer import containment
+from answerer.runners import ChildRunner
+if sys.argv[1] == "hardened":
+    containment.harden_daemon()
+runner = ChildRunner((sys.executable, *sys.argv[2:]), {"PATH": "/usr/bin:/bin"}, 20, 1 << 20)
+outcome = runner.run(json.dumps({"pending_id": "pnd_snoop", "attempt": 1}).encode())
+print(outcome.output.decode() if outcome.ok else outcome.status)
+"""
+
+
+def snooped(hardened: bool, secret: str, *paths: str) -> dict[str, str]:
+    # Daemon and child are one user that is not root, as under the unit: root reads any process
+    # whatever it set. A root test run runs both as nobody, with an interpreter nobody can reach.
+    python, as_user = sys.executable, []
+    if os.geteuid() == 0:
+        python = shutil.which("python3", path="/usr/bin:/bin")
+        if python is None:
+            pytest.skip("no system python3 for an unprivileged user")
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    repo = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [*as_user, python, "-c", STAND_IN, "hardened" if hardened else "plain", str(CHILD), "snoop", secret]
+        + list(paths),
+        env={
+            "PATH": "/usr/bin:/bin",
+            "SEMULA_UPSTREAM_KEY": secret,
+            "PYTHONPATH": os.pathsep.join([repo, *site.getsitepackages()]),
+        },
+        cwd="/",
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return json.loads(json.loads(done.stdout)["content"])
+
+
+def test_the_child_cannot_read_the_daemons_environment_or_memory():
+    secret = f"sk-canary-{os.getpid()}-{time.monotonic_ns()}"
+    # The deploy rule (deploy/semula.env.example): the environment file is 0600 root, read by
+    # systemd before it starts the unit as its user.
+    # (Only a root test run can make a file of another user than the child's.)
+    with tempfile.TemporaryDirectory() as etc:
+        os.chmod(etc, 0o755)
+        env_file = Path(etc) / "semula.env"
+        env_file.write_text(f"SEMULA_UPSTREAM_KEY={secret}\n")
+        env_file.chmod(0o600)
+        seen = snooped(True, secret, *([str(env_file)] if os.geteuid() == 0 else []))
+    assert all(result.startswith("refused:") for result in seen.values()), seen
+    # The routes are real: without the hardening the same child reads the secret.
+    plain = snooped(False, secret)
+    assert "secret" in plain.values(), plain
