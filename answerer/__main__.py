@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import logging
 import sys
+import tempfile
+from dataclasses import replace
 
 from answerer import config as answerer_config
+from answerer import containment
 from answerer.daemon import Daemon
 from answerer.signals import on_stop
 from semula import logs
@@ -30,6 +33,11 @@ def main() -> int:
         print(f"semula-answerer: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     logs.setup(settings.log_level, settings.secrets())
+    # Before any child runs: the children can then read neither this process's environment nor
+    # its memory, and their orphans come back to it (decision 0028).
+    containment.harden_daemon()
+    config = replace(config, adopt_orphans=True)
+    containment.clean_predecessors(tempfile.gettempdir())
     for name in answerer_config.missing_env(settings):
         logger.warning("env_not_set", extra={"variable": name})
     try:

@@ -34,6 +34,8 @@ class AnswererConfig:
     timeout: float = 120.0
     concurrency: int = 2
     max_output: int = MAX_OUTPUT
+    # Set by the entry point once the process is a child subreaper (answerer.containment).
+    adopt_orphans: bool = False
 
     @property
     def label(self) -> str:

@@ -21,6 +21,7 @@ from typing import Protocol
 
 import requests
 
+from answerer import containment
 from answerer.config import AnswererConfig
 
 CHUNK = 64 * 1024
@@ -61,52 +62,79 @@ def kill_group(pgid: int) -> None:
 class ChildRunner:
     """One fresh process per attempt, in its own session and an empty temporary directory."""
 
-    def __init__(self, argv: tuple[str, ...], env: Mapping[str, str], timeout: float, max_output: int):
+    def __init__(
+        self,
+        argv: tuple[str, ...],
+        env: Mapping[str, str],
+        timeout: float,
+        max_output: int,
+        *,
+        adopt_orphans: bool = False,
+    ):
         self.argv = list(argv)
         self.env = dict(env)
         self.timeout = timeout
         self.max_output = max_output
+        # True only in the daemon process once it is a child subreaper (containment.harden_daemon):
+        # then every child of ours that is not a running call's is a call's orphan.
+        self.adopt_orphans = adopt_orphans
         self._lock = threading.Lock()
-        self._live: set[int] = set()
+        self._live: dict[int, str] = {}
         self._killed = threading.Event()
 
     @classmethod
     def from_config(cls, config: AnswererConfig) -> ChildRunner:
         assert config.argv is not None
-        return cls(config.argv, config.env, config.timeout, config.max_output)
+        return cls(
+            config.argv, config.env, config.timeout, config.max_output, adopt_orphans=config.adopt_orphans
+        )
 
     def run(self, document: bytes) -> Outcome:
         started = time.monotonic()
         if self._killed.is_set():
             return Outcome(None, "stopped")
-        workdir = tempfile.mkdtemp(prefix="semula-answerer-")
+        # Named after the daemon, so a successor can tell this directory's owner died (containment).
+        workdir = tempfile.mkdtemp(prefix=f"{containment.DIR_PREFIX}{containment.identity()}-")
+        mark = containment.new_mark()
         try:
             try:
-                # Never a shell: argv is the operator's, the request only ever goes to stdin.
-                proc = subprocess.Popen(
-                    self.argv,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                    cwd=workdir,
-                    env=self.env,
-                    start_new_session=True,
-                    close_fds=True,
-                )
+                # Under the lock: a child that exits at once must not be reaped as an orphan by
+                # another call's sweep before it is known to be this call's.
+                with self._lock:
+                    # Never a shell: argv is the operator's, the request only ever goes to stdin.
+                    proc = subprocess.Popen(
+                        self.argv,
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL,
+                        cwd=workdir,
+                        env={**self.env, containment.MARK: mark},
+                        start_new_session=True,
+                        close_fds=True,
+                        preexec_fn=containment.die_with_parent(os.getpid()),
+                    )
+                    self._live[proc.pid] = mark
             except OSError as exc:
                 # The errno name only: the message would carry the path.
                 return Outcome(None, f"exec_failed:{errno.errorcode.get(exc.errno or 0, 'unknown')}")
             spawned = time.monotonic()
-            with self._lock:
-                self._live.add(proc.pid)
             try:
                 status, output = self._exchange(proc, document, started + self.timeout)
             finally:
-                # Whatever happened, nothing of this call outlives it: the group goes, grandchildren
-                # too. The child is not reaped yet, so its pid (the group id) cannot name a stranger.
+                # Whatever happened, nothing of this call outlives it: the group goes, and so does
+                # every process that carries the call's mark or descends from the child, in a
+                # session of its own or not. The child is not reaped yet, so its pid cannot name
+                # a stranger.
                 with self._lock:
+                    del self._live[proc.pid]
+                    containment.sweep(
+                        mark,
+                        root=proc.pid,
+                        adopt=self.adopt_orphans,
+                        spare={proc.pid, *self._live},
+                        keep=set(self._live.values()),
+                    )
                     kill_group(proc.pid)
-                    self._live.discard(proc.pid)
                 code = proc.wait()
                 lifetime = time.monotonic() - spawned
                 for stream in (proc.stdin, proc.stdout):
@@ -122,8 +150,9 @@ class ChildRunner:
         """Kill every running child's group now (stop after the grace, or a second signal)."""
         self._killed.set()
         with self._lock:
-            for pgid in self._live:
+            for pgid, mark in self._live.items():
                 kill_group(pgid)
+                containment.sweep(mark, root=pgid, spare={pgid})
 
     def _judge(self, code: int, output: bytes) -> str:
         if self._killed.is_set() and code < 0:

@@ -10,7 +10,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from referencing import Registry
 from referencing.exceptions import Unresolvable
@@ -18,6 +17,7 @@ from referencing.exceptions import Unresolvable
 from semula import jsonio
 from semula.errors import BadRequest, InvalidAnswer
 from semula.fingerprint import canonical_json, join_path
+from semula.safe_regex import SCHEMA_FORMATS, PatternError, SchemaValidator
 
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 MAX_SKELETON_DEPTH = 8
@@ -333,10 +333,15 @@ def _check_schema(instance: Any, schema: Any, param: str) -> None:
     if schema is None:
         return
     try:
-        Draft202012Validator.check_schema(schema)
-        error = best_match(Draft202012Validator(schema, registry=_NO_REMOTE_REFS).iter_errors(instance))
+        SchemaValidator.check_schema(schema, format_checker=SCHEMA_FORMATS)
+        error = best_match(SchemaValidator(schema, registry=_NO_REMOTE_REFS).iter_errors(instance))
     except (SchemaError, Unresolvable, RecursionError):
         return
+    except PatternError as exc:
+        # Patterns run on RE2 (linear time); one it cannot run is named rather than ignored or backtracked.
+        raise InvalidAnswer(
+            f"the request's schema for {param}: {exc}"[:_MAX_ERROR_TEXT], param=param
+        ) from None
     if error is not None:
         where = _error_path(error, param)
         raise InvalidAnswer(f"{where}: {error.message}"[:_MAX_ERROR_TEXT], param=where)

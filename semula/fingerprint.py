@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from difflib import SequenceMatcher
 from typing import Any
 
+from semula import safe_regex
 from semula.errors import BadRequest
 
 VERSION = "v1"
@@ -90,17 +91,14 @@ def validate_normalize(value: Any) -> list[dict[str, str]]:
                 f"pattern is longer than {MAX_PATTERN_LENGTH} characters", param=f"normalize[{i}].pattern"
             )
         try:
-            compiled = re.compile(pattern)
-        except re.error as exc:
-            raise BadRequest(
-                f"pattern is not a valid regex: {exc}", param=f"normalize[{i}].pattern"
-            ) from None
+            safe_regex.compile(pattern)
+        except safe_regex.PatternError as exc:
+            raise BadRequest(str(exc), param=f"normalize[{i}].pattern") from None
         if not isinstance(replacement, str):
             raise BadRequest("replacement must be a string", param=f"normalize[{i}].replacement")
         try:
-            # sub() parses the replacement template (group references) before it scans the text.
-            compiled.sub(replacement, "")
-        except (re.error, IndexError) as exc:
+            safe_regex.Substitution(pattern, replacement)
+        except safe_regex.PatternError as exc:
             raise BadRequest(
                 f"replacement is not valid for this pattern: {exc}", param=f"normalize[{i}].replacement"
             ) from None
@@ -152,7 +150,11 @@ def canonical_request(
         raise BadRequest("the request body is nested too deeply") from None
     for pointer in ignore_fields:
         _remove_pointer(canonical, pointer)
-    rules = [(re.compile(rule["pattern"]), rule["replacement"]) for rule in normalize]
+    try:
+        rules = [safe_regex.Substitution(rule["pattern"], rule["replacement"]) for rule in normalize]
+    except safe_regex.PatternError as exc:
+        # A rule saved before patterns ran on RE2; saving the setting again names which one.
+        raise BadRequest(f"the project's normalize setting: {exc}", param="normalize") from None
     if rules:
         for container, key in list(texts(canonical)):
             container[key] = _apply(container[key], rules)
@@ -249,9 +251,9 @@ def _child(node: Any, token: str) -> Any:
     return None
 
 
-def _apply(text: str, rules: list[tuple[re.Pattern[str], str]]) -> str:
-    for pattern, replacement in rules:
-        text = pattern.sub(replacement, text)
+def _apply(text: str, rules: list[safe_regex.Substitution]) -> str:
+    for rule in rules:
+        text = rule.sub(text)
     return text
 
 

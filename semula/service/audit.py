@@ -8,7 +8,7 @@ from typing import Any
 from semula.db import Tx
 from semula.ids import new_id
 from semula.service import Context, dumps, now, page
-from semula.service.auth import require
+from semula.service.auth import require, require_unbound
 
 
 def record(tx: Tx, ctx: Context, action: str, target: str | None, fields: list[str] = ()) -> None:
@@ -44,8 +44,13 @@ def list_events(
     before: str | None = None,
     limit: int = 50,
 ) -> dict[str, Any]:
-    """Newest first; admin only."""
+    """Newest first; admin only, and not for project-bound tokens (403 `project_bound`).
+
+    Events are workspace-wide (token ids, every project's names and changed fields) and carry no
+    project of their own, so a bound token could only learn about its neighbours here.
+    """
     require(ctx, role="admin")
+    require_unbound(ctx)
     rows = ctx.store.all(
         "list_audit",
         workspace_id=ctx.principal.workspace_id,

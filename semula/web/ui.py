@@ -86,9 +86,14 @@ def helpers() -> dict[str, Any]:
             role == "viewer" or p.scope != "replay"
         )
 
+    def bound() -> bool:
+        ctx = g.get("ui_ctx")
+        return ctx is not None and ctx.principal.project_id is not None
+
     return {
         "csrf_token": csrf_token,
         "can": can,
+        "bound": bound,
         "pretty": lambda v: json.dumps(v, indent=2, ensure_ascii=False),
     }
 

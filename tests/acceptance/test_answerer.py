@@ -185,3 +185,29 @@ def test_the_daemon_runs_beside_sdk_calls_under_load(start_server, start_answere
             for i in range(8)
         ]
         assert [f.result(timeout=60).choices[0].message.content for f in futures] == ["answered"] * 8
+
+
+def test_a_daemon_killed_with_sigkill_leaves_nothing_running_once_restarted(start_answerer, ctx, tmp_path):
+    # The child ignores SIGTERM and has a setsid grandchild that does too; the daemon dies mid-call.
+    argv = command("escape", "ignore-term")
+    ctx = with_command(ctx, argv)
+    answerer_project(ctx)
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    out.mkdir()
+    tmp.mkdir()
+    daemon = start_answerer(argv, ANSWERER_TEST_DIR=str(out), TMPDIR=str(tmp), SEMULA_ANSWERER_TIMEOUT="600")
+    [call] = park(ctx, "shop")
+    escaped = out / f"escaped-{call}"
+    child, left, workdir = wait_for(
+        lambda: escaped.exists() and escaped.read_text(), what="the child"
+    ).split()
+    daemon.signal(signal.SIGKILL)
+    daemon.proc.wait(10)
+    # The child goes with the daemon (its death signal), SIGTERM ignored or not.
+    wait_for(lambda: not alive(int(child)), timeout=10, what="the child to die with its daemon")
+    # What left the child's session (systemd's cgroup kill covers it under the unit), and the
+    # temporary directory, are gone once the next daemon starts.
+    start_answerer(argv, ANSWERER_TEST_DIR=str(out), TMPDIR=str(tmp))
+    wait_for(lambda: not alive(int(left)), timeout=10, what="the escaped grandchild gone")
+    assert not (tmp / workdir.rsplit("/", 1)[1]).exists() and list(tmp.iterdir()) == []
+    assert status(ctx, call)["status"] == "pending"

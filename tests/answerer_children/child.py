@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -29,6 +30,56 @@ def write_atomically(path: str, text: str) -> None:
     os.replace(path + ".part", path)
 
 
+# A process that ignores SIGTERM and sleeps: what an escaped descendant does.
+STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+
+
+def escape(how: str) -> int:
+    """Leave the child's process group: setsid(), or a double fork; the pid of what is left running."""
+    if how != "double-fork":
+        return subprocess.Popen(
+            [sys.executable, "-c", STUBBORN],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ).pid
+    read, write = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        last = os.fork()
+        if last == 0:
+            os.close(read)
+            os.close(write)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.execv(sys.executable, [sys.executable, "-c", STUBBORN])
+        os.write(write, str(last).encode())
+        os._exit(0)
+    os.close(write)
+    pid = int(os.read(read, 64))
+    os.close(read)
+    os.waitpid(middle, 0)
+    return pid
+
+
+def snoop(secret: str, paths: list[str]) -> dict[str, str]:
+    parent = os.getppid()
+    routes = [f"/proc/{parent}/environ", f"/proc/{parent}/mem", f"/proc/{parent}/maps", *paths]
+    found = {}
+    for route in routes:
+        try:
+            with open(route, "rb") as f:
+                data = f.read(1 << 20) if not route.endswith("/mem") else b""
+        except OSError as exc:
+            found[route] = f"refused:{exc.errno}"
+            continue
+        found[route] = "secret" if secret.encode() in data else "opened"
+    return found
+
+
 def main() -> int:
     mode = sys.argv[1]
     arg = sys.argv[2] if len(sys.argv) > 2 else ""
@@ -45,7 +96,23 @@ def main() -> int:
         write_atomically(os.path.join(out_dir, f"pid-{tag}"), str(os.getpid()))
         write_atomically(os.path.join(out_dir, f"stdin-{tag}.json"), raw)
 
-    if mode == "echo":
+    if mode == "snoop":
+        # Try to read the daemon's secrets through the filesystem; answer with what could be read
+        # (whether each route opened, and whether the secret ARG was in it), never the text itself.
+        print(json.dumps({"content": json.dumps(snoop(arg, sys.argv[3:]))}))
+    elif mode == "escape":
+        # ARG: setsid, double-fork or ignore-term (a child that ignores SIGTERM, with a setsid
+        # grandchild that does too). It records its pid, what it left running and its directory.
+        if arg == "ignore-term":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        left = escape(arg)
+        write_atomically(
+            os.path.join(out_dir, f"escaped-{doc['pending_id']}"), f"{os.getpid()} {left} {os.getcwd()}"
+        )
+        print("answered", flush=True)
+        if arg == "ignore-term":
+            time.sleep(300)
+    elif mode == "echo":
         print(f"  {arg}  ")
     elif mode == "json":
         print(json.dumps(VALID))

@@ -78,6 +78,16 @@ def test_bound_token_cannot_act_on_the_workspace(client, make_token, two_project
     assert client.post("/api/v1/tokens", json={"role": "viewer"}, headers=headers).status_code == 403
 
 
+def test_bound_token_cannot_read_the_workspace_audit_log(client, make_token, two_projects):
+    make_token("admin")  # audited as token.create, with its id: an event outside alpha
+    client.patch("/api/v1/projects/beta", json={"max_misses": 5}, headers=make_token("admin"))
+    headers = make_token("admin", project="alpha")
+    r = client.get("/api/v1/audit", headers=headers)
+    assert r.status_code == 403 and r.json["error"]["code"] == "project_bound"
+    assert "beta" not in r.get_data(as_text=True) and "tok_" not in r.get_data(as_text=True)
+    assert client.get("/api/v1/audit", headers=make_token("admin")).status_code == 200
+
+
 def test_auth_off_makes_every_caller_an_admin(store, settings):
     from dataclasses import replace
 

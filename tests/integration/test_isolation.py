@@ -302,3 +302,40 @@ def test_project_binding_matrix_inside_one_workspace(world):
         )
     assert ant_row["id"] != other_row["id"]
     assert json.dumps(client.get("/api/v1/projects", headers=headers).json).count('"name"') == 1
+
+
+def test_project_binding_matrix_covers_every_list(world):
+    """Every route without an object in its path (the lists, the overview, the audit log) shows a token
+    bound to project ant nothing of its workspace's other projects: a 403 `project_bound`, or a
+    page that names none of them, their calls, entries, or the workspace's tokens and audit events."""
+    operator = world["operator"]
+    neighbour = projects.create(operator, {"name": "neighbour-zq"})
+    neighbour_row = projects.get_row(operator, "neighbour-zq")
+    answered = pending.park(operator, neighbour_row, fingerprint(REQUEST), REQUEST, False)
+    entry_id = pending.answer(operator, answered, {"content": "x"})["entry_id"]
+    parked = pending.park(operator, neighbour_row, "v1:neighbour", REQUEST, False)
+    projects.update(operator, "neighbour-zq", {"max_misses": 9})
+    unbound = tokens.create(operator, {"role": "viewer"})
+    created = tokens.create(operator, {"role": "admin", "project": "ant"})
+    secrets = ["neighbour-zq", neighbour["id"], answered, parked, entry_id, unbound["id"]]
+    assert any(s in json.dumps(audit.list_events(operator)) for s in secrets)  # the log does name them
+
+    client = world["app"].test_client()
+    headers = {"Authorization": f"Bearer {created['token']}"}
+    csrf = signed_in_ui(client, created["token"])
+    checked = set()
+    for rule, method in routes(world["app"]):
+        if rule.rule in NO_TENANT_DATA or rule.arguments or method != "GET":
+            continue
+        if rule.rule.startswith("/ui/"):
+            r = client.get(rule.rule, data={"csrf": csrf})
+        else:
+            r = client.get(rule.rule, headers=headers)
+        text = r.get_data(as_text=True)
+        assert r.status_code in (200, 204, 403), f"GET {rule.rule} gave {r.status_code}: {text[:200]}"
+        if r.status_code == 403 and not rule.rule.startswith("/ui/"):
+            assert r.json["error"]["code"] == "project_bound"
+        for secret in secrets:
+            assert secret not in text, f"GET {rule.rule} shows {secret} to a token bound to ant"
+        checked.add(rule.rule)
+    assert {"/api/v1/projects", "/api/v1/pending", "/api/v1/tokens", "/api/v1/audit", "/ui/audit"} <= checked

@@ -82,3 +82,13 @@ def test_answerer_needs_a_command(client, admin):
     client.post("/api/v1/projects", json={"name": "p"}, headers=admin)
     r = client.patch("/api/v1/projects/p", json={"answerer": True}, headers=admin)
     assert r.status_code == 422 and r.json["error"]["code"] == "answerer_not_configured"
+
+
+def test_a_normalize_rule_re2_cannot_run_is_refused_when_saved(client, admin):
+    assert client.post("/api/v1/projects", json={"name": "shop"}, headers=admin).status_code == 201
+    rule = {"pattern": r"order-(?=\d)", "replacement": "order-"}
+    r = client.patch("/api/v1/projects/shop", json={"normalize": [rule]}, headers=admin)
+    assert r.status_code == 400, r.json
+    assert r.json["error"]["param"] == "normalize[0].pattern"
+    assert "order-(?=\\\\d)" in r.json["error"]["message"] and "RE2" in r.json["error"]["message"]
+    assert client.get("/api/v1/projects/shop", headers=admin).json["normalize"] == []

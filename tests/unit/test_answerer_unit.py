@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import site
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +22,7 @@ from answerer.runners import ChildRunner
 from answerer.signals import on_stop
 from semula.config import ConfigError, Settings
 from tests.answerer_helpers import CHILD, alive
+from tests.helpers import wait_for
 
 SECRET_ARGV = ["python3", "-c", "print('secret-prompt-in-argv')"]
 
@@ -220,3 +226,93 @@ def test_first_signal_stops_second_aborts_and_handlers_are_restored():
         os.kill(os.getpid(), signal.SIGTERM)
     assert calls == ["stop", "abort", "abort"]
     assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+# No descendant outlives its call
+
+
+def escaping_runner(out, timeout: float = 20) -> ChildRunner:
+    env = {"PATH": os.environ["PATH"], "ANSWERER_TEST_DIR": str(out)}
+    return ChildRunner((sys.executable, str(CHILD), "escape"), env, timeout, 1024 * 1024)
+
+
+def run_escape(tmp_path, how: str, timeout: float = 20):
+    r = escaping_runner(tmp_path, timeout)
+    r.argv.append(how)
+    outcome = r.run(json.dumps({"pending_id": f"pnd_{how}", "attempt": 1}).encode())
+    child, left, workdir = (tmp_path / f"escaped-pnd_{how}").read_text().split()
+    return outcome, int(child), int(left), workdir
+
+
+@pytest.mark.parametrize("how", ["setsid", "double-fork"])
+def test_a_grandchild_that_leaves_the_group_dies_with_its_call(tmp_path, how):
+    outcome, child, left, workdir = run_escape(tmp_path, how)
+    assert outcome.ok and outcome.output.strip() == b"answered"
+    wait_for(lambda: not alive(left), timeout=5, what=f"the {how} grandchild gone")
+    assert not alive(child) and not os.path.exists(workdir)
+
+
+def test_a_child_that_ignores_sigterm_dies_at_its_timeout_with_its_escaped_grandchild(tmp_path):
+    outcome, child, left, workdir = run_escape(tmp_path, "ignore-term", timeout=3)
+    assert outcome.status == "timeout"
+    wait_for(lambda: not alive(child) and not alive(left), timeout=5, what="child and grandchild gone")
+    assert not os.path.exists(workdir)
+
+
+# None of the server's secrets reach the child
+
+# A stand-in for the daemon process: the server's secret in its environment, hardened as
+# semula-answerer's entry point hardens itself (or not), running one child that snoops.
+STAND_IN = """
+import json, sys
+from answerer import containment
+from answerer.runners import ChildRunner
+if sys.argv[1] == "hardened":
+    containment.harden_daemon()
+runner = ChildRunner((sys.executable, *sys.argv[2:]), {"PATH": "/usr/bin:/bin"}, 20, 1 << 20)
+outcome = runner.run(json.dumps({"pending_id": "pnd_snoop", "attempt": 1}).encode())
+print(outcome.output.decode() if outcome.ok else outcome.status)
+"""
+
+
+def snooped(hardened: bool, secret: str, *paths: str) -> dict[str, str]:
+    # Daemon and child are one user that is not root, as under the unit: root reads any process
+    # whatever it set. A root test run runs both as nobody, with an interpreter nobody can reach.
+    python, as_user = sys.executable, []
+    if os.geteuid() == 0:
+        python = shutil.which("python3", path="/usr/bin:/bin")
+        if python is None:
+            pytest.skip("no system python3 for an unprivileged user")
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    repo = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [*as_user, python, "-c", STAND_IN, "hardened" if hardened else "plain", str(CHILD), "snoop", secret]
+        + list(paths),
+        env={
+            "PATH": "/usr/bin:/bin",
+            "SEMULA_UPSTREAM_KEY": secret,
+            "PYTHONPATH": os.pathsep.join([repo, *site.getsitepackages()]),
+        },
+        cwd="/",
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return json.loads(json.loads(done.stdout)["content"])
+
+
+def test_the_child_cannot_read_the_daemons_environment_or_memory():
+    secret = f"sk-canary-{os.getpid()}-{time.monotonic_ns()}"
+    # The deploy rule (deploy/semula.env.example): the environment file is 0600 root, read by
+    # systemd before it starts the unit as its user.
+    # (Only a root test run can make a file of another user than the child's.)
+    with tempfile.TemporaryDirectory() as etc:
+        os.chmod(etc, 0o755)
+        env_file = Path(etc) / "semula.env"
+        env_file.write_text(f"SEMULA_UPSTREAM_KEY={secret}\n")
+        env_file.chmod(0o600)
+        seen = snooped(True, secret, *([str(env_file)] if os.geteuid() == 0 else []))
+    assert all(result.startswith("refused:") for result in seen.values()), seen
+    # The routes are real: without the hardening the same child reads the secret.
+    plain = snooped(False, secret)
+    assert "secret" in plain.values(), plain

@@ -66,3 +66,16 @@ def test_every_cli_command_and_option_has_help_and_is_in_docs_cli_md(path, comma
         assert argument.human_readable_name in section.partition("\n")[0], (
             f"docs/cli.md: name {argument.human_readable_name} in the heading of `{path}`"
         )
+
+
+def test_deploy_keeps_the_environment_file_from_the_answerers_child():
+    deploy = EXAMPLE.parent
+    assert "mode 0600" in EXAMPLE.read_text() and "0640" not in EXAMPLE.read_text()
+    unit = (deploy / "semula-answerer.service").read_text()
+    settings = dict(
+        line.split("=", 1) for line in unit.splitlines() if "=" in line and not line.startswith("#")
+    )
+    # Its user shares no group with the server (whose files the child would read) ...
+    assert settings["Group"] != "semula" and "SupplementaryGroups" not in settings
+    # ... and the directory of the file systemd read for it is gone from its view.
+    assert settings["EnvironmentFile"].rsplit("/", 1)[0] in settings["InaccessiblePaths"].split()
