@@ -46,8 +46,8 @@ def harden_daemon() -> None:
     """Make this process not dumpable and a child subreaper.
 
     Not dumpable: a process of the same user (a child) can no longer open its /proc/<pid>/environ,
-    mem or maps, where the server's secrets are (docs/design/answerer.md). It does not stop this process reading
-    its children's /proc entries: the check is on the process being read. Subreaper: its
+    mem or maps, where the server's secrets are (docs/design/answerer.md). It does not stop this
+    process reading its children's /proc entries: the check is on the process being read. Subreaper: its
     children's orphans re-parent to it, not to PID 1.
     """
     prctl(_PR_SET_DUMPABLE, 0)
