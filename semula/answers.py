@@ -85,6 +85,70 @@ def parse_answer(payload: Any, request: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def check_completion(completion: Mapping[str, Any], request: Mapping[str, Any]) -> None:
+    """Check a whole chat.completion as a provider (or an answerer pasting one) gave it.
+
+    What must hold is checked for every choice (an assistant message, tool calls that fit the request's
+    tools and schemas, content that fits its response_format); fields semula does not know are left
+    alone, so a recording keeps what the provider sent. Errors name the field (`choices[1].message.…`).
+    """
+    if completion.get("object", "chat.completion") != "chat.completion":
+        raise InvalidAnswer("a whole completion must have object chat.completion", param="object")
+    choices = completion.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise InvalidAnswer("a whole completion has a non-empty list of choices", param="choices")
+    for i, choice in enumerate(choices):
+        where = f"choices[{i}]"
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            raise InvalidAnswer("each choice has an assistant message", param=f"{where}.message")
+        known = {key: value for key, value in message.items() if key in _MESSAGE_KEYS}
+        try:
+            parsed = parse_answer({"message": known}, request)
+            validate_tool_calls(parsed, request)
+        except InvalidAnswer as exc:
+            raise InvalidAnswer(exc.message, param=join_path(f"{where}.message", exc.param or "")) from None
+
+
+def complete_completion(completion: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
+    """A checked whole completion with the fields the API always has filled in where missing.
+
+    Nothing present is changed or dropped; only absent required fields are added (object, model,
+    index, finish_reason, logprobs, refusal, tool call ids, an estimated usage).
+    """
+    out = dict(completion)
+    out.setdefault("object", "chat.completion")
+    out.setdefault("model", str(request.get("model") or ""))
+    choices = []
+    for i, choice in enumerate(completion["choices"]):
+        message = dict(choice["message"])
+        message.setdefault("role", "assistant")
+        message.setdefault("content", None)
+        message.setdefault("refusal", None)
+        calls = message.get("tool_calls")
+        if isinstance(calls, list) and calls:
+            message["tool_calls"] = [
+                {**call, "id": call.get("id") or _parse_tool_call(call, n)["id"]}
+                for n, call in enumerate(calls)
+            ]
+        choices.append(
+            {
+                "index": i,
+                "logprobs": None,
+                "finish_reason": "tool_calls" if calls else "stop",
+                **choice,
+                "message": message,
+            }
+        )
+    out["choices"] = choices
+    if not isinstance(out.get("usage"), dict):
+        first = parse_answer(
+            {"message": {k: v for k, v in choices[0]["message"].items() if k in _MESSAGE_KEYS}}, request
+        )
+        out["usage"] = first["usage"]
+    return out
+
+
 def validate_tool_calls(completion: Mapping[str, Any], request: Mapping[str, Any]) -> None:
     """Check the answer's tool calls against the request's tools and its content against `response_format`.
 
@@ -158,7 +222,22 @@ def shape(request: Mapping[str, Any]) -> dict[str, Any]:
         skeleton = {"content": json.dumps(skeleton_from_schema(response_format), ensure_ascii=False)}
     else:
         skeleton = {"content": ""}
+    wanted = choices_wanted(request)
+    if wanted > 1:
+        # n > 1: one answer per choice, as a whole completion's choices.
+        return {
+            "tools": tools,
+            "response_format": response_format,
+            "choices": wanted,
+            "skeleton": {"choices": [{"message": skeleton} for _ in range(wanted)]},
+        }
     return {"tools": tools, "response_format": response_format, "skeleton": skeleton}
+
+
+def choices_wanted(request: Mapping[str, Any]) -> int:
+    """How many choices the request asks for (`n`, 1 when absent or not a small positive integer)."""
+    n = request.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 128 else 1
 
 
 def skeleton_from_schema(schema: Any) -> Any:

@@ -78,12 +78,19 @@ def replay_chunks(
 
 
 def stamp_chunks(chunks: Iterable[dict[str, Any]], id: str, created: int, model: str) -> list[dict[str, Any]]:
-    """Copies of the chunks carrying this response's `id`, `created` and `model` (OpenAI's key order)."""
+    """Copies of the chunks carrying this response's `id` and `created`, and the model they were recorded
+    with (else `model`), in OpenAI's key order."""
     stamped = []
     for chunk in chunks:
         rest = {key: value for key, value in chunk.items() if key not in _STAMPED}
         stamped.append(
-            {"id": id, "object": "chat.completion.chunk", "created": created, "model": model, **rest}
+            {
+                "id": id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": chunk.get("model") or model,
+                **rest,
+            }
         )
     return stamped
 

@@ -23,6 +23,8 @@ class FakeUpstream:
     def __init__(self, delay: float = 0.0, tls: ssl.SSLContext | None = None):
         self.delay = delay
         self.mode = "ok"
+        self.chunk_delay = 0.0  # > 0: a stream goes out chunk by chunk (chunked encoding), this far apart
+        self.sent_at: list[float] = []  # time.monotonic() as each streamed chunk went out
         self.calls: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         fake = self
@@ -48,7 +50,22 @@ class FakeUpstream:
                 if fake.delay:
                     time.sleep(fake.delay)
                 respond = fake.respond_responses if self.path.endswith("/responses") else fake.respond
+                if fake.mode == "rich":
+                    respond = fake.respond_rich
                 status, content_type, data = respond(body, self.headers.get("Authorization", ""))
+                if fake.chunk_delay and content_type == "text/event-stream":
+                    self.send_response(status)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for event in data.split(b"\n\n")[:-1]:
+                        piece = event + b"\n\n"
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                        self.wfile.flush()
+                        fake.sent_at.append(time.monotonic())
+                        time.sleep(fake.chunk_delay)
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
                 self.send_response(status)
                 if status == 307:
                     self.send_header("Location", fake.url + "/chat/completions")
@@ -118,6 +135,76 @@ class FakeUpstream:
         ]
         if (body.get("stream_options") or {}).get("include_usage"):
             chunks.append({**chunk, "choices": [], "usage": usage})
+        data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        return 200, "text/event-stream", data.encode()
+
+    def respond_rich(self, body: dict[str, Any], authorization: str) -> tuple[int, str, bytes]:
+        """A chat completion with every field OpenAI sends today, n choices, logprobs, and fields semula
+        does not know (`message.reasoning_content`, `usage.cost`, a top-level `provider_trace`)."""
+        n = body.get("n") or 1
+        created, snapshot = 1764440000, body["model"] + "-2024-07-18"
+        logprobs = {"content": [{"token": "Hi", "logprob": -0.01, "bytes": [72, 105], "top_logprobs": []}]}
+
+        def message(i: int) -> dict[str, Any]:
+            return {
+                "role": "assistant",
+                "content": f"Hi, choice {i}",
+                "refusal": None,
+                "annotations": [],
+                "reasoning_content": f"thinking {i}",
+            }
+
+        usage = {
+            "prompt_tokens": 11,
+            "completion_tokens": 5,
+            "total_tokens": 16,
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+            "cost": 0.00042,
+        }
+        if not body.get("stream"):
+            completion = {
+                "id": "chatcmpl-rich",
+                "object": "chat.completion",
+                "created": created,
+                "model": snapshot,
+                "choices": [
+                    {
+                        "index": i,
+                        "message": message(i),
+                        "logprobs": logprobs if body.get("logprobs") else None,
+                        "finish_reason": "stop",
+                    }
+                    for i in range(n)
+                ],
+                "usage": usage,
+                "service_tier": "default",
+                "system_fingerprint": "fp_rich01",
+                "provider_trace": {"region": "eu", "kept": True},
+            }
+            return 200, "application/json", json.dumps(completion).encode()
+        base = {
+            "id": "chatcmpl-richstream",
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": snapshot,
+        }
+        base |= {"service_tier": "default", "system_fingerprint": "fp_rich01"}
+        words = ["Once", " upon", " a", " time", "."]
+        chunks = [
+            {
+                **base,
+                "choices": [
+                    {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                ],
+            }
+        ]
+        chunks += [
+            {**base, "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]} for w in words
+        ]
+        chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunks = [{**c, "usage": None} for c in chunks] + [{**base, "choices": [], "usage": usage}]
         data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
         return 200, "text/event-stream", data.encode()
 

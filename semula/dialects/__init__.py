@@ -11,12 +11,13 @@ need no per-API code (docs/decisions/0030-dialects.md).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from semula import fingerprint as fp
-from semula.errors import BadRequest
+from semula.errors import BadRequest, SemulaError
 
 CHAT = "openai.chat"
 RESPONSES = "openai.responses"
@@ -29,6 +30,7 @@ class Request:
     model: str
     stream: bool
     include_usage: bool = False
+    fresh: bool = True  # ids and times stamped afresh on replay (the project's restamp setting)
 
 
 class Dialect:
@@ -129,6 +131,18 @@ class Dialect:
     def from_stream(self, events: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """A provider's streamed events as (response, chunks) to store."""
         raise NotImplementedError
+
+    def relay(self, block: bytes, data: Any, req: Request) -> bytes | None:
+        """What the app gets of one event a provider streams (record-through passes streams on live)."""
+        return block + b"\n\n"
+
+    def stream_end(self, req: Request) -> bytes:
+        """What ends a stream the app gets, once the provider's has ended."""
+        return b""
+
+    def stream_error(self, exc: SemulaError, req: Request) -> bytes:
+        """The event that tells the app its stream broke."""
+        return b"data: " + json.dumps(exc.to_dict(), separators=(",", ":")).encode() + b"\n\n"
 
 
 def _registry() -> dict[str, Dialect]:

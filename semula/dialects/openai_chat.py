@@ -6,6 +6,7 @@ this module hands straight through to the shared answer, fingerprint and stream 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -13,22 +14,42 @@ from typing import Any
 from semula import answers, chat_requests, stream, templates
 from semula import fingerprint as fp
 from semula.dialects import CHAT, Dialect, Request
-from semula.errors import BadRequest
+from semula.errors import BadRequest, InvalidAnswer
 
 
 def response_id() -> str:
     return "chatcmpl-" + os.urandom(12).hex()
 
 
-def stamp_completion(completion: dict[str, Any], model: str, now: float) -> dict[str, Any]:
-    """A completion as the app receives it: a fresh id and created, the request's model."""
+def stamp_completion(
+    completion: dict[str, Any], model: str, now: float, *, fresh: bool = True
+) -> dict[str, Any]:
+    """A completion as the app receives it: a fresh id and created (unless `fresh` is off and it has
+    recorded ones), the model it was recorded with (the request's when it has none)."""
+    recorded_id, recorded_created = completion.get("id"), completion.get("created")
     return {
-        "id": response_id(),
+        "id": recorded_id if not fresh and recorded_id else response_id(),
         "object": "chat.completion",
-        "created": int(now),
-        "model": model,
+        "created": recorded_created if not fresh and isinstance(recorded_created, int) else int(now),
+        "model": completion.get("model") or model,
         **{k: v for k, v in completion.items() if k not in ("id", "object", "created", "model")},
     }
+
+
+def _with_refusal(completion: dict[str, Any]) -> dict[str, Any]:
+    """Messages carry `refusal` (null when none), as the API's own always do: entries from before had none."""
+    choices = completion.get("choices")
+    if not isinstance(choices, list) or all(
+        isinstance(c, dict) and isinstance(c.get("message"), dict) and "refusal" in c["message"]
+        for c in choices
+    ):
+        return completion
+    patched = []
+    for choice in choices:
+        if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
+            choice = {**choice, "message": {**choice["message"], "refusal": choice["message"].get("refusal")}}
+        patched.append(choice)
+    return {**completion, "choices": patched}
 
 
 class OpenAIChat(Dialect):
@@ -60,7 +81,7 @@ class OpenAIChat(Dialect):
         return request
 
     def respond(self, completion, request, *, response_id=None):
-        return completion
+        return answers.complete_completion(completion, request)
 
     def common(self, response, chunks):
         if not response.get("choices") and chunks:
@@ -68,11 +89,33 @@ class OpenAIChat(Dialect):
         return response
 
     def accept(self, payload, request, view):
+        wanted = answers.choices_wanted(view)
+        if isinstance(payload, dict) and "choices" in payload:
+            # A whole completion pasted by an answerer: kept as given, checked, what it lacks filled in.
+            answers.check_completion(payload, view)
+            if wanted > 1 and len(payload["choices"]) != wanted:
+                raise InvalidAnswer(
+                    f"the request asks for n={wanted} choices; give {wanted}", param="choices"
+                )
+            return answers.complete_completion(payload, view), None
+        if wanted > 1:
+            raise InvalidAnswer(
+                f"the request asks for n={wanted} choices: answer "
+                f'{{"choices": [{{"message": {{"content": "…"}}}}, …]}} with {wanted} of them',
+                param="choices",
+            )
         completion = answers.parse_answer(payload, view)
         answers.validate_tool_calls(completion, view)
-        return completion, None
+        return self.respond(completion, request), None
 
     def accept_recorded(self, response, chunks, request, view):
+        if isinstance(response, dict) and "choices" in response:
+            # What a provider sent (or a bundle holds) is stored as it is, once checked.
+            answers.check_completion(response, view)
+            return response, chunks
+        if chunks and not response:
+            return self.accept_recorded(stream.assemble_chunks(chunks), chunks, request, view)
+        # Any other answer form (a bundle written by hand, say) is an answer like an agent's.
         return self.accept(response, request, view)[0], chunks
 
     def usage(self, response):
@@ -86,7 +129,7 @@ class OpenAIChat(Dialect):
             if completion is None or not completion.get("choices"):
                 completion = stream.assemble_chunks(chunks or [])
             out = templates.expand_completion(completion, req.model, now) if expand else completion
-            return stamp_completion(out, req.model, now), None
+            return stamp_completion(_with_refusal(out), req.model, now, fresh=req.fresh), None
         if chunks:
             body = stream.replay_chunks(
                 chunks, req.include_usage, response.get("usage") if response else None
@@ -95,11 +138,15 @@ class OpenAIChat(Dialect):
             body = stream.synthesize_chunks(response, req.include_usage)
         if expand:
             body = templates.expand_chunks(body, req.model, now)
+        recorded = next((c for c in chunks or () if c.get("id")), None)
+        if not req.fresh and recorded is not None:
+            created = recorded.get("created") or int(now)
+            return None, stream.stamp_chunks(body, recorded["id"], created, req.model)
         return None, stream.stamp_chunks(body, response_id(), int(now), req.model)
 
     def restamp(self, body: dict[str, Any], req: Request, now: float) -> dict[str, Any]:
-        """A kept hit's response, stamped afresh for one more reply."""
-        return stamp_completion(body, req.model, now)
+        """A kept hit's response, stamped afresh for one more reply (or kept, with restamp recorded)."""
+        return stamp_completion(body, req.model, now, fresh=req.fresh)
 
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         return stream.sse_lines(events)
@@ -111,3 +158,17 @@ class OpenAIChat(Dialect):
 
     def from_stream(self, events: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         return stream.assemble_chunks(events), events
+
+    def relay(self, block: bytes, data: Any, req: Request) -> bytes | None:
+        if req.include_usage or not isinstance(data, dict):
+            return block + b"\n\n"
+        # semula asked the provider for usage (the token cap counts it); the app did not.
+        if not data.get("choices") and data.get("usage"):
+            return None
+        if "usage" in data:
+            data = {key: value for key, value in data.items() if key != "usage"}
+            return b"data: " + json.dumps(data, separators=(",", ":")).encode("ascii") + b"\n\n"
+        return block + b"\n\n"
+
+    def stream_end(self, req: Request) -> bytes:
+        return stream.DONE

@@ -201,7 +201,7 @@ class OpenAIResponses(Dialect):
             output,
             {
                 "input_tokens": prompt,
-                "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                 "output_tokens": produced,
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": usage.get("total_tokens", prompt + produced),
@@ -338,6 +338,11 @@ class OpenAIResponses(Dialect):
     def upstream_body(self, body: dict[str, Any]) -> dict[str, Any]:
         return body
 
+    def stream_error(self, exc: Any, req: Request) -> bytes:
+        error = exc.to_dict()["error"]
+        event = {"type": "error", "code": error["code"], "message": error["message"], "param": error["param"]}
+        return self.sse([event]).__next__()
+
     def from_stream(self, events: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         response = final_response(events)
         if response is None:
@@ -371,14 +376,20 @@ def envelope(
         "temperature": request.get("temperature", 1.0),
         "text": {"format": {"type": "text"}, "verbosity": "medium", **text},
         "tool_choice": request.get("tool_choice", "auto"),
-        "tools": request.get("tools") or [],
+        "tools": [_echoed_tool(tool) for tool in request.get("tools") or []],
         "top_logprobs": request.get("top_logprobs", 0),
         "top_p": request.get("top_p", 1.0),
         "truncation": request.get("truncation", "disabled"),
         "usage": usage,
-        "user": request.get("user"),
         "metadata": request.get("metadata") or {},
-    }
+    } | ({"user": request["user"]} if isinstance(request.get("user"), str) else {})
+
+
+def _echoed_tool(tool: Any) -> Any:
+    """A function tool as the API echoes it: with its description (or null) and strict (default on)."""
+    if isinstance(tool, dict) and tool.get("type") == "function":
+        return {"description": None, "strict": True, **tool}
+    return tool
 
 
 def final_response(events: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -402,7 +413,7 @@ def synthesize_events(response: dict[str, Any]) -> list[dict[str, Any]]:
     def emit(kind: str, **fields: Any) -> None:
         events.append({"type": kind, "sequence_number": next(numbers), **fields})
 
-    opening = {**response, "status": "in_progress", "output": [], "usage": None}
+    opening = {k: v for k, v in response.items() if k != "usage"} | {"status": "in_progress", "output": []}
     emit("response.created", response=opening)
     emit("response.in_progress", response=opening)
     for index, item in enumerate(response.get("output") or []):

@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "upstream_max_tokens": None,
     "upstream_dry_run": False,
     "answerer": False,
+    "restamp": "fresh",
 }
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
@@ -69,6 +70,7 @@ class SettingsSchema(Schema):
     upstream_max_tokens = fields.Integer(strict=True, allow_none=True, validate=validate.Range(0, 10**12))
     upstream_dry_run = StrictBoolean()
     answerer = StrictBoolean()
+    restamp = fields.String(validate=validate.OneOf(["fresh", "recorded"]))
 
     @validates("ignore_fields")
     def _ignore_fields(self, value: Any, **_: Any) -> None:

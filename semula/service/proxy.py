@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 from semula import dialects, redact
@@ -33,6 +34,7 @@ class Call:
     dialect: Dialect
     entry: dict[str, Any] | None = None
     pending_id: str | None = None
+    live: Iterator[bytes] | None = None  # a record-through stream, passed on as the provider sends it
 
     @property
     def model(self) -> str:
@@ -71,6 +73,8 @@ def start(ctx: Context, project: dict[str, Any], body: Any, dialect: Dialect | N
     require(ctx, role="viewer", scope="replay")
     dialect = dialect or dialects.get(CHAT)
     req = dialect.check(body)
+    if project.get("restamp") == "recorded":
+        req = replace(req, fresh=False)
     fingerprint = dialect.fingerprint(
         body, json.loads(project["ignore_fields"]), json.loads(project["normalize"])
     )
@@ -224,6 +228,18 @@ def input_items(ctx: Context, project: dict[str, Any], response_id: str) -> dict
         "last_id": items[-1]["id"] if items else None,
         "has_more": False,
     }
+
+
+def model(ctx: Context, project: dict[str, Any], model_id: str) -> dict[str, Any]:
+    """GET /v1/models/{id}: a model seen in the project's entries, as OpenAI's model object; else 404."""
+    for item in models(ctx, project)["data"]:
+        if item["id"] == model_id:
+            return item
+    raise NotFound(
+        f"The model {model_id!r} does not exist in project {project['name']!r}: no recording uses it.",
+        param="model",
+        code="model_not_found",
+    )
 
 
 def models(ctx: Context, project: dict[str, Any]) -> dict[str, Any]:

@@ -165,6 +165,11 @@ SETTINGS_PROPERTIES: dict[str, Any] = {
     "upstream_max_tokens": nullable({"type": "integer", "minimum": 0, "maximum": 10**12}),
     "upstream_dry_run": {"type": "boolean"},
     "answerer": {"type": "boolean"},
+    "restamp": {
+        "type": "string",
+        "enum": ["fresh", "recorded"],
+        "description": "Whether a replay gets a fresh id and created (fresh) or the recorded ones.",
+    },
 }
 
 API = {
@@ -315,6 +320,7 @@ SCHEMAS: dict[str, Any] = {
                 "description": "What an answer cannot do for this call (built-in tools, for example).",
             },
         },
+        ["tools", "response_format", "skeleton"],
         description="What an answer must look like: the request's tools, its response schema, a skeleton.",
     ),
     "PendingFull": {

@@ -29,7 +29,8 @@ logger = logging.getLogger("semula.proxy")
 
 ROUTE = re.compile(
     r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62}))?/v1/(?P<what>chat/completions|responses|models"
-    r"|responses/(?P<response_id>[A-Za-z0-9_.:-]{1,200})(?P<items>/input_items)?)$"
+    r"|responses/(?P<response_id>[A-Za-z0-9_.:-]{1,200})(?P<items>/input_items)?"
+    r"|models/(?P<model_id>[^?#]{1,200}))$"
 )
 # Any other path under /v1 is an API this server does not speak: say so, in the API's error shape.
 API_PREFIX = re.compile(r"^(?:/p/[^/]*)?/v1(?:/|$)")
@@ -78,6 +79,13 @@ def unknown_path(environ: dict[str, Any]) -> errors.NotFound:
         "under /p/<project>/v1/.",
         code="unknown_path",
     )
+
+
+def _warned(warning: str | None) -> list[tuple[str, str]]:
+    """The X-Semula-Warning header of a forwarded answer semula could not record (none otherwise)."""
+    if not warning:
+        return []
+    return [("X-Semula-Warning", warning.encode("ascii", "replace").decode("ascii").replace("\n", " "))]
 
 
 class PrincipalCache:
@@ -146,21 +154,29 @@ class ProxyApp:
             if what == "models":
                 self._method(environ, "GET")
                 return self._json(start_response, 200, proxy_service.models(ctx, project))
+            if match["model_id"]:
+                self._method(environ, "GET")
+                return self._json(start_response, 200, proxy_service.model(ctx, project, match["model_id"]))
             if api is None:
                 return self._stored_response(ctx, project, match, environ, start_response)
             self._method(environ, "POST")
             assert key is not None
             call = proxy_service.start(ctx, project, self._parse(key[-1]), dialects.get(api))
             outcome = "hit" if call.entry else self._miss(ctx, call)
+            if call.live is not None:
+                self._log(ctx, call, outcome, 200, started)
+                start_response(STATUS_TEXT[200], SSE_HEADERS)
+                return call.live
             body, events = proxy_service.render(call, call.entry)
             self._log(ctx, call, outcome, 200, started)
+            warning = call.entry.get("warning") if call.entry else None
             if events is not None:
-                start_response(STATUS_TEXT[200], SSE_HEADERS)
+                start_response(STATUS_TEXT[200], SSE_HEADERS + _warned(warning))
                 return call.dialect.sse(events)
             assert body is not None
             if outcome == "hit":
                 self.hits.keep(key, call, body, version)
-            return self._json(start_response, 200, body)
+            return self._json(start_response, 200, body, _warned(warning))
         except errors.SemulaError as exc:
             return self._error(start_response, exc, ctx, call, started)
         except DatabaseError as exc:
@@ -198,7 +214,16 @@ class ProxyApp:
                     "record_through is on but this server has no upstream key.",
                     code="upstream_not_configured",
                 )
-            call.entry = upstream.forward(ctx, call.project, call.fingerprint, call.body, call.dialect)
+            if call.stream:
+                forwarded = upstream.forward_live(
+                    ctx, call.project, call.fingerprint, call.body, call.dialect, call.request
+                )
+                if not isinstance(forwarded, dict):
+                    call.live = forwarded
+                    return "forwarded"
+                call.entry = forwarded
+            else:
+                call.entry = upstream.forward(ctx, call.project, call.fingerprint, call.body, call.dialect)
             return "forwarded"
         proxy_service.park(ctx, call)
         if call.entry is not None:  # answered while we parked
@@ -237,13 +262,19 @@ class ProxyApp:
             raise errors.MethodNotAllowed()
 
     @staticmethod
-    def _json(start_response: Callable[..., Any], status: int, body: dict[str, Any]) -> list[bytes]:
+    def _json(
+        start_response: Callable[..., Any],
+        status: int,
+        body: dict[str, Any],
+        extra: list[tuple[str, str]] = (),
+    ) -> list[bytes]:
         try:
             data = orjson.dumps(body)
         except TypeError:  # what orjson refuses (integers past 64 bits, non-string keys), json can write
             data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         start_response(
-            STATUS_TEXT.get(status, f"{status} Error"), [*JSON_HEADERS, ("Content-Length", str(len(data)))]
+            STATUS_TEXT.get(status, f"{status} Error"),
+            [*JSON_HEADERS, ("Content-Length", str(len(data))), *extra],
         )
         return [data]
 

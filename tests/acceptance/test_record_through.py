@@ -44,7 +44,7 @@ def test_budget_holds_across_two_workers_and_the_key_stays_secret(start_server, 
     usage = requests.get(f"{server.url}/api/v1/projects/shop/upstream", headers=headers, timeout=10).json()
     assert usage["calls"] == 100
 
-    # A failed call gives its count back, and the provider's echo of the key is redacted.
+    # A call the provider answered with an error is spent, and its echo of the key is redacted.
     requests.post(f"{server.url}/api/v1/projects/shop/upstream/reset", headers=headers, timeout=10)
     fake.mode = "error"
     r = requests.post(
@@ -55,7 +55,7 @@ def test_budget_holds_across_two_workers_and_the_key_stays_secret(start_server, 
     )
     assert r.status_code == 502 and "[REDACTED]" in r.text and CANARY not in r.text
     after = requests.get(f"{server.url}/api/v1/projects/shop/upstream", headers=headers, timeout=10)
-    assert after.json()["calls"] == 0
+    assert after.json()["calls"] == 1
     server.stop()
     assert CANARY not in server.log()
     logged = ctx.store.all("calls_in_project", project_id=projects.get(ctx, "shop")["id"])

@@ -50,6 +50,7 @@ def source(ctx):
         {
             "name": "source",
             "record_timeout": 42,
+            "restamp": "recorded",
             "max_misses": 7,
             "normalize": [{"pattern": "\\d{4}-\\d\\d-\\d\\d", "replacement": "DATE"}],
             "ignore_fields": ["/temperature"],
@@ -88,6 +89,7 @@ def test_round_trip_is_byte_identical(ctx, source):
         "max_misses": 7,
         "normalize": [{"pattern": "\\d{4}-\\d\\d-\\d\\d", "replacement": "DATE"}],
         "record_timeout": 42,
+        "restamp": "recorded",
     }
     fingerprints = [e["fingerprint"] for e in bundle["entries"]]
     assert fingerprints == sorted(fingerprints) and len(fingerprints) == 4
@@ -159,7 +161,15 @@ def test_import_resets_operator_fields_applies_settings_and_is_audited(ctx, sour
     [event] = [e for e in audit.list_events(ctx, action="project.import")["data"]]
     assert event["target"] == "copy" and event["actor"] == "cli"
     assert event["fields"] == sorted(
-        ["ignore_fields", "max_misses", "mode", "normalize", "record_timeout", "upstream_max_calls"]
+        [
+            "ignore_fields",
+            "max_misses",
+            "mode",
+            "normalize",
+            "record_timeout",
+            "restamp",
+            "upstream_max_calls",
+        ]
     )
 
 

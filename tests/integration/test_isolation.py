@@ -226,6 +226,7 @@ NO_OBJECT = {
     "proxy.stamp_completion",
     "proxy.log_row",
     "proxy.models",
+    "proxy.model",
     "quotas.limit",
     "quotas.check",
     "quotas.check_answer",

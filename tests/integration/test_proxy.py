@@ -88,7 +88,9 @@ def test_replay_miss_names_the_closest_entry_not_the_newest(ctx, shop, client, a
     far = {**BODY, "messages": [{"role": "user", "content": "Write a sonnet about the sea at dusk."}]}
     record(ctx, shop, client, admin, {"content": "hi"}, body=close)
     record(ctx, shop, client, admin, {"content": "a sonnet"}, body=far)
-    [newer, older] = ctx.store.all("entry_candidates", project_id=shop["id"], model="gpt-4o", limit=10)
+    [newer, older] = ctx.store.all(
+        "entry_candidates", project_id=shop["id"], api="openai.chat", model="gpt-4o", limit=10
+    )
     assert json.loads(older["request"])["messages"] == close["messages"]
     projects.update(ctx, "shop", {"mode": "replay"})
     asked = {**BODY, "messages": [{"role": "user", "content": "hello therE"}]}

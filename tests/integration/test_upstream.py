@@ -16,7 +16,7 @@ import pytest
 
 from semula import logs
 from semula.fingerprint import fingerprint
-from semula.service import CLI, Context, entries, projects, upstream
+from semula.service import CLI, Context, entries, projects, provider, upstream
 from semula.web import create_app
 from tests.entry_helpers import save_entry
 from tests.fake_upstream import FakeUpstream
@@ -102,13 +102,15 @@ def test_the_entry_its_revision_and_the_tokens_are_written_together(client, uctx
     assert r.status_code == 409 and r.json["error"]["code"] == "entry_pinned"
     assert [r["number"] for r in entries.get(uctx, entry_id)["revisions"]] == [1, 2]
     spent = usage(client, headers)
-    assert (spent["calls"], spent["prompt_tokens"], spent["completion_tokens"]) == (2, 40, 20)
+    # The third call reached the provider (the pin refused only its saving): spent, without tokens.
+    assert (spent["calls"], spent["prompt_tokens"], spent["completion_tokens"]) == (3, 40, 20)
 
 
 def test_upstream_model_replaces_the_model_sent(client, uctx, shop, headers, fake):
     projects.update(uctx, "shop", {"upstream_model": "gpt-4o-mini"})
     r = client.post(URL, json=body(), headers=headers)
-    assert fake.calls[0]["body"]["model"] == "gpt-4o-mini" and r.json["model"] == "gpt-4o"
+    # The app gets the model the provider answered with, as it would calling the provider directly.
+    assert fake.calls[0]["body"]["model"] == "gpt-4o-mini" and r.json["model"] == "gpt-4o-mini"
 
 
 def test_budget_cap_then_429_and_replay_still_works(client, uctx, shop, headers, fake, store):
@@ -147,8 +149,8 @@ def test_an_entry_recorded_meanwhile_is_returned_without_paying(uctx, shop, fake
     assert store.one("get_upstream_usage", project_id=shop["id"])["calls"] == 0
 
 
-def test_failed_call_gives_its_count_back_and_error_text_is_redacted(
-    client, shop, headers, fake, store, capfd
+def test_a_call_that_reached_the_provider_is_spent_and_error_text_is_redacted(
+    client, uctx, shop, headers, fake, store, capfd
 ):
     logs.setup("info", (CANARY,))
     fake.mode = "error"
@@ -156,12 +158,15 @@ def test_failed_call_gives_its_count_back_and_error_text_is_redacted(
     assert r.status_code == 502 and r.json["error"]["code"] == "semula_upstream_error"
     message = r.json["error"]["message"]
     assert "401" in message and "[REDACTED]" in message and CANARY not in message
-    assert usage(client, headers)["calls"] == 0
+    assert usage(client, headers)["calls"] == 1  # the provider saw it: it may have billed it
+    # An answer semula cannot store still reaches the app, with a warning, and is not recorded.
     fake.mode = "invalid"
     r = client.post(URL, json=body(), headers=headers)
-    assert r.status_code == 502 and r.json["error"]["code"] == "semula_upstream_invalid"
-    assert usage(client, headers)["calls"] == 0
-    assert calls(store, shop) == ["error", "error"]
+    assert r.status_code == 200 and r.json["choices"][0]["message"]["tool_calls"][0]["function"]["name"]
+    assert r.headers["X-Semula-Warning"].startswith("not recorded: ")
+    assert "choices[0].message.tool_calls" in r.headers["X-Semula-Warning"]
+    assert usage(client, headers)["calls"] == 2 and entries.list_entries(uctx, "shop")["data"] == []
+    assert calls(store, shop) == ["error", "forwarded"]
     logging.getLogger("semula.test").info("done")
     assert CANARY not in "".join(capfd.readouterr())
 
@@ -174,17 +179,20 @@ def test_unreachable_upstream_is_named_by_exception_type_only(store, settings, h
     assert r.status_code == 502 and r.json["error"]["code"] == "semula_upstream_unreachable"
     message = r.json["error"]["message"]
     assert re.search(r"\(Connection\w*Error\)", message) and "127.0.0.1" not in message
+    # It never left: the call is given back.
+    spent = store.one("get_upstream_usage", project_id=projects.get(Context(store, s, CLI), "shop")["id"])
+    assert spent["calls"] == 0
 
 
 def test_redirects_are_not_followed_and_nothing_is_retried(client, shop, headers, fake):
     fake.mode = "redirect"
     r = client.post(URL, json=body(), headers=headers)
     assert r.status_code == 502 and "answered 307" in r.json["error"]["message"]
-    assert len(fake.calls) == 1 and usage(client, headers)["calls"] == 0
+    assert len(fake.calls) == 1 and usage(client, headers)["calls"] == 1
 
 
 def test_a_too_large_answer_is_refused_and_the_next_call_works(client, shop, headers, fake, monkeypatch):
-    monkeypatch.setattr(upstream, "MAX_RESPONSE_BYTES", 100)
+    monkeypatch.setattr(provider, "MAX_RESPONSE_BYTES", 100)
     r = client.post(URL, json=body("big"), headers=headers)
     assert r.status_code == 502 and "too large" in r.json["error"]["message"]
     monkeypatch.undo()
@@ -222,15 +230,15 @@ def test_an_https_provider_is_called_with_its_certificate_checked(
 ):
     server, ca_file = tls_provider
     if trusted:
-        monkeypatch.setattr(upstream, "_ca_bundle", lambda: ca_file)
-    upstream._provider.cache_clear()
+        monkeypatch.setattr(provider, "_ca_bundle", lambda: ca_file)
+    provider._provider.cache_clear()
     s = replace(settings, upstream_key=CANARY, upstream_url=server.url)
     projects.create(Context(store, s, CLI), {"name": "shop", "record_through": True})
     try:
         app = create_app(s, store).test_client()
         responses = [app.post(URL, json=body(text), headers=headers) for text in ("a", "b")]
     finally:
-        upstream._provider.cache_clear()
+        provider._provider.cache_clear()
     if trusted:
         assert [r.json["choices"][0]["message"]["content"] for r in responses] == [
             "upstream says: a",
@@ -247,13 +255,13 @@ def test_the_environment_proxy_is_used(store, settings, headers, fake, monkeypat
     monkeypatch.setenv("HTTP_PROXY", fake.url.removesuffix("/v1").replace("//", "//proxy%20user:s3cret@"))
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    upstream._provider.cache_clear()
+    provider._provider.cache_clear()
     s = replace(settings, upstream_key=CANARY, upstream_url="http://provider.invalid/v1")
     projects.create(Context(store, s, CLI), {"name": "shop", "record_through": True})
     try:
         r = create_app(s, store).test_client().post(URL, json=body(), headers=headers)
     finally:
-        upstream._provider.cache_clear()
+        provider._provider.cache_clear()
     assert r.status_code == 200
     assert [c["path"] for c in fake.calls] == ["http://provider.invalid/v1/chat/completions"]
     sent = {name.lower(): value for name, value in fake.calls[0]["headers"].items()}
@@ -314,7 +322,7 @@ def test_identical_concurrent_misses_all_get_the_providers_error(client, shop, h
     assert len(fake.calls) == 1  # one flight: the other nine waited for it
     refusals = [(r.status_code, r.json["error"]["code"]) for r in results]
     assert refusals == [(502, "semula_upstream_error")] * 10
-    assert usage(client, headers)["calls"] == 0
+    assert usage(client, headers)["calls"] == 1
 
 
 def test_reset_is_admin_only_and_audited(client, shop, headers, make_token):

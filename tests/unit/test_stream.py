@@ -156,15 +156,17 @@ def test_the_openai_sdk_accepts_every_chunk_and_rebuilds_the_completion(completi
     )
 
 
-def test_stamp_chunks_sets_id_created_and_model_on_copies():
+def test_stamp_chunks_sets_id_and_created_on_copies_and_keeps_the_recorded_model():
     stored = [
-        {"id": "chatcmpl-old", "object": "chat.completion.chunk", "model": "gpt-4o-2024", "choices": []}
+        {"id": "chatcmpl-old", "object": "chat.completion.chunk", "model": "gpt-4o-2024", "choices": []},
+        {"object": "chat.completion.chunk", "choices": []},
     ]
     before = copy.deepcopy(stored)
-    (stamped,) = stamp_chunks(stored, "chatcmpl-new", 1234, "gpt-4o")
+    recorded, bare = stamp_chunks(stored, "chatcmpl-new", 1234, "gpt-4o")
     assert stored == before
-    assert list(stamped)[:4] == ["id", "object", "created", "model"]
-    assert (stamped["id"], stamped["created"], stamped["model"]) == ("chatcmpl-new", 1234, "gpt-4o")
+    assert list(recorded)[:4] == ["id", "object", "created", "model"]
+    assert (recorded["id"], recorded["created"], recorded["model"]) == ("chatcmpl-new", 1234, "gpt-4o-2024")
+    assert (bare["id"], bare["model"]) == ("chatcmpl-new", "gpt-4o")
 
 
 def test_sse_lines_frame_each_chunk_and_end_with_done():
