@@ -55,10 +55,28 @@ def _translated(failures: list[str] | None = None) -> Iterator[None]:
     except _SCHEMA as exc:
         raise SchemaMismatch(_message(exc)) from exc
     except psycopg.OperationalError as exc:
+        if getattr(exc, "sqlstate", None) in _CONNECTION_ENDED:
+            raise _Lost(_message(exc)) from exc
         raise Unavailable(_message(exc)) from exc
     except psycopg.Error as exc:
         raise DatabaseError(_message(exc)) from exc
 
+
+class _Lost(Unavailable):
+    """The connection broke under a statement: the server ended it (it is closed now)."""
+
+
+# A server that ended the connection (57P0x), or a connection found broken (08xxx, or no state at all).
+_CONNECTION_ENDED = (None, "57P01", "57P02", "57P03", "08006", "08003", "08000")
+
+
+def _read_only(sql: str) -> bool:
+    text = re.sub(r"--[^\n]*", "", sql).strip().upper()
+    return text.startswith("SELECT") and "FOR UPDATE" not in text and ";" not in text.rstrip(";")
+
+
+# The statements that only read: safe to run again on another connection when one broke under them.
+READS = frozenset(name for name, sql in POSTGRES_QUERIES.items() if _read_only(sql))
 
 _SCHEMA = (
     psycopg.errors.UndefinedTable,
@@ -203,9 +221,6 @@ class PostgresStore:
             kwargs={"autocommit": True, "row_factory": dict_row},
             open=False,
             timeout=30,
-            # A connection the server ended while it sat idle (a restart, pg_terminate_backend, an
-            # idle timeout) is found at checkout and replaced, rather than failing the request.
-            check=ConnectionPool.check_connection,
             connection_class=_recording(self._failures),
         )
         with _translated(self._failures):
@@ -217,6 +232,21 @@ class PostgresStore:
         view = copy.copy(self)
         view.workspace_id = workspace_id
         return view
+
+    def _again_if_lost(self, name: str, call: Callable[[], Any]) -> Any:
+        """Run a statement; a read that met a connection the server had ended (a restart,
+        pg_terminate_backend, an idle timeout) runs once more after the pool replaced its dead ones.
+
+        Checked on failure rather than at every checkout, which would cost every replay hit a round
+        trip. A write is not run again: it may have been applied before the connection broke.
+        """
+        try:
+            return call()
+        except _Lost:
+            if name not in READS:
+                raise
+            self._pool.check()
+            return call()
 
     @contextmanager
     def _conn(self) -> Iterator[_Conn]:
@@ -236,12 +266,18 @@ class PostgresStore:
                     raw.close()
 
     def one(self, name: str, /, **params: Any) -> Row | None:
-        with self._conn() as conn:
-            return conn.one(name, **params)
+        def call() -> Row | None:
+            with self._conn() as conn:
+                return conn.one(name, **params)
+
+        return self._again_if_lost(name, call)
 
     def all(self, name: str, /, **params: Any) -> list[Row]:
-        with self._conn() as conn:
-            return conn.all(name, **params)
+        def call() -> list[Row]:
+            with self._conn() as conn:
+                return conn.all(name, **params)
+
+        return self._again_if_lost(name, call)
 
     def version(self, project_id: str, fingerprint: str) -> object:
         """The row versions (xmin) of the project and of its entry: every update writes a new one.
