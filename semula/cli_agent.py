@@ -113,7 +113,10 @@ def show(pending_id: str, as_json: bool) -> None:
     "--json",
     "json_text",
     metavar="JSON",
-    help="The answer as JSON: {content}, {tool_calls}, {message} or a chat.completion; - reads stdin.",
+    help=(
+        "The answer as JSON: {content}, {tool_calls}, {message} or a chat.completion (for a JSON-schema "
+        "output, the JSON object itself); - reads stdin."
+    ),
 )
 @click.option("--summary", default=None, help="A note kept with the recorded entry.")
 def answer(pending_id: str, text: str | None, file: Any, json_text: str | None, summary: str | None) -> None:
@@ -231,7 +234,7 @@ def render(item: dict[str, Any]) -> None:
             click.echo(f"  {tool['name']}{description}")
             click.echo(f"    parameters: {json.dumps(tool.get('parameters'), ensure_ascii=False)}")
     if shape.get("response_format") is not None:
-        click.echo("\nresponse_format (content must be JSON valid against):")
+        click.echo("\nresponse_format (the answer is a JSON object valid against):")
         click.echo("  " + json.dumps(shape["response_format"], ensure_ascii=False))
     skeleton = json.dumps(shape.get("skeleton", {"content": ""}), ensure_ascii=False)
     click.echo(f"\nanswer skeleton:\n  {skeleton}")

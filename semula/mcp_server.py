@@ -46,8 +46,9 @@ The answer is one of:
 - {"message": {"role": "assistant", "content": ..., "tool_calls": [...]}}  (an assistant message)
 - a whole chat.completion object with exactly one choice
 Optional next to content/tool_calls: "finish_reason" ("stop", "length", "tool_calls", ...) and "usage".
-If conversation.response_format is a json_schema, content must be JSON text that validates against it.
-Start from call.shape.skeleton: it already has the right form."""
+If conversation.response_format is a json_schema (or json_object), send the JSON object itself as the
+answer (or as content, object or text); it must validate against the schema.
+Start from call.shape.skeleton: it already has the right form, and every refusal repeats it."""
 
 LIST_PENDING = """\
 List parked calls, oldest first: id, project, model, status, and claimed_by/claimed_until while another \

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from semula import answers, dialects
-from semula.errors import BadRequest, NotFound, PendingResolved
+from semula.errors import BadRequest, InvalidAnswer, NotFound, PendingResolved
 from semula.ids import new_id
 from semula.service import Context, dumps, now, page, quotas
 from semula.service import entries as entries_service
@@ -153,9 +153,14 @@ def answer(
     request = json.loads(row["request"])
     quotas.check_answer(ctx, payload)
     dialect = dialects.get(row.get("api"))
-    response, made_chunks = dialect.accept(
-        payload, request, conversation(ctx, row["project_id"], row.get("api"), request)
-    )
+    view = conversation(ctx, row["project_id"], row.get("api"), request)
+    try:
+        response, made_chunks = dialect.accept(payload, request, view)
+    except InvalidAnswer as exc:
+        # Every refusal shows the form this call takes, so one more try can get it right.
+        raise InvalidAnswer(
+            f"{exc.message} Answer this call in this form: {answers.expected_form(view)}", param=exc.param
+        ) from None
     chunks = chunks if chunks is not None else made_chunks
     entries_service.check_quota(ctx, row["project_id"], row["fingerprint"])
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:

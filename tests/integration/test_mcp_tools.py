@@ -41,7 +41,7 @@ def mcp_call(app, make_token):
 def error_of(result) -> dict:
     assert result.is_error
     text = result.content[0].text
-    return json.loads(text[text.index("{") :])["error"]
+    return json.loads(text.splitlines()[-1])["error"]  # the error object is the last line
 
 
 def test_tools_are_listed_with_descriptions_an_agent_can_work_from(app):
