@@ -170,11 +170,42 @@ def parse_assignments(pairs: tuple[str, ...]) -> dict[str, Any]:
     return settings
 
 
-@project.command("create")
+# What each project setting means; `project create/set --help` lists them with their defaults.
+SETTING_MEANINGS = {
+    "mode": "record: a miss parks for an answer; replay: a miss fails at once (424)",
+    "record_timeout": "seconds a parked call holds the application's request (1-3600)",
+    "max_misses": "calls parked at once; past it a miss is 429",
+    "ignore_fields": 'JSON pointers the fingerprint leaves out, e.g. ["/temperature"]',
+    "normalize": 'rules applied to prompt text before fingerprinting: [{"pattern", "replacement"}]',
+    "record_through": "forward a miss to the provider (SEMULA_UPSTREAM_*) instead of parking it",
+    "upstream_model": "with record_through: send this model instead (null: the request's)",
+    "upstream_max_calls": "with record_through: the budget of provider calls",
+    "upstream_max_tokens": "with record_through: the budget of tokens (null: none)",
+    "upstream_dry_run": "with record_through: fail a miss (424) and list its prompt instead of calling",
+    "answerer": "hand misses to the answerer daemon (SEMULA_ANSWERER_*)",
+}
+
+
+def settings_help(first: str) -> str:
+    from semula.service.projects import DEFAULTS, OPERATOR_FIELDS
+
+    lines = [first, "", "\b", "Settings (default; * admin only, reset by an import):"]
+    for key, meaning in SETTING_MEANINGS.items():
+        star = "*" if key in OPERATOR_FIELDS else ""
+        default = DEFAULTS[key]
+        lines.append(
+            f"  {key}{star}={default if isinstance(default, str) else json.dumps(default)}  {meaning}"
+        )
+    return "\n".join(lines)
+
+
+@project.command(
+    "create",
+    help=settings_help("Create project NAME, optionally with KEY=VALUE settings (values are JSON or text)."),
+)
 @click.argument("name")
 @click.argument("settings", nargs=-1)
 def project_create(name: str, settings: tuple[str, ...]) -> None:
-    """Create project NAME, optionally with KEY=VALUE settings (values are JSON or text)."""
     from semula.service import projects
 
     with local_context() as ctx:
@@ -201,11 +232,12 @@ def project_show(name: str) -> None:
         emit(projects.get(ctx, name))
 
 
-@project.command("set")
+@project.command(
+    "set", help=settings_help("Change settings of project NAME: KEY=VALUE ... (values are JSON or text).")
+)
 @click.argument("name")
 @click.argument("settings", nargs=-1, required=True)
 def project_set(name: str, settings: tuple[str, ...]) -> None:
-    """Change settings of project NAME: KEY=VALUE ... (values are JSON or text)."""
     from semula.service import projects
 
     with local_context() as ctx:

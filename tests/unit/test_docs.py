@@ -3,6 +3,7 @@ command and option has help and is in docs/cli.md."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -66,3 +67,18 @@ def test_every_cli_command_and_option_has_help_and_is_in_docs_cli_md(path, comma
         assert argument.human_readable_name in section.partition("\n")[0], (
             f"docs/cli.md: name {argument.human_readable_name} in the heading of `{path}`"
         )
+
+
+@pytest.mark.parametrize("command", ["create", "set"])
+def test_project_create_and_set_help_list_every_setting_with_its_default(command):
+    from click.testing import CliRunner
+
+    from semula.service.projects import DEFAULTS
+
+    assert set(cli.SETTING_MEANINGS) == set(DEFAULTS)
+    text = CliRunner().invoke(cli.main, ["project", command, "--help"], terminal_width=200).stdout
+    text = text.replace("*=", "=")  # the star marks operator fields
+    for key, default in DEFAULTS.items():
+        shown = default if isinstance(default, str) else json.dumps(default)
+        assert f"  {key}={shown}  {cli.SETTING_MEANINGS[key]}" in text, key
+        assert f"`{key}`" in cli_sections()["semula project create"], key
