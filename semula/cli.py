@@ -140,12 +140,30 @@ def prepare_metrics_dir() -> None:
     show_default=True,
     help="With --record: seconds a parked call is held.",
 )
-def replay(bundle: Path, port: int, project: str, record: bool, record_timeout: int) -> None:
+@click.option(
+    "--prune", is_flag=True, help="With --record: write back only the entries some call of this run used."
+)
+@click.option(
+    "--missing-ok", is_flag=True, help="Serve a BUNDLE that does not exist yet as empty (every call misses)."
+)
+def replay(
+    bundle: Path, port: int, project: str, record: bool, record_timeout: int, prune: bool, missing_ok: bool
+) -> None:
     """Serve BUNDLE from a temporary database until stopped; prints the base URL first."""
     from semula import replay as replay_server
 
+    if prune and not record:
+        raise click.UsageError("--prune needs --record")
     try:
-        replay_server.serve(bundle, port=port, project=project, record=record, record_timeout=record_timeout)
+        replay_server.serve(
+            bundle,
+            port=port,
+            project=project,
+            record=record,
+            record_timeout=record_timeout,
+            missing_ok=missing_ok,
+            prune=prune,
+        )
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from None
     except SemulaError as exc:
