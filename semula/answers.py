@@ -21,12 +21,15 @@ from semula.safe_regex import SCHEMA_FORMATS, PatternError, SchemaValidator
 
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 MAX_SKELETON_DEPTH = 8
+MAX_FORM_TEXT = 600
 
 _MESSAGE_KEYS = frozenset(
     {"role", "content", "tool_calls", "refusal", "annotations", "audio", "function_call"}
 )
 _USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 _USAGE_DETAILS = ("prompt_tokens_details", "completion_tokens_details")
+# Keys that make a payload an answer form; a JSON output whose object has none of them is the content itself.
+_ANSWER_KEYS = frozenset({"content", "tool_calls", "message", "choices", "refusal"})
 _PLACEHOLDERS: dict[str, Any] = {"string": "", "integer": 0, "number": 0, "boolean": False, "null": None}
 _MAX_ERROR_TEXT = 300
 # An empty registry: a "$ref" to a URL in a request's schema must never make the server fetch it.
@@ -45,6 +48,7 @@ def parse_answer(payload: Any, request: Mapping[str, Any]) -> dict[str, Any]:
     """
     if isinstance(payload, str):
         payload = {"content": payload}
+    payload = _json_output(payload, request)
     if not isinstance(payload, dict):
         raise InvalidAnswer("an answer is text, or an object with content, tool_calls, message or choices")
     if "choices" in payload:
@@ -219,7 +223,13 @@ def shape(request: Mapping[str, Any]) -> dict[str, Any]:
         arguments = skeleton_from_schema(tool["parameters"] or {"type": "object"})
         skeleton: dict[str, Any] = {"tool_calls": [{"name": tool["name"], "arguments": arguments}]}
     elif response_format is not None:
-        skeleton = {"content": json.dumps(skeleton_from_schema(response_format), ensure_ascii=False)}
+        value = skeleton_from_schema(response_format)
+        # The object itself is the easiest form to fill in; as text in content only when the object
+        # could be mistaken for an answer form (its schema has a property named content, ...).
+        if isinstance(value, dict) and not _ANSWER_KEYS & set(value):
+            skeleton = value
+        else:
+            skeleton = {"content": json.dumps(value, ensure_ascii=False)}
     else:
         skeleton = {"content": ""}
     wanted = choices_wanted(request)
@@ -240,9 +250,37 @@ def choices_wanted(request: Mapping[str, Any]) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 128 else 1
 
 
+def expected_form(view: Mapping[str, Any]) -> str:
+    """The skeleton of this call as one line, for refusals: what to send instead."""
+    text = json.dumps(shape(view)["skeleton"], ensure_ascii=False)
+    return text if len(text) <= MAX_FORM_TEXT else text[: MAX_FORM_TEXT - 1] + "…"
+
+
 def skeleton_from_schema(schema: Any) -> Any:
     """A placeholder value of the schema's shape: every property filled, "" / 0 / false / [] / {} leaves."""
     return _skeleton(schema, schema, 0)
+
+
+def wants_json(request: Mapping[str, Any]) -> bool:
+    """Whether the request asks for JSON output (response_format json_schema or json_object)."""
+    response_format = request.get("response_format")
+    return isinstance(response_format, dict) and response_format.get("type") in ("json_schema", "json_object")
+
+
+def _json_output(payload: Any, request: Mapping[str, Any]) -> Any:
+    """For a JSON output, the JSON value itself as the answer: an object that is no answer form, or
+    content given as an object or a list, becomes content text (validated against the schema later)."""
+    if not isinstance(payload, dict) or not wants_json(request):
+        return payload
+    if not _ANSWER_KEYS & set(payload):
+        return {"content": _dump(payload)}
+    if isinstance(payload.get("content"), dict | list):
+        return {**payload, "content": _dump(payload["content"])}
+    return payload
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _reject_unknown(value: Mapping[str, Any], allowed: set[str] | frozenset[str], path: str) -> None:

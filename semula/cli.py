@@ -140,12 +140,30 @@ def prepare_metrics_dir() -> None:
     show_default=True,
     help="With --record: seconds a parked call is held.",
 )
-def replay(bundle: Path, port: int, project: str, record: bool, record_timeout: int) -> None:
+@click.option(
+    "--prune", is_flag=True, help="With --record: write back only the entries some call of this run used."
+)
+@click.option(
+    "--missing-ok", is_flag=True, help="Serve a BUNDLE that does not exist yet as empty (every call misses)."
+)
+def replay(
+    bundle: Path, port: int, project: str, record: bool, record_timeout: int, prune: bool, missing_ok: bool
+) -> None:
     """Serve BUNDLE from a temporary database until stopped; prints the base URL first."""
     from semula import replay as replay_server
 
+    if prune and not record:
+        raise click.UsageError("--prune needs --record")
     try:
-        replay_server.serve(bundle, port=port, project=project, record=record, record_timeout=record_timeout)
+        replay_server.serve(
+            bundle,
+            port=port,
+            project=project,
+            record=record,
+            record_timeout=record_timeout,
+            missing_ok=missing_ok,
+            prune=prune,
+        )
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from None
     except SemulaError as exc:
@@ -170,11 +188,43 @@ def parse_assignments(pairs: tuple[str, ...]) -> dict[str, Any]:
     return settings
 
 
-@project.command("create")
+# What each project setting means; `project create/set --help` lists them with their defaults.
+SETTING_MEANINGS = {
+    "mode": "record: a miss parks for an answer; replay: a miss fails at once (424)",
+    "record_timeout": "seconds a parked call holds the application's request (1-3600)",
+    "max_misses": "calls parked at once; past it a miss is 429",
+    "ignore_fields": 'JSON pointers the fingerprint leaves out, e.g. ["/temperature"]',
+    "normalize": 'rules applied to prompt text before fingerprinting: [{"pattern", "replacement"}]',
+    "record_through": "forward a miss to the provider (SEMULA_UPSTREAM_*) instead of parking it",
+    "upstream_model": "with record_through: send this model instead (null: the request's)",
+    "upstream_max_calls": "with record_through: the budget of provider calls",
+    "upstream_max_tokens": "with record_through: the budget of tokens (null: none)",
+    "upstream_dry_run": "with record_through: fail a miss (424) and list its prompt instead of calling",
+    "answerer": "hand misses to the answerer daemon (SEMULA_ANSWERER_*)",
+    "restamp": "fresh: a replay gets a new id and created; recorded: the ones recorded",
+}
+
+
+def settings_help(first: str) -> str:
+    from semula.service.projects import DEFAULTS, OPERATOR_FIELDS
+
+    lines = [first, "", "\b", "Settings (default; * admin only, reset by an import):"]
+    for key, meaning in SETTING_MEANINGS.items():
+        star = "*" if key in OPERATOR_FIELDS else ""
+        default = DEFAULTS[key]
+        lines.append(
+            f"  {key}{star}={default if isinstance(default, str) else json.dumps(default)}  {meaning}"
+        )
+    return "\n".join(lines)
+
+
+@project.command(
+    "create",
+    help=settings_help("Create project NAME, optionally with KEY=VALUE settings (values are JSON or text)."),
+)
 @click.argument("name")
 @click.argument("settings", nargs=-1)
 def project_create(name: str, settings: tuple[str, ...]) -> None:
-    """Create project NAME, optionally with KEY=VALUE settings (values are JSON or text)."""
     from semula.service import projects
 
     with local_context() as ctx:
@@ -201,11 +251,12 @@ def project_show(name: str) -> None:
         emit(projects.get(ctx, name))
 
 
-@project.command("set")
+@project.command(
+    "set", help=settings_help("Change settings of project NAME: KEY=VALUE ... (values are JSON or text).")
+)
 @click.argument("name")
 @click.argument("settings", nargs=-1, required=True)
 def project_set(name: str, settings: tuple[str, ...]) -> None:
-    """Change settings of project NAME: KEY=VALUE ... (values are JSON or text)."""
     from semula.service import projects
 
     with local_context() as ctx:

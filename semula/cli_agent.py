@@ -1,4 +1,4 @@
-"""The agent commands: pending, show, answer, claim and mcp. They talk to a running server over REST.
+"""The agent commands (pending, show, answer, claim, release, cancel, mcp) talk to a running server over REST.
 
 SEMULA_URL and SEMULA_TOKEN say where and as whom, so an agent on another machine can answer calls.
 Exit codes: 0 ok, 1 error (its message is printed), 2 usage, 3 nothing to claim.
@@ -113,14 +113,21 @@ def show(pending_id: str, as_json: bool) -> None:
     "--json",
     "json_text",
     metavar="JSON",
-    help="The answer as JSON: {content}, {tool_calls}, {message} or a chat.completion; - reads stdin.",
+    help=(
+        "The answer as JSON: {content}, {tool_calls}, {message} or a chat.completion (for a JSON-schema "
+        "output, the JSON object itself); - reads stdin."
+    ),
 )
 @click.option("--summary", default=None, help="A note kept with the recorded entry.")
 def answer(pending_id: str, text: str | None, file: Any, json_text: str | None, summary: str | None) -> None:
     """Answer parked call PENDING_ID with TEXT (- reads stdin), --file F, or --json JSON.
 
     Plain text becomes {"content": TEXT}. Tool calls need --json, for example
-    '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}'.
+    '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}'; a call with a JSON
+    schema output takes the JSON object itself.
+
+    Needs SEMULA_URL (the server's root, like http://127.0.0.1:8080) and SEMULA_TOKEN (role editor,
+    scope record; none on a server with auth off).
     """
     given = [x for x in (text, file, json_text) if x is not None]
     if len(given) != 1:
@@ -160,7 +167,11 @@ def answer(pending_id: str, text: str | None, file: Any, json_text: str | None, 
 def claim(
     project: str | None, lease: int, worker: str | None, wait: bool, timeout: float, as_json: bool
 ) -> None:
-    """Claim the oldest parked call nobody holds and show it in full; exit 3 when there is none."""
+    """Claim the oldest parked call nobody holds and show it in full; exit 3 when there is none.
+
+    Needs SEMULA_URL (the server's root, like http://127.0.0.1:8080) and SEMULA_TOKEN (role editor,
+    scope record; none on a server with auth off).
+    """
     api = client()
     deadline = time.monotonic() + timeout if timeout else None
     delay = WAIT_FIRST
@@ -192,15 +203,37 @@ def claim(
         render(claimed)
 
 
+@click.command("release")
+@click.argument("pending_id")
+@click.option("--worker", default=None, help="The name you claimed with (default: the token's id).")
+def release(pending_id: str, worker: str | None) -> None:
+    """Give claimed call PENDING_ID back, so the next claim takes it at once (it stays parked)."""
+    call(client().release_claim, pending_id, worker=worker)
+    click.echo(f"released {pending_id}")
+
+
+@click.command("cancel")
+@click.argument("pending_id")
+def cancel(pending_id: str) -> None:
+    """Cancel parked call PENDING_ID: the application waiting on it gets an error, nothing is recorded."""
+    call(client().cancel_pending, pending_id)
+    click.echo(f"cancelled {pending_id}")
+
+
 @click.command("mcp")
 def mcp() -> None:
-    """Run the MCP server on stdio (tools list_pending, get_pending, claim_next, answer_pending)."""
+    """Run the MCP server on stdio (tools list_pending, get_pending, claim_next, answer_pending,
+    release_claim, cancel_pending).
+
+    Needs SEMULA_URL (the server's root, like http://127.0.0.1:8080) and SEMULA_TOKEN (role editor,
+    scope record; none on a server with auth off).
+    """
     from semula.mcp_server import run
 
     run()
 
 
-COMMANDS = (pending, show, answer, claim, mcp)
+COMMANDS = (pending, show, answer, claim, release, cancel, mcp)
 
 
 def register(group: click.Group) -> None:
@@ -231,7 +264,7 @@ def render(item: dict[str, Any]) -> None:
             click.echo(f"  {tool['name']}{description}")
             click.echo(f"    parameters: {json.dumps(tool.get('parameters'), ensure_ascii=False)}")
     if shape.get("response_format") is not None:
-        click.echo("\nresponse_format (content must be JSON valid against):")
+        click.echo("\nresponse_format (the answer is a JSON object valid against):")
         click.echo("  " + json.dumps(shape["response_format"], ensure_ascii=False))
     skeleton = json.dumps(shape.get("skeleton", {"content": ""}), ensure_ascii=False)
     click.echo(f"\nanswer skeleton:\n  {skeleton}")

@@ -7,13 +7,15 @@ carrying the OpenAI error object; the token never appears in a message, a repr o
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import requests
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT = 30.0
+OPENAI_BASE = re.compile(r"(^|/)(p/[^/]+/)?v1/?$")
 
 
 class ClientError(Exception):
@@ -43,6 +45,8 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT,
         session: requests.Session | None = None,
     ):
+        # Where the URL came from, so a set-up error can name the variable to fix.
+        self.url_from = "argument" if url else "SEMULA_URL" if os.environ.get("SEMULA_URL") else "default"
         self.url = (url or os.environ.get("SEMULA_URL") or DEFAULT_URL).rstrip("/")
         self._token = token if token is not None else os.environ.get("SEMULA_TOKEN") or None
         self.timeout = timeout
@@ -55,6 +59,7 @@ class Client:
         self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None
     ) -> Any:
         """Send one request; the parsed JSON body, or None for 204."""
+        self._check_url()
         headers = {"Accept": "application/json"}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
@@ -73,7 +78,7 @@ class Client:
             raise ClientError(
                 None,
                 {
-                    "message": f"cannot reach semula at {self.url}: {type(exc).__name__}",
+                    "message": f"cannot reach semula at {self.url}: {type(exc).__name__}. {self._url_hint()}",
                     "type": "connection_error",
                     "param": None,
                     "code": "connection_error",
@@ -88,7 +93,10 @@ class Client:
         if response.ok and body is not None:
             return body
         if isinstance(body, dict) and isinstance(body.get("error"), dict):
-            raise ClientError(response.status_code, body["error"])
+            error = body["error"]
+            if response.status_code == 401:
+                error = {**error, "message": f"{error.get('message')} {self._token_hint()}"}
+            raise ClientError(response.status_code, error)
         raise ClientError(
             response.status_code,
             {
@@ -98,6 +106,45 @@ class Client:
                 "code": "bad_response",
             },
         )
+
+    def _check_url(self) -> None:
+        # An OpenAI base URL (/p/shop/v1, /v1) is the usual mistake: the REST API lives at the root.
+        path = urlsplit(self.url).path
+        if OPENAI_BASE.search(path):
+            root = self.url[: len(self.url) - len(path)] if path else self.url
+            raise ClientError(
+                None,
+                {
+                    "message": (
+                        f"{self.url} ({self._source()}) is an OpenAI base URL; the agent commands need the "
+                        f"server's root: set SEMULA_URL={root}"
+                    ),
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "bad_url",
+                },
+            )
+
+    def _source(self) -> str:
+        return "SEMULA_URL" if self.url_from == "SEMULA_URL" else "the URL given"
+
+    def _url_hint(self) -> str:
+        if self.url_from == "default":
+            return (
+                "SEMULA_URL is not set, so the default was tried: set SEMULA_URL to the server's address "
+                "(what `semula serve` prints, like http://127.0.0.1:8080)."
+            )
+        return (
+            f"Is the server running, and is {self._source()} its root address (like http://127.0.0.1:8080)?"
+        )
+
+    def _token_hint(self) -> str:
+        if not self._token:
+            return (
+                "SEMULA_TOKEN is not set: set it to a token with role editor and scope record "
+                "(`semula token create --role editor --scope record` prints one)."
+            )
+        return "SEMULA_TOKEN is not a valid token (revoked, or from another server): set a current one."
 
     # The pending queue (docs/design/product.md §5).
 
@@ -126,6 +173,10 @@ class Client:
 
     def cancel_pending(self, pending_id: str) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/pending/{_segment(pending_id)}/cancel")
+
+    def release_claim(self, pending_id: str, worker: str | None = None) -> dict[str, Any]:
+        body = {"worker": worker} if worker is not None else {}
+        return self.request("POST", f"/api/v1/pending/{_segment(pending_id)}/release", json=body)
 
     def claim_next(
         self, project: str | None = None, lease_seconds: int | None = None, worker: str | None = None

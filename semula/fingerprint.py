@@ -183,8 +183,19 @@ def fingerprint(
     return f"{VERSION}:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()}"
 
 
+# The value of a field one side does not have, in difference().
+ABSENT = object()
+
+
 def first_difference(a: Any, b: Any) -> str | None:
     """The first path (`messages[1].content`) where two canonical requests differ, or None if equal."""
+    found = difference(a, b)
+    return found[0] if found is not None else None
+
+
+def difference(a: Any, b: Any) -> tuple[str, Any, Any] | None:
+    """The first path where two canonical requests differ and the value of each there (ABSENT when
+    one has no such field), or None if they are equal."""
     return _first_difference(a, b, "")
 
 
@@ -257,11 +268,11 @@ def _apply(text: str, rules: list[safe_regex.Substitution]) -> str:
     return text
 
 
-def _first_difference(a: Any, b: Any, path: str) -> str | None:
+def _first_difference(a: Any, b: Any, path: str) -> tuple[str, Any, Any] | None:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(a.keys() | b.keys()):
             if key not in a or key not in b:
-                return join_path(path, key)
+                return join_path(path, key), a.get(key, ABSENT), b.get(key, ABSENT)
             found = _first_difference(a[key], b[key], join_path(path, key))
             if found is not None:
                 return found
@@ -272,12 +283,17 @@ def _first_difference(a: Any, b: Any, path: str) -> str | None:
             if found is not None:
                 return found
         if len(a) != len(b):
-            return join_path(path, min(len(a), len(b)))
+            index = min(len(a), len(b))
+            return (
+                join_path(path, index),
+                a[index] if index < len(a) else ABSENT,
+                b[index] if index < len(b) else ABSENT,
+            )
         return None
     # type() as well as ==, because True == 1 in Python but not in JSON.
     if type(a) is type(b) and a == b:
         return None
-    return path or "$"
+    return path or "$", a, b
 
 
 def _leaves(value: Any, path: str) -> Iterable[tuple[str, Any]]:

@@ -34,8 +34,10 @@ right form with placeholder values. Fill it in and send it with answer_pending(p
 waiting application receives your answer at once and semula saves it, so the same request replays it
 later. If answer_pending returns an invalid_answer error, its param names the field to fix (like
 tool_calls[0].arguments.city); fix that and call answer_pending again. When claim_next says there is
-nothing to claim, the queue is empty. Nothing you answer is executed: tool calls are returned to the
-application as the model's tool calls, exactly as you write them."""
+nothing to claim, the queue is empty. A call you cannot answer: release_claim gives it back (it stays
+parked); cancel_pending ends it (the application gets an error, nothing is recorded). Nothing you
+answer is executed: tool calls are returned to the application as the model's tool calls, exactly as
+you write them."""
 
 ANSWER_FORMS = """\
 The answer is one of:
@@ -46,8 +48,9 @@ The answer is one of:
 - {"message": {"role": "assistant", "content": ..., "tool_calls": [...]}}  (an assistant message)
 - a whole chat.completion object with exactly one choice
 Optional next to content/tool_calls: "finish_reason" ("stop", "length", "tool_calls", ...) and "usage".
-If conversation.response_format is a json_schema, content must be JSON text that validates against it.
-Start from call.shape.skeleton: it already has the right form."""
+If conversation.response_format is a json_schema (or json_object), send the JSON object itself as the
+answer (or as content, object or text); it must validate against the schema.
+Start from call.shape.skeleton: it already has the right form, and every refusal repeats it."""
 
 LIST_PENDING = """\
 List parked calls, oldest first: id, project, model, status, and claimed_by/claimed_until while another \
@@ -73,6 +76,17 @@ ANSWER_PENDING = (
 )
 
 
+RELEASE_CLAIM = """\
+Give back a call you claimed but will not answer (you cannot, or should not): it stays parked, and the \
+next claim_next (yours or another agent's) takes it at once instead of after your lease runs out. Pass the \
+worker name you claimed with, if you gave one. claim_not_held means you hold no running lease on it."""
+
+CANCEL_PENDING = """\
+Cancel a parked call for good: the application waiting on it gets an error at once and nothing is \
+recorded, so the same request parks again next time. Use it for a call that should never have been \
+made; to leave a call for someone else, use release_claim instead."""
+
+
 def _call(fn: Callable[[], T]) -> T:
     """Run one REST call; a REST error becomes a tool error the agent can read and act on."""
     try:
@@ -91,7 +105,7 @@ def _call(fn: Callable[[], T]) -> T:
 
 
 def build(client: Client | None = None) -> MCPServer:
-    """The MCP server with the four pending tools, talking to semula through client."""
+    """The MCP server with the pending tools, talking to semula through client."""
     client = client or Client()
     server = MCPServer(
         "semula",
@@ -156,6 +170,27 @@ def build(client: Client | None = None) -> MCPServer:
         ] = None,
     ) -> dict[str, Any]:
         return _call(lambda: client.answer_pending(pending_id, answer, summary=summary))
+
+    @server.tool(
+        description=RELEASE_CLAIM,
+        annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True, open_world_hint=False),
+    )
+    def release_claim(
+        pending_id: Annotated[str, Field(description="The call's id (pnd_...).")],
+        worker: Annotated[
+            str | None, Field(description="The worker name you claimed with (default: the token's).")
+        ] = None,
+    ) -> dict[str, Any]:
+        return _call(lambda: client.release_claim(pending_id, worker=worker))
+
+    @server.tool(
+        description=CANCEL_PENDING,
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False),
+    )
+    def cancel_pending(
+        pending_id: Annotated[str, Field(description="The call's id (pnd_...).")],
+    ) -> dict[str, Any]:
+        return _call(lambda: client.cancel_pending(pending_id))
 
     return server
 

@@ -2,11 +2,12 @@
 
     pytest --semula-bundle tests/llm.json          # or `semula_bundle = tests/llm.json` in the ini
     pytest --semula-bundle tests/llm.json --semula-record   # misses park; the bundle is updated
+    pytest --semula-record --semula-prune          # ... and entries no test used are dropped
 
 The plugin starts `semula replay` before collection and points OPENAI_BASE_URL (and a
 placeholder OPENAI_API_KEY) at it for the whole session; the session fixture `semula_server`
 yields its URL. A replay miss is the SDK's 424 error, whose message names the closest recorded
-entry and the first field that differs.
+entry and the values that differ; the plugin adds the command that records the test's calls.
 """
 
 from __future__ import annotations
@@ -16,12 +17,19 @@ import signal
 import subprocess
 import sys
 import threading
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import requests
 
 START_TIMEOUT = 60
+# How often a record session looks for parked calls, to say on the terminal which test waits.
+WATCH_INTERVAL = 0.5
+# The start of every replay miss message (semula/service/proxy.py), as the SDK's error shows it.
+MISS = "No recorded entry matches this request"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -33,6 +41,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--semula-record",
         action="store_true",
         help="Record mode: misses park for an agent; new entries are written back to the bundle.",
+    )
+    group.addoption(
+        "--semula-prune",
+        action="store_true",
+        help="With --semula-record: write back only the entries this run used.",
     )
     parser.addini("semula_bundle", "Bundle file to replay (relative to the ini file).")
 
@@ -51,23 +64,78 @@ def _bundle_path(config: pytest.Config) -> Path | None:
 class ReplayServer:
     """The `semula replay` process of a session, started before collection so module-level clients see it."""
 
-    def __init__(self, bundle: Path, record: bool):
-        self.bundle, self.record = bundle, record
+    def __init__(self, config: pytest.Config, bundle: Path):
+        self.config, self.bundle = config, bundle
+        self.record = bool(config.getoption("semula_record"))
+        self.prune = self.record and bool(config.getoption("semula_prune"))
+        # A bundle that does not exist yet is served empty: only a test that makes a call fails.
+        self.missing = not self.record and not bundle.exists()
         argv = [sys.executable, "-m", "semula", "replay", str(bundle), "--port", "0"]
-        self.proc = subprocess.Popen(
-            argv + (["--record"] if record else []), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        argv += ["--record"] if self.record else []
+        argv += ["--prune"] if self.prune else []
+        argv += ["--missing-ok"] if self.missing else []
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.url = _first_line(self.proc)
         if not self.url.startswith("http://"):
             self.proc.kill()
             raise pytest.UsageError(
                 f"semula replay did not start: {self.proc.stderr.read().strip() or self.url}"
             )
+        self.root = self.url.split("/p/", 1)[0]
+        # The server logs every request on stderr: read it all the time, or a full pipe blocks it.
+        self.errors: deque[str] = deque(maxlen=50)
+        threading.Thread(target=self._drain, daemon=True).start()
+        self.current: str | None = None  # the test running now, for the waiting notice
+        self.stopping = threading.Event()
+        if self.record:
+            threading.Thread(target=self._watch, daemon=True).start()
         self.patch = pytest.MonkeyPatch()
         self.patch.setenv("OPENAI_BASE_URL", self.url)
         self.patch.setenv("OPENAI_API_KEY", "semula-replay")
 
+    def claim_line(self) -> str:
+        return f"SEMULA_URL={self.root} semula claim --wait"
+
+    def record_command(self, test: str) -> str:
+        bundle = f" --semula-bundle {self.config.getoption('semula_bundle')}"
+        return f"pytest --semula-record{bundle if self.config.getoption('semula_bundle') else ''} -k {test}"
+
+    def _drain(self) -> None:
+        for line in self.proc.stderr:
+            self.errors.append(line.rstrip("\n"))
+
+    def _watch(self) -> None:
+        """Say on the terminal which test waits on which parked call, once per call."""
+        seen: set[str] = set()
+        session = requests.Session()
+        while not self.stopping.wait(WATCH_INTERVAL):
+            try:
+                parked = session.get(self.root + "/api/v1/pending", timeout=5).json()["data"]
+            except (requests.RequestException, ValueError, KeyError):
+                continue
+            for call in parked:
+                if call["id"] not in seen:
+                    seen.add(call["id"])
+                    self._say(
+                        f"semula: {self.current or 'a test'} is waiting on parked call {call['id']}; "
+                        f"answer it: {self.claim_line()}"
+                    )
+
+    def _say(self, text: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None:
+            return
+        if capture is None:
+            reporter.write_line(text, yellow=True)
+            return
+        # The test's own thread is blocked in the HTTP call; the terminal is free for one line.
+        with capture.global_and_fixture_disabled():
+            reporter.ensure_newline()
+            reporter.write_line(text, yellow=True)
+
     def stop(self) -> None:
+        self.stopping.set()
         self.patch.undo()
         # SIGINT, like Ctrl-C: in record mode the server writes the bundle back before it exits.
         self.proc.send_signal(signal.SIGINT)
@@ -76,22 +144,54 @@ class ReplayServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if self.record and self.proc.returncode != 0:
-            sys.stderr.write(
-                f"semula replay failed to write {self.bundle}: {self.proc.stderr.read().strip()}\n"
-            )
+        if not self.record:
+            return
+        if self.proc.returncode != 0:
+            detail = "\n".join(self.errors)
+            sys.stderr.write(f"semula replay failed to write {self.bundle}: {detail}\n")
+            return
+        wrote = [line for line in self.errors if line.startswith("semula replay: wrote ")]
+        if wrote:
+            sys.stderr.write(wrote[-1].removeprefix("semula replay: ").join(("semula: ", "\n")))
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # --help and --version must work whatever the ini says (a bundle not recorded yet included).
+    if config.getoption("help", False) or config.getoption("version", 0):
+        return
     bundle = _bundle_path(config)
     if bundle is not None and not hasattr(config, "workerinput"):
-        config._semula = ReplayServer(bundle, config.getoption("semula_record"))  # type: ignore[attr-defined]
+        config._semula = ReplayServer(config, bundle)  # type: ignore[attr-defined]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     server = getattr(config, "_semula", None)
     if server is not None:
         server.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    server = getattr(item.config, "_semula", None)
+    if server is not None:
+        server.current = item.nodeid
+    yield
+    if server is not None:
+        server.current = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome: Any = yield
+    report = outcome.get_result()
+    server = getattr(item.config, "_semula", None)
+    if server is not None and report.failed and MISS in report.longreprtext:
+        name = getattr(item, "originalname", None) or item.name
+        record = server.record_command(name)
+        lines = [f"This test made a call the bundle has not recorded. Record it: {record}"]
+        if server.missing:
+            lines.insert(0, f"The bundle {os.path.relpath(server.bundle)} does not exist yet.")
+        report.sections.append(("semula", "\n".join(lines)))
 
 
 @pytest.fixture(scope="session")
@@ -109,9 +209,16 @@ def _first_line(proc: subprocess.Popen) -> str:
     return line[0].strip() if line else ""
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
-    bundle = _bundle_path(config)
-    if bundle is None:
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    server = getattr(config, "_semula", None)
+    if server is None:
         return None
-    mode = "record" if config.getoption("semula_record") else "replay"
-    return f"semula: {mode} from {os.path.relpath(bundle)}"
+    bundle = os.path.relpath(server.bundle)
+    if not server.record:
+        missing = " (not recorded yet: pytest --semula-record)" if server.missing else ""
+        return [f"semula: replay from {bundle}{missing} at {server.url}"]
+    prune = ", pruning entries no test uses" if server.prune else ""
+    return [
+        f"semula: record into {bundle}{prune} at {server.url}",
+        f"semula: answer parked calls with: {server.claim_line()}",
+    ]

@@ -16,12 +16,13 @@ import threading
 from pathlib import Path
 from typing import IO
 
+from werkzeug import serving
 from werkzeug.serving import make_server
 
 from semula.config import Settings
 from semula.db import connect
 from semula.migrate import migrate
-from semula.service import CLI, Context, bundles, projects
+from semula.service import CLI, Context, bundles, entries, projects
 from semula.web import create_app
 
 
@@ -33,9 +34,14 @@ def serve(
     project: str = "default",
     record: bool = False,
     record_timeout: int = 300,
+    missing_ok: bool = False,
+    prune: bool = False,
     out: IO[str] = sys.stdout,
 ) -> None:
-    """Run until SIGTERM or SIGINT; in record mode write the bundle back before leaving."""
+    """Run until SIGTERM or SIGINT; in record mode write the bundle back before leaving (with `prune`,
+    only the entries some call used). `missing_ok` serves a bundle that does not exist yet as empty."""
+    # werkzeug colours its access log whatever the output is; colour codes only for a terminal.
+    serving._log_add_style = sys.stderr.isatty()
     workdir = tempfile.mkdtemp(prefix="semula-replay-")
     env = {
         "SEMULA_DATABASE_URL": f"sqlite:///{workdir}/replay.db",
@@ -51,7 +57,7 @@ def serve(
         if bundle.exists():
             with bundle.open("rb") as source:
                 bundles.import_bundle(ctx, project, source)
-        elif not record:
+        elif not (record or missing_ok):
             raise FileNotFoundError(f"no bundle at {bundle}")
         # An import resets operator fields (mode among them): set the mode after it.
         projects.update(
@@ -68,16 +74,36 @@ def serve(
                 signal.signal(sig, handler)
             server.server_close()
         if record:
-            write_back(ctx, project, bundle)
+            dropped = drop_unused(ctx, project) if prune else 0
+            kept = write_back(ctx, project, bundle)
+            pruned = f", dropped {dropped} that no call used" if prune else ""
+            print(f"semula replay: wrote {bundle}: {kept} entries{pruned}", file=sys.stderr, flush=True)
     finally:
         store.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def write_back(ctx: Context, project: str, bundle: Path) -> None:
-    """Replace the bundle atomically with the project's export."""
+def drop_unused(ctx: Context, project: str) -> int:
+    """Delete the entries no call of this run replayed or recorded (pinned ones stay); how many."""
+    row = projects.get_row(ctx, project)
+    used = {call["fingerprint"] for call in ctx.store.all("calls_in_project", project_id=row["id"])}
+    unused = [
+        entry["fingerprint"]
+        for entry in ctx.store.iterate("export_entries", project_id=row["id"])
+        if entry["fingerprint"] not in used and not entry["pinned"]
+    ]
+    for fingerprint in unused:
+        found = ctx.store.one("entry_by_fingerprint", project_id=row["id"], fingerprint=fingerprint)
+        entries.delete(ctx, found["id"])
+    return len(unused)
+
+
+def write_back(ctx: Context, project: str, bundle: Path) -> int:
+    """Replace the bundle atomically with the project's export; the number of entries written."""
     fd, tmp = tempfile.mkstemp(prefix=".semula-", suffix=".json", dir=bundle.parent)
     with os.fdopen(fd, "wb") as target:
         for piece in bundles.export_bundle(ctx, project):
             target.write(piece)
     os.replace(tmp, bundle)
+    project_id = projects.get_row(ctx, project)["id"]
+    return sum(1 for _ in ctx.store.iterate("export_entries", project_id=project_id))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from semula import answers, dialects
-from semula.errors import BadRequest, NotFound, PendingResolved
+from semula.errors import BadRequest, Conflict, InvalidAnswer, NotFound, PendingResolved
 from semula.ids import new_id
 from semula.service import Context, dumps, now, page, quotas
 from semula.service import entries as entries_service
@@ -153,9 +153,14 @@ def answer(
     request = json.loads(row["request"])
     quotas.check_answer(ctx, payload)
     dialect = dialects.get(row.get("api"))
-    response, made_chunks = dialect.accept(
-        payload, request, conversation(ctx, row["project_id"], row.get("api"), request)
-    )
+    view = conversation(ctx, row["project_id"], row.get("api"), request)
+    try:
+        response, made_chunks = dialect.accept(payload, request, view)
+    except InvalidAnswer as exc:
+        # Every refusal shows the form this call takes, so one more try can get it right.
+        raise InvalidAnswer(
+            f"{exc.message} Answer this call in this form: {answers.expected_form(view)}", param=exc.param
+        ) from None
     chunks = chunks if chunks is not None else made_chunks
     entries_service.check_quota(ctx, row["project_id"], row["fingerprint"])
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:
@@ -276,6 +281,23 @@ def release_claim(ctx: Context, pending_id: str, worker: str) -> bool:
     require(ctx, role="editor", scope="record")
     get_row(ctx, pending_id)
     return bool(ctx.store.run("release_claim", id=pending_id, worker=worker))
+
+
+def release(ctx: Context, pending_id: str, worker: str | None = None) -> dict[str, Any]:
+    """Give back a call this worker (default: the token's actor) holds, so the next claim takes it at once."""
+    require(ctx, role="editor", scope="record")
+    worker = _worker(ctx, worker)
+    row = get_row(ctx, pending_id)
+    if row["status"] != "pending":
+        raise PendingResolved(f"Pending call {pending_id} is {row['status']} already.")
+    if not release_claim(ctx, pending_id, worker):
+        raise Conflict(
+            f"Pending call {pending_id} is not claimed by {worker!r}: nobody holds it, its lease ran out, "
+            "or another worker holds it (see claimed_by; pass the worker name you claimed with).",
+            code="claim_not_held",
+        )
+    logger.info("released", extra={"pending_id": pending_id})
+    return present(get_row(ctx, pending_id))
 
 
 def _try_claim(ctx: Context, pending_id: str, worker: str, lease: int) -> dict[str, Any] | None:

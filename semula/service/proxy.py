@@ -20,6 +20,8 @@ from semula.service import projects as projects_service
 from semula.service.auth import require
 
 CANDIDATES = 200
+# How much of a fingerprint and of each differing value a replay miss message shows.
+MISS_FINGERPRINT, MISS_VALUE = 19, 80
 
 
 @dataclass
@@ -143,11 +145,46 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
     if best is None:
         return ReplayMiss(
             f"No recorded entry matches this request: project {name!r} has no entries to replay."
+            + _scope_note(ctx, call)
         )
-    path = fp.first_difference(mine, best[1]) or "(only in fields that are redacted when stored)"
+    found = fp.difference(best[1], mine)
+    if found is None:
+        where = "first difference at (only in fields that are redacted when stored)"
+    else:
+        path, recorded, sent = found
+        where = f"first difference at {path}: recorded {_short(recorded)}, sent {_short(sent)}"
     return ReplayMiss(
         f"No recorded entry matches this request in project {name!r}. "
-        f"Closest entry: {best[0]}; first difference at {path}."
+        f"Closest entry: {_entry_name(ctx, best[0])}; {where}." + _scope_note(ctx, call)
+    )
+
+
+def _entry_name(ctx: Context, entry_id: str) -> str:
+    """The closest entry as the reader can find it: an entry that came from a bundle by the fingerprint
+    the bundle holds (its id exists only in this database); any other by its id and fingerprint."""
+    row = entries_service.get_row(ctx, entry_id)
+    fingerprint = row["fingerprint"][:MISS_FINGERPRINT] + "…"
+    revisions = ctx.store.all("list_revisions", entry_id=entry_id)
+    if revisions and revisions[0]["actor"] == "import":
+        return f"the bundle's entry with fingerprint {fingerprint}"
+    return f"{entry_id} (fingerprint {fingerprint})"
+
+
+def _short(value: Any) -> str:
+    """A value for a one-line message: JSON, cut to MISS_VALUE characters."""
+    if value is fp.ABSENT:
+        return "(absent)"
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= MISS_VALUE else text[: MISS_VALUE - 1] + "…"
+
+
+def _scope_note(ctx: Context, call: Call) -> str:
+    """Why a miss in a record-mode project was not parked: the token's scope (else nothing)."""
+    if call.project["mode"] != "record" or ctx.principal.scope != "replay":
+        return ""
+    return (
+        f" Project {call.project['name']!r} records, but this token's scope is replay, which never parks "
+        "a call; a token with scope record (or full) parks it for an answer."
     )
 
 

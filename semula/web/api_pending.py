@@ -1,4 +1,4 @@
-"""REST for the pending queue: list, get, answer, cancel, and claim with a lease.
+"""REST for the pending queue: list, get, answer, cancel, and claim with a lease (and release it).
 
 The contract is docs/design/product.md §5.
 """
@@ -33,6 +33,15 @@ class ClaimSchema(Schema):
         load_default=pending_service.DEFAULT_LEASE,
         validate=validate.Range(1, pending_service.MAX_LEASE),
     )
+    worker = fields.String(
+        load_default=None, allow_none=True, validate=validate.Length(1, pending_service.MAX_WORKER_LENGTH)
+    )
+
+
+class ReleaseSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
     worker = fields.String(
         load_default=None, allow_none=True, validate=validate.Length(1, pending_service.MAX_WORKER_LENGTH)
     )
@@ -82,3 +91,10 @@ def answer(pending_id: str) -> Any:
 @api_pending.post("/pending/<pending_id>/cancel")
 def cancel(pending_id: str) -> Any:
     return pending_service.cancel(context(), pending_id)
+
+
+@api_pending.post("/pending/<pending_id>/release")
+def release(pending_id: str) -> Any:
+    # The body is optional: without a worker, the claim made under the token's own name is released.
+    data = load(ReleaseSchema(), json_body() if request.get_data() else {})
+    return pending_service.release(context(), pending_id, worker=data["worker"])

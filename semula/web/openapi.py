@@ -109,6 +109,18 @@ def query(name: str, description: str, schema: dict[str, Any] | None = None) -> 
     }
 
 
+def worker(description: str) -> dict[str, Any]:
+    return nullable(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_WORKER_LENGTH,
+            "pattern": "\\S",
+            "description": description,
+        }
+    )
+
+
 def link_to(operation_id: str, parameter: str, field: str) -> dict[str, Any]:
     return {"operationId": operation_id, "parameters": {parameter: f"$response.body#/{field}"}}
 
@@ -122,6 +134,7 @@ PENDING_LINKS = {
     "GetPending": link_to("getPending", "pending_id", "id"),
     "AnswerPending": link_to("answerPending", "pending_id", "id"),
     "CancelPending": link_to("cancelPending", "pending_id", "id"),
+    "ReleasePending": link_to("releasePending", "pending_id", "id"),
 }
 
 LIMIT = query(
@@ -344,6 +357,13 @@ SCHEMAS: dict[str, Any] = {
     ),
     "PendingClaimed": {"allOf": [ref("PendingFull"), obj({"claim": ref("Claim")})]},
     "PendingList": list_of("Pending"),
+    "ReleaseRequest": obj(
+        {
+            "worker": worker("The worker name the call was claimed with (default: the token's)."),
+        },
+        [],
+        additionalProperties=False,
+    ),
     "ClaimRequest": obj(
         {
             "project": nullable({"type": "string", "description": "Claim only in this project."}),
@@ -353,15 +373,7 @@ SCHEMAS: dict[str, Any] = {
                 "maximum": MAX_LEASE,
                 "default": DEFAULT_LEASE,
             },
-            "worker": nullable(
-                {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": MAX_WORKER_LENGTH,
-                    "pattern": "\\S",
-                    "description": "Shown as claimed_by.",
-                }
-            ),
+            "worker": worker("Shown as claimed_by."),
         },
         [],
         additionalProperties=False,
@@ -551,6 +563,23 @@ PATHS: dict[str, Any] = {
             errors=(404, 409),
             parameters=[PENDING_ID],
             tag="pending",
+        ),
+    },
+    "/api/v1/pending/{pending_id}/release": {
+        "post": operation(
+            "releasePending",
+            "Give a claimed call back: the next claim takes it at once (editor, record scope)",
+            {200: ("The call, claimed by nobody.", ref("Pending"))},
+            errors=(404, 409),
+            parameters=[PENDING_ID],
+            body=ref("ReleaseRequest"),
+            body_required=False,
+            tag="pending",
+            description=(
+                "Releases the claim held under `worker` (default: the token's own name, as a claim "
+                "without worker takes). 409 claim_not_held when that worker holds no running lease on "
+                "it; 409 pending_resolved when it is answered or cancelled."
+            ),
         ),
     },
     "/api/v1/openapi.json": {

@@ -163,6 +163,9 @@ def pending_call(pending_id: str) -> Any:
         )
     elif skeleton.get("content"):
         form["content"] = skeleton["content"]
+    elif call["shape"]["response_format"] is not None:
+        # A JSON output's skeleton is the object itself; the text box takes it as JSON text.
+        form["content"] = json.dumps(skeleton, indent=2)
     form["json"] = json.dumps(skeleton, indent=2)
     if request.method == "POST":
         form.update({k: request.form.get(k, "") for k in form})

@@ -106,7 +106,7 @@ def test_mcp_over_stdio_answers_a_held_openai_call(shop, tmp_path):
                 return names, listed, call, wrong, right
 
     names, listed, call, wrong, right = anyio.run(agent)
-    assert names == {"list_pending", "get_pending", "claim_next", "answer_pending"}
+    assert names >= {"list_pending", "get_pending", "claim_next", "answer_pending", "release_claim"}
     assert [p["id"] for p in listed.structured_content["data"]] == [call["id"]]
     assert call["claimed"] and call["claimed_by"] == "mcp-agent"
     assert call["request"]["messages"][0]["content"] == "Weather in Paris?"
@@ -172,3 +172,76 @@ def test_cli_refuses_a_viewer_and_names_the_reason(shop, ctx):
         timeout=30,
     )
     assert unreachable.returncode == 1 and "cannot reach semula" in unreachable.stderr
+
+
+ORDER = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "order",
+        "schema": {
+            "type": "object",
+            "properties": {"total": {"type": "integer"}, "currency": {"type": "string"}},
+            "required": ["total", "currency"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def test_a_json_schema_call_takes_two_round_trips_with_the_cli_and_with_mcp(shop, tmp_path):
+    ask = {"messages": [{"role": "user", "content": "Total of order 7?"}], "response_format": ORDER}
+
+    # The CLI: claim shows the skeleton (the object itself); the agent fills it in and sends it.
+    thread, out = held_call(shop, **ask)
+    claimed = semula(shop, "claim", "--wait", "--timeout", "20", "--json")
+    assert claimed.returncode == 0, claimed.stderr
+    call = json.loads(claimed.stdout)
+    skeleton = call["shape"]["skeleton"]
+    assert skeleton == {"total": 0, "currency": ""}
+    answered = semula(
+        shop, "answer", call["id"], "--json", json.dumps({**skeleton, "total": 7, "currency": "EUR"})
+    )
+    assert answered.returncode == 0, answered.stderr
+    thread.join(30)
+    assert json.loads(out["completion"].choices[0].message.content) == {"total": 7, "currency": "EUR"}
+
+    # MCP: claim_next, then answer_pending with the filled skeleton.
+    thread, out = held_call(shop, **{**ask, "messages": [{"role": "user", "content": "Total of order 8?"}]})
+    rest = Client(shop["server"].url, shop["agent_token"])
+    wait_for(lambda: rest.list_pending()["data"], what="the call to park")
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "semula", "mcp"], env=agent_env(shop), cwd=str(tmp_path)
+    )
+
+    async def agent():
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            call = (await session.call_tool("claim_next", {})).structured_content
+            answer = {**call["shape"]["skeleton"], "total": 8, "currency": "EUR"}
+            return await session.call_tool("answer_pending", {"pending_id": call["id"], "answer": answer})
+
+    result = anyio.run(agent)
+    assert result.is_error is False, result.content
+    thread.join(30)
+    assert json.loads(out["completion"].choices[0].message.content) == {"total": 8, "currency": "EUR"}
+
+
+def test_set_up_errors_name_the_variables(shop):
+    base = semula(shop, "pending")
+    assert base.returncode == 0
+    wrong = subprocess.run(
+        [sys.executable, "-m", "semula", "claim"],
+        env={**agent_env(shop), "SEMULA_URL": shop["server"].url + "/p/shop/v1"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert wrong.returncode == 1 and f"set SEMULA_URL={shop['server'].url}" in wrong.stderr
+    no_token = subprocess.run(
+        [sys.executable, "-m", "semula", "claim"],
+        env={k: v for k, v in agent_env(shop).items() if k != "SEMULA_TOKEN"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert no_token.returncode == 1 and "SEMULA_TOKEN is not set" in no_token.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -81,9 +82,14 @@ def test_sample_project_replays_and_a_miss_explains_itself(pytester, tmp_path):
     result = pytester.runpytest_subprocess("--semula-bundle", str(bundle), "-p", "no:cacheprovider")
     result.assert_outcomes(passed=4, failed=1)
     output = result.stdout.str()
-    assert "semula: replay from" in output
+    assert "semula: replay from" in output and "at http://127.0.0.1:" in output
     assert "Error code: 424 - No recorded entry matches this request" in output
-    assert "first difference at messages[0].content" in output
+    # Both values at the first difference, the bundle's fingerprint, no id of the temporary database.
+    assert 'first difference at messages[0].content: recorded "Say hello", sent "Say hellO"' in output
+    fingerprints = [entry["fingerprint"] for entry in json.loads(bundle.read_text())["entries"]]
+    assert any(f"the bundle's entry with fingerprint {f[:19]}" in output for f in fingerprints)
+    assert "ent_" not in output
+    assert f"Record it: pytest --semula-record --semula-bundle {bundle} -k test_miss" in output
 
 
 def test_ini_option_and_record_round_trip(pytester, tmp_path):
@@ -159,6 +165,9 @@ def test_replay_command_prints_its_url_first_and_serves_a_hit(tmp_path):
         proc.terminate()
         proc.wait(30)
     assert proc.returncode == 0
+    access_log = proc.stderr.read()
+    assert "POST /p/default/v1/chat/completions" in access_log
+    assert "\x1b[" not in access_log  # no colour codes when stderr is not a terminal
 
 
 def test_replay_command_refuses_a_missing_bundle(tmp_path):
@@ -169,3 +178,118 @@ def test_replay_command_refuses_a_missing_bundle(tmp_path):
         timeout=60,
     )
     assert result.returncode == 1 and "no bundle" in result.stderr
+
+
+AGENT = """
+import os, threading, time
+import requests
+
+def answer_next(text):
+    \"\"\"The agent: claim the parked call over REST and answer it (a person takes a moment first).\"\"\"
+    root = os.environ["OPENAI_BASE_URL"].split("/p/")[0]
+    time.sleep(1.5)  # slower than the plugin's look for parked calls, as any real answerer is
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        claimed = requests.post(root + "/api/v1/pending/claim", json={}, timeout=10)
+        if claimed.status_code == 200:
+            break
+        time.sleep(0.05)
+    answered = requests.post(root + "/api/v1/pending/" + claimed.json()["id"] + "/answer",
+                             json={"content": text}, timeout=10)
+    assert answered.status_code == 200, answered.text
+"""
+
+RECORD_TESTS = """
+import threading
+from openai import OpenAI
+from agent import answer_next
+
+def test_plain():
+    r = OpenAI(max_retries=0).chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Say hello"}])
+    assert r.choices[0].message.content == "Hello there!"
+
+def test_new():
+    agent = threading.Thread(target=answer_next, args=("A new answer",))
+    agent.start()
+    r = OpenAI(max_retries=0).chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Something new"}])
+    agent.join(30)
+    assert r.choices[0].message.content == "A new answer"
+"""
+
+REPLAY_TESTS = """
+from openai import OpenAI
+
+def test_plain():
+    r = OpenAI(max_retries=0).chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Say hello"}])
+    assert r.choices[0].message.content == "Hello there!"
+
+def test_new():
+    r = OpenAI(max_retries=0).chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Something new"}])
+    assert r.choices[0].message.content == "A new answer"
+
+def test_weather_was_pruned():
+    OpenAI(max_retries=0).chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Weather in Oslo?"}], tools=[%(tool)s])
+""".replace("%(tool)s", repr(WEATHER))
+
+
+def test_record_prune_then_replay(pytester, tmp_path):
+    bundle = tmp_path / "llm.json"
+    make_bundle(bundle, RECORDED[:2])  # hello, and a weather call no test makes any more
+    pytester.makeini(f"[pytest]\nsemula_bundle = {bundle}\n")
+    pytester.makepyfile(agent=AGENT, test_app=RECORD_TESTS)
+    recorded = pytester.runpytest_subprocess("--semula-record", "--semula-prune", "-p", "no:cacheprovider")
+    recorded.assert_outcomes(passed=2)
+    output = recorded.stdout.str() + recorded.stderr.str()
+    assert re.search(
+        r"semula: record into .*llm.json, pruning entries no test uses at http://127\.0\.0\.1:\d+/p/default/v1",
+        output,
+    )
+    assert re.search(
+        r"semula: answer parked calls with: SEMULA_URL=http://127\.0\.0\.1:\d+ semula claim --wait", output
+    )
+    assert re.search(r"semula: test_app.py::test_new is waiting on parked call pnd_\w+", output)
+    assert f"semula: wrote {bundle}: 2 entries, dropped 1 that no call used" in output
+    saved = [
+        entry["request"]["messages"][0]["content"] for entry in json.loads(bundle.read_text())["entries"]
+    ]
+    assert sorted(saved) == ["Say hello", "Something new"]
+
+    pytester.makepyfile(test_app=REPLAY_TESTS)
+    replayed = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    replayed.assert_outcomes(passed=2, failed=1)
+    miss = replayed.stdout.str()
+    recorded_and_sent = r'recorded "(Say hello|Something new)", sent "Weather in Oslo\?"'
+    assert re.search(r"first difference at messages\[0\]\.content: " + recorded_and_sent, miss)
+    assert "ent_" not in miss
+    assert "Record it: pytest --semula-record -k test_weather_was_pruned" in miss
+
+
+def test_help_works_and_a_missing_bundle_fails_only_the_tests_that_call(pytester, tmp_path):
+    missing = tmp_path / "not-yet.json"
+    pytester.makeini(f"[pytest]\nsemula_bundle = {missing}\n")
+    helped = pytester.runpytest_subprocess("--help")
+    assert helped.ret == 0 and "--semula-prune" in helped.stdout.str()
+    pytester.makepyfile(
+        test_app="""
+from openai import OpenAI
+
+def test_without_llm():
+    assert 1 + 1 == 2
+
+def test_with_llm():
+    client = OpenAI(max_retries=0)
+    client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Hi"}])
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    output = result.stdout.str()
+    assert "not recorded yet: pytest --semula-record" in output
+    assert "The bundle" in output and "not-yet.json does not exist yet." in output
+    assert "Record it: pytest --semula-record -k test_with_llm" in output
+    assert not missing.exists()

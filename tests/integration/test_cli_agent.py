@@ -114,23 +114,70 @@ def commands(queue):
         "show": ("show", queue["b1"]),
         "claim": ("claim", "--project", "beta"),
         "answer": ("answer", queue["b1"], "hello"),
+        "release": ("release", queue["b1"]),
+        "cancel": ("cancel", queue["b1"]),
     }
 
 
-@pytest.mark.parametrize("command", ["claim", "answer"])
+@pytest.mark.parametrize("command", ["claim", "answer", "release", "cancel"])
 def test_viewer_cannot_claim_or_answer(cli, queue, command):
     result = cli(*commands(queue)[command], role="viewer")
     assert result.exit_code == 1 and "needs editor" in result.stderr
 
 
-@pytest.mark.parametrize("command", ["pending", "show", "claim", "answer"])
+@pytest.mark.parametrize("command", ["pending", "show", "claim", "answer", "release", "cancel"])
 def test_replay_scope_cannot_use_the_queue(cli, queue, command):
     result = cli(*commands(queue)[command], role="admin", scope="replay")
     assert result.exit_code == 1 and "scope is replay" in result.stderr
 
 
-@pytest.mark.parametrize("command", ["pending", "show", "claim", "answer"])
+@pytest.mark.parametrize("command", ["pending", "show", "claim", "answer", "release", "cancel"])
 def test_bound_token_gets_not_found_for_another_project(cli, queue, command):
     result = cli(*commands(queue)[command], project="alpha")
     assert result.exit_code == 1 and "No " in result.stderr
     assert cli("pending", "--json", project="alpha").exit_code == 0
+
+
+def test_release_and_cancel(cli, queue):
+    assert cli("claim", "--project", "beta", "--worker", "w1").exit_code == 0
+    wrong = cli("release", queue["b1"])  # claimed as w1, released as the token's own name
+    assert wrong.exit_code == 1 and "is not claimed by 'tok_" in wrong.stderr
+    released = cli("release", queue["b1"], "--worker", "w1")
+    assert released.exit_code == 0 and released.stdout.strip() == f"released {queue['b1']}"
+    assert queue["b1"] in cli("claim", "--project", "beta").stdout  # at once, not after w1's lease
+    cancelled = cli("cancel", queue["b1"])
+    assert cancelled.exit_code == 0 and cancelled.stdout.strip() == f"cancelled {queue['b1']}"
+    again = cli("cancel", queue["b1"])
+    assert again.exit_code == 1 and "is cancelled already" in again.stderr
+
+
+def test_set_up_errors_name_the_variable_and_the_fix(app, monkeypatch):
+    monkeypatch.delenv("SEMULA_URL", raising=False)
+    monkeypatch.delenv("SEMULA_TOKEN", raising=False)
+    monkeypatch.setattr("semula.client.DEFAULT_URL", "http://127.0.0.1:9")
+    unset = CliRunner().invoke(main, ["pending"])
+    assert unset.exit_code == 1
+    assert (
+        "SEMULA_URL is not set" in unset.stderr and "set SEMULA_URL to the server's address" in unset.stderr
+    )
+
+    monkeypatch.setenv("SEMULA_URL", "http://127.0.0.1:9/p/shop/v1")
+    base = CliRunner().invoke(main, ["claim"])
+    assert base.exit_code == 1
+    assert (
+        "(SEMULA_URL) is an OpenAI base URL" in base.stderr
+        and "set SEMULA_URL=http://127.0.0.1:9" in base.stderr
+    )
+
+    no_token = CliRunner().invoke(main, ["claim"], obj={"client": in_process_client(app)})
+    assert no_token.exit_code == 1
+    assert (
+        "SEMULA_TOKEN is not set" in no_token.stderr
+        and "semula token create --role editor" in no_token.stderr
+    )
+
+
+@pytest.mark.parametrize("command", ["claim", "answer", "mcp"])
+def test_help_names_the_variables(command):
+    text = CliRunner().invoke(main, [command, "--help"]).stdout
+    assert "SEMULA_URL" in text and "SEMULA_TOKEN" in text

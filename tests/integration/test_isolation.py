@@ -163,6 +163,7 @@ SERVICE_CALLS = {
     "pending.cancel": lambda a, o: pending.cancel(a, o["pending"]),
     "pending.claim_by_id": lambda a, o: pending.claim_by_id(a, o["pending"], "w"),
     "pending.release_claim": lambda a, o: pending.release_claim(a, o["pending"], "w"),
+    "pending.release": lambda a, o: pending.release(a, o["pending"], "w"),
     "pending.list_pending": lambda a, o: pending.list_pending(a, project=o["project"]),
     "pending.claim_next": lambda a, o: pending.claim_next(a, project=o["project"]),
     "entries.get": lambda a, o: entries.get(a, o["entry"]),

@@ -14,7 +14,7 @@ from mcp import Client
 from semula.mcp_server import build
 from tests.agent_helpers import in_process_client, two_project_queue
 
-TOOLS = {"list_pending", "get_pending", "claim_next", "answer_pending"}
+TOOLS = {"list_pending", "get_pending", "claim_next", "answer_pending", "release_claim", "cancel_pending"}
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def mcp_call(app, make_token):
 def error_of(result) -> dict:
     assert result.is_error
     text = result.content[0].text
-    return json.loads(text[text.index("{") :])["error"]
+    return json.loads(text.splitlines()[-1])["error"]  # the error object is the last line
 
 
 def test_tools_are_listed_with_descriptions_an_agent_can_work_from(app):
@@ -106,10 +106,12 @@ def tool_calls(queue):
         "get_pending": {"pending_id": queue["b1"]},
         "claim_next": {"project": "beta"},
         "answer_pending": {"pending_id": queue["b1"], "answer": "hello"},
+        "release_claim": {"pending_id": queue["b1"]},
+        "cancel_pending": {"pending_id": queue["b1"]},
     }
 
 
-@pytest.mark.parametrize("tool", ["claim_next", "answer_pending"])
+@pytest.mark.parametrize("tool", ["claim_next", "answer_pending", "release_claim", "cancel_pending"])
 def test_viewer_cannot_claim_or_answer(mcp_call, queue, tool):
     (result,) = mcp_call((tool, tool_calls(queue)[tool]), role="viewer")
     assert error_of(result)["code"] == "insufficient_role"
@@ -126,3 +128,20 @@ def test_bound_token_gets_not_found_for_another_project(mcp_call, queue, tool):
     result, own = mcp_call((tool, tool_calls(queue)[tool]), ("list_pending", {}), project="alpha")
     assert error_of(result)["code"] in ("pending_not_found", "project_not_found")
     assert [p["id"] for p in own.structured_content["data"]] == [queue["a1"]]
+
+
+def test_release_gives_a_claim_back_and_cancel_ends_the_call(mcp_call, queue):
+    claimed, wrong_worker, released, again, cancelled, gone = mcp_call(
+        ("claim_next", {"project": "beta", "worker": "w1"}),
+        ("release_claim", {"pending_id": queue["b1"], "worker": "w2"}),
+        ("release_claim", {"pending_id": queue["b1"], "worker": "w1"}),
+        ("claim_next", {"project": "beta"}),
+        ("cancel_pending", {"pending_id": queue["b1"]}),
+        ("claim_next", {"project": "beta"}),
+    )
+    assert claimed.structured_content["claimed_by"] == "w1"
+    assert error_of(wrong_worker)["code"] == "claim_not_held"
+    assert released.structured_content["claimed_by"] is None
+    assert again.structured_content["id"] == queue["b1"]  # at once, not after w1's lease
+    assert cancelled.structured_content["status"] == "cancelled"
+    assert gone.structured_content["claimed"] is False

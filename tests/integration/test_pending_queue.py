@@ -139,6 +139,25 @@ def test_claim_by_id_and_release(ctx, queue):
         pending_service.claim_by_id(editor, "pnd_nope", "answerer-1")
 
 
+def test_rest_release_gives_the_claim_back(client, make_token, queue):
+    editor = make_token("editor", scope="record")
+    release = f"/api/v1/pending/{queue['b1']}/release"
+    claimed = client.post("/api/v1/pending/claim", json={"project": "beta"}, headers=editor).json
+    assert client.post(release, json={"worker": "someone"}, headers=editor).json["error"]["code"] == (
+        "claim_not_held"
+    )
+    # Without a body, the claim made under the token's own name (as the claim above was) is released.
+    released = client.post(release, headers=editor)
+    assert released.status_code == 200 and released.json["claimed_by"] is None
+    assert client.post(release, headers=editor).status_code == 409  # nothing held any more
+    again = client.post("/api/v1/pending/claim", json={"project": "beta"}, headers=editor)
+    assert again.json["id"] == claimed["id"] == queue["b1"]
+    assert client.post(release, json={"worker": ""}, headers=editor).status_code == 400
+    client.post(f"/api/v1/pending/{queue['b1']}/cancel", headers=editor)
+    gone = client.post(release, headers=editor)
+    assert gone.status_code == 409 and gone.json["error"]["code"] == "pending_resolved"
+
+
 def test_bound_tokens_see_and_claim_only_their_project(ctx, queue):
     alpha_id = projects.get_row(ctx, "alpha")["id"]
     bound = as_editor(ctx, project_id=alpha_id)
@@ -238,6 +257,7 @@ METHODS = {
     "claim": ("post", "/api/v1/pending/claim", {"project": "beta"}),
     "answer": ("post", "/api/v1/pending/{b1}/answer", {"content": "x"}),
     "cancel": ("post", "/api/v1/pending/{b1}/cancel", None),
+    "release": ("post", "/api/v1/pending/{b1}/release", {"worker": "w1"}),
 }
 
 
@@ -246,7 +266,7 @@ def rest(client, headers, method, queue):
     return getattr(client, verb)(path.format(**queue), json=body, headers=headers)
 
 
-@pytest.mark.parametrize("method", ["claim", "answer", "cancel"])
+@pytest.mark.parametrize("method", ["claim", "answer", "cancel", "release"])
 def test_rest_viewer_cannot_change_the_queue(client, make_token, queue, method):
     r = rest(client, make_token("viewer", scope="record"), method, queue)
     assert r.status_code == 403 and r.json["error"]["code"] == "insufficient_role"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -9,7 +10,7 @@ import pytest
 
 from semula import fingerprint as fp
 from semula.errors import InvalidAnswer, PendingResolved
-from semula.service import pending, projects
+from semula.service import bundles, entries, pending, projects
 from tests.helpers import wait_for
 
 URL = "/p/shop/v1/chat/completions"
@@ -96,18 +97,48 @@ def test_replay_miss_names_the_closest_entry_not_the_newest(ctx, shop, client, a
     asked = {**BODY, "messages": [{"role": "user", "content": "hello therE"}]}
     r = client.post(URL, json=asked, headers=admin)
     assert r.status_code == 424
-    assert f"Closest entry: {older['id']};" in r.json["error"]["message"]
+    message = r.json["error"]["message"]
+    fingerprint = entries.get_row(ctx, older["id"])["fingerprint"]
+    assert f"Closest entry: {older['id']} (fingerprint {fingerprint[:19]}…);" in message
+    assert 'first difference at messages[0].content: recorded "hello there", sent "hello therE".' in message
+
+
+def test_a_miss_names_an_entry_from_a_bundle_by_its_fingerprint(ctx, shop, client, admin):
+    long_text = "a long prompt " * 20
+    record(
+        ctx,
+        shop,
+        client,
+        admin,
+        {"content": "hi"},
+        body={**BODY, "messages": [{"role": "user", "content": long_text}]},
+    )
+    bundle = b"".join(bundles.export_bundle(ctx, "shop"))
+    projects.create(ctx, {"name": "copy"})
+    bundles.import_bundle(ctx, "copy", io.BytesIO(bundle))
+    projects.update(ctx, "copy", {"mode": "replay"})
+    [entry] = json.loads(bundle)["entries"]
+    r = client.post("/p/copy/v1/chat/completions", json=BODY, headers=admin)
+    message = r.json["error"]["message"]
+    assert f"Closest entry: the bundle's entry with fingerprint {entry['fingerprint'][:19]}…;" in message
+    assert "ent_" not in message
+    recorded = json.dumps(long_text)[:79] + "…"
+    assert f'first difference at messages[0].content: recorded {recorded}, sent "hello".' in message
 
 
 def test_replay_miss_in_an_empty_project_says_so(ctx, client, admin):
     projects.create(ctx, {"name": "empty", "mode": "replay"})
     r = client.post("/p/empty/v1/chat/completions", json=BODY, headers=admin)
     assert r.status_code == 424 and "no entries" in r.json["error"]["message"]
+    assert "scope" not in r.json["error"]["message"]  # a replay-mode project: the scope is not the cause
 
 
 def test_replay_scope_token_never_parks(ctx, shop, client, make_token):
     r = client.post(URL, json=BODY, headers=make_token("viewer", scope="replay"))
     assert r.status_code == 424
+    message = r.json["error"]["message"]
+    assert "has no entries to replay" in message
+    assert "this token's scope is replay, which never parks" in message and "scope record" in message
     assert ctx.store.all("parked_in_project", project_id=shop["id"]) == []
 
 

@@ -200,6 +200,36 @@ def test_unknown_api_paths_name_the_path_and_what_is_spoken(client, admin):
     assert "/v1/embeddingz" in r.json["error"]["message"] and "/v1/responses" in r.json["error"]["message"]
 
 
+def test_a_json_schema_call_takes_the_object_itself_and_refusals_show_the_form(ctx, shop, client, admin):
+    schema = {
+        "type": "object",
+        "properties": {"total": {"type": "integer"}, "currency": {"type": "string"}},
+        "required": ["total", "currency"],
+        "additionalProperties": False,
+    }
+    body = {
+        "model": "gpt-4.1",
+        "input": "Total of the order?",
+        "text": {"format": {"type": "json_schema", "name": "order", "schema": schema, "strict": True}},
+    }
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(client.post, URL, json=body, headers=admin)
+        [row] = parked(ctx, shop)
+        answer_url = f"/api/v1/pending/{row['id']}/answer"
+        assert client.get(f"/api/v1/pending/{row['id']}", headers=admin).json["shape"]["skeleton"] == {
+            "total": 0,
+            "currency": "",
+        }
+        wrong = client.post(answer_url, json={"total": "7", "currency": "EUR"}, headers=admin)
+        assert wrong.status_code == 422 and wrong.json["error"]["param"] == "content.total"
+        assert 'Answer this call in this form: {"total": 0, "currency": ""}' in wrong.json["error"]["message"]
+        right = client.post(answer_url, json={"total": 7, "currency": "EUR"}, headers=admin)
+        assert right.status_code == 200, right.json
+        response = future.result(10).json
+    text = response["output"][0]["content"][0]["text"]
+    assert json.loads(text) == {"total": 7, "currency": "EUR"}
+
+
 def test_the_dashboard_answers_a_responses_call_as_text(ctx, shop, client, make_token):
     import re
 

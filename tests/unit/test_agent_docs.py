@@ -21,7 +21,14 @@ def test_every_agent_command_has_help_and_is_documented():
 
 def test_every_mcp_tool_has_a_description_and_is_documented():
     tools = anyio.run(build(Client("http://127.0.0.1:9", token="")).list_tools)
-    assert {tool.name for tool in tools} == {"list_pending", "get_pending", "claim_next", "answer_pending"}
+    assert {tool.name for tool in tools} == {
+        "list_pending",
+        "get_pending",
+        "claim_next",
+        "answer_pending",
+        "release_claim",
+        "cancel_pending",
+    }
     for tool in tools:
         assert tool.description and len(tool.description) > 100, tool.name
         assert f"`{tool.name}`" in DOC, tool.name

@@ -6,7 +6,14 @@ import urllib.request
 import pytest
 from openai.types.chat import ChatCompletion
 
-from semula.answers import parse_answer, shape, skeleton_from_schema, validate_tool_calls
+from semula.answers import (
+    MAX_FORM_TEXT,
+    expected_form,
+    parse_answer,
+    shape,
+    skeleton_from_schema,
+    validate_tool_calls,
+)
 from semula.errors import InvalidAnswer
 
 WEATHER = {
@@ -399,12 +406,46 @@ def test_shape_follows_tool_choice():
 def test_shape_of_structured_output_and_plain_requests():
     view = shape(JSON_SCHEMA_REQUEST)
     assert view["response_format"] == PERSON_SCHEMA
-    assert json.loads(view["skeleton"]["content"]) == {"name": "", "age": 0}
+    assert view["skeleton"] == {"name": "", "age": 0}
     validate_tool_calls(parse_answer(view["skeleton"], JSON_SCHEMA_REQUEST), JSON_SCHEMA_REQUEST)
     assert shape({**PLAIN_REQUEST, "response_format": {"type": "json_object"}})["response_format"] == {
         "type": "object"
     }
     assert shape(PLAIN_REQUEST) == {"tools": [], "response_format": None, "skeleton": {"content": ""}}
+
+
+def test_a_json_output_takes_the_object_itself_as_the_answer():
+    person = {"name": "Ada", "age": 36}
+    for payload in (person, {"content": person}, {"content": json.dumps(person)}, json.dumps(person)):
+        completion = parse_answer(payload, JSON_SCHEMA_REQUEST)
+        validate_tool_calls(completion, JSON_SCHEMA_REQUEST)
+        assert json.loads(message_of(completion)["content"]) == person
+    with pytest.raises(InvalidAnswer) as info:
+        validate_tool_calls(parse_answer({"name": "Ada"}, JSON_SCHEMA_REQUEST), JSON_SCHEMA_REQUEST)
+    assert info.value.param == "content.age"
+    json_object = {**PLAIN_REQUEST, "response_format": {"type": "json_object"}}
+    assert json.loads(message_of(parse_answer({"any": [1]}, json_object))["content"]) == {"any": [1]}
+    # Without a JSON output an object is an answer form, checked strictly as before.
+    with pytest.raises(InvalidAnswer, match="unknown field 'age'"):
+        parse_answer(person, PLAIN_REQUEST)
+    with pytest.raises(InvalidAnswer, match="content must be a string"):
+        parse_answer({"content": person}, PLAIN_REQUEST)
+
+
+def test_a_schema_with_a_content_property_keeps_the_skeleton_as_text():
+    schema = {"type": "object", "properties": {"content": {"type": "string"}, "n": {"type": "integer"}}}
+    request = {**PLAIN_REQUEST, "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}
+    skeleton = shape(request)["skeleton"]
+    assert json.loads(skeleton["content"]) == {"content": "", "n": 0}
+    validate_tool_calls(parse_answer(skeleton, request), request)
+
+
+def test_expected_form_is_one_line_and_bounded():
+    assert expected_form(JSON_SCHEMA_REQUEST) == '{"name": "", "age": 0}'
+    assert expected_form(TOOLS_REQUEST).startswith('{"tool_calls": [{"name": "get_weather"')
+    big = {"type": "object", "properties": {f"field_{i}": {"type": "string"} for i in range(200)}}
+    request = {**PLAIN_REQUEST, "response_format": {"type": "json_schema", "json_schema": {"schema": big}}}
+    assert len(expected_form(request)) == MAX_FORM_TEXT and "\n" not in expected_form(request)
 
 
 def test_skeleton_placeholders():

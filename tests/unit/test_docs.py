@@ -3,6 +3,7 @@ command and option has help and is in docs/cli.md."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -79,3 +80,18 @@ def test_deploy_keeps_the_environment_file_from_the_answerers_child():
     assert settings["Group"] != "semula" and "SupplementaryGroups" not in settings
     # ... and the directory of the file systemd read for it is gone from its view.
     assert settings["EnvironmentFile"].rsplit("/", 1)[0] in settings["InaccessiblePaths"].split()
+
+
+@pytest.mark.parametrize("command", ["create", "set"])
+def test_project_create_and_set_help_list_every_setting_with_its_default(command):
+    from click.testing import CliRunner
+
+    from semula.service.projects import DEFAULTS
+
+    assert set(cli.SETTING_MEANINGS) == set(DEFAULTS)
+    text = CliRunner().invoke(cli.main, ["project", command, "--help"], terminal_width=200).stdout
+    text = text.replace("*=", "=")  # the star marks operator fields
+    for key, default in DEFAULTS.items():
+        shown = default if isinstance(default, str) else json.dumps(default)
+        assert f"  {key}={shown}  {cli.SETTING_MEANINGS[key]}" in text, key
+        assert f"`{key}`" in cli_sections()["semula project create"], key

@@ -7,10 +7,12 @@ import pytest
 
 from semula.errors import BadRequest
 from semula.fingerprint import (
+    ABSENT,
     TRANSPORT_FIELDS,
     canonical_json,
     canonical_request,
     closeness,
+    difference,
     fingerprint,
     first_difference,
     validate_ignore_fields,
@@ -265,6 +267,21 @@ def test_first_difference_reports_missing_keys_extra_items_and_type_changes():
     assert first_difference(request(logit_bias={"50256": 1}), request(logit_bias={"50256": 2})) == (
         'logit_bias["50256"]'
     )
+
+
+def test_difference_gives_the_value_on_each_side():
+    changed = request()
+    changed["messages"][1]["content"] = "Something else"
+    assert difference(request(), changed) == (
+        "messages[1].content",
+        request()["messages"][1]["content"],
+        "Something else",
+    )
+    assert difference(request(), request(seed=1)) == ("seed", ABSENT, 1)
+    longer = request()
+    longer["messages"].append({"role": "user", "content": "more"})
+    assert difference(longer, request()) == ("messages[2]", {"role": "user", "content": "more"}, ABSENT)
+    assert difference(request(), request()) is None
 
 
 def test_closeness_ranks_the_nearest_request_first():
