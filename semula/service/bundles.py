@@ -594,7 +594,7 @@ def _parse_with_prefixes(source: IO[bytes]) -> Iterator[tuple[str, str, Any]]:
 def find_secrets(
     source: IO[bytes], extra_secrets: tuple[str, ...] = (), limit: int = 20
 ) -> tuple[list[str], int]:
-    """Paths in a bundle whose text looks like a credential (first `limit`), and how many in all."""
+    """Paths in a bundle file whose text looks like a credential (first `limit`), and how many in all."""
     found: list[str] = []
     total = 0
     index = -1
@@ -608,5 +608,34 @@ def find_secrets(
             path = prefix.replace(".item", "[]")
             if prefix.startswith("entries.item"):
                 path = f"entries[{index}]" + prefix[len("entries.item") :].replace(".item", "[]")
-            found.append(path + (f" (key {value[:40]!r})" if event == "map_key" else ""))
+            # The path names keys, and a key may be the credential: it is redacted like a value.
+            path = redact.redact_text(path, extra_secrets)
+            found.append(path + (" (an object key)" if event == "map_key" else ""))
+    return found, total
+
+
+def find_stored_secrets(ctx: Context, project: str, limit: int = 20) -> tuple[list[str], int]:
+    """What find_secrets() would report for the project's bundle if export did not redact it.
+
+    Export redacts every value, so checking its output only ever finds keys; this checks the
+    entries as stored, with the paths of their exported form. Paths only, never the values.
+    """
+    require(ctx, role="viewer")
+    row = projects_service.get_row(ctx, project)
+    secrets = ctx.settings.secrets()
+    found: list[str] = []
+    total = 0
+
+    def add(paths: Iterator[str]) -> None:
+        nonlocal total
+        for path in paths:
+            total += 1
+            if len(found) < limit:
+                found.append(path)
+
+    add(redact.secret_paths(_config(row), secrets, "config"))
+    for index, entry in enumerate(ctx.store.iterate("export_entries", project_id=row["id"])):
+        response, chunks = entries_service.decode(entry)
+        item = {"chunks": chunks, "request": json.loads(entry["request"]), "response": response}
+        add(redact.secret_paths(item, secrets, f"entries[{index}]"))
     return found, total
