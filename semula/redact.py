@@ -6,7 +6,7 @@ Patterns demand realistic lengths and shapes, so prose about "tokens" or "sk-lea
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 REDACTED = "[REDACTED]"
@@ -47,6 +47,17 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "github_token": re.compile(r"(?<![\w-])(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
     "slack_token": re.compile(r"(?<![\w-])xox[abprs]-[A-Za-z0-9-]{10,}"),
     "stripe_key": re.compile(r"(?<![\w-])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),
+    # semula's own tokens (semula/service/auth.py): smt_ and 43 URL-safe characters.
+    "semula_token": re.compile(r"(?<![\w-])smt_[A-Za-z0-9_-]{32,}"),
+    "gitlab_token": re.compile(r"(?<![\w-])gl(?:pat|dt|rt|ptt|cbt|oas)-[A-Za-z0-9_.-]{20,}"),
+    "huggingface_token": re.compile(r"(?<![\w-])hf_[A-Za-z0-9]{30,}(?![\w-])"),
+    "npm_token": re.compile(r"(?<![\w-])npm_[A-Za-z0-9]{36,}(?![\w-])"),
+    "sendgrid_key": re.compile(r"(?<![\w-])SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{30,64}"),
+    "twilio_key": re.compile(r"(?<![A-Za-z0-9])SK[0-9a-fA-F]{32}(?![A-Za-z0-9])"),
+    # The webhook URL is the credential: anyone holding it can post to the channel.
+    "slack_webhook": re.compile(
+        r"(?<=hooks\.slack\.com/)(?P<secret>(?:services|workflows|triggers)/[A-Za-z0-9_/-]{16,})"
+    ),
     "jwt": re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
     "bearer_token": re.compile(r"\b(?i:bearer)\s+(?P<secret>" + _value(r"A-Za-z0-9._~+/=-", 16) + ")"),
     "authorization_header": re.compile(
@@ -62,18 +73,78 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     ),
 }
 
+# Literals that every match of a pattern contains: a pattern runs only on text that holds one.
+# `in` scans at memory speed, while a pattern that starts with a lookbehind is tried at every
+# position (~0.3 s per pattern on 8 MB), and a bundle or a request body can be that large.
+# The case-insensitive patterns' literals are lowercase and checked against ASCII text only.
+_NEEDLES: dict[str, tuple[str, ...]] = {
+    "pem_private_key": ("-----BEGIN",),
+    "anthropic_key": ("sk-ant-",),
+    "openai_key": ("sk-",),
+    "google_api_key": ("AIza",),
+    "aws_access_key_id": ("AKIA", "ASIA"),
+    "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "slack_token": ("xox",),
+    "stripe_key": ("_live_", "_test_"),
+    "semula_token": ("smt_",),
+    "gitlab_token": ("glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "gloas-"),
+    "huggingface_token": ("hf_",),
+    "npm_token": ("npm_",),
+    "sendgrid_key": ("SG.",),
+    "twilio_key": ("SK",),
+    "slack_webhook": ("hooks.slack.com/",),
+    "jwt": ("eyJ",),
+    "bearer_token": ("bearer",),
+    "authorization_header": ("authorization",),
+    "url_credentials": ("://",),
+    "key_value_credential": ("key", "secret", "token", "passw", "pwd", "credential"),
+}
+_FOLDED = frozenset(name for name, pattern in PATTERNS.items() if pattern.flags & re.IGNORECASE) | {
+    "bearer_token"  # (?i:...) applies to a group only, which the pattern's flags do not show
+}
+
 # An operator's own secret shorter than this is too likely to occur in ordinary text.
 _MIN_EXTRA_SECRET = 6
 
+# Characters that print as nothing: a key split by them ("sk-ab\u200bcd…") still works when pasted
+# somewhere that drops them, and no pattern sees it.
+_INVISIBLE = re.compile("[\u00ad\u180e\u200b-\u200d\u2060-\u2064\ufeff]")
+
 
 def redact_text(text: str, extra_secrets: Iterable[str] = ()) -> str:
-    """The text with every recognised secret and every exact `extra_secrets` string replaced by [REDACTED]."""
+    """The text with every recognised secret and every exact `extra_secrets` string replaced by [REDACTED].
+
+    A secret that only shows once invisible characters are removed is redacted too; the text then
+    loses its invisible characters (an emoji's zero-width joiner among them), and only then.
+    """
+    secrets = tuple(extra_secrets)
+    text = _redact(text, secrets)
+    if not text.isascii() and _INVISIBLE.search(text):
+        visible = _INVISIBLE.sub("", text)
+        redacted = _redact(visible, secrets)
+        if redacted != visible:
+            return redacted
+    return text
+
+
+def _redact(text: str, extra_secrets: tuple[str, ...]) -> str:
     for secret in sorted(
         {s for s in extra_secrets if s and len(s) >= _MIN_EXTRA_SECRET}, key=len, reverse=True
     ):
         text = text.replace(secret, REDACTED)
-    for pattern in PATTERNS.values():
-        text = pattern.sub(_replace, text)
+    lowered = None
+    for name, pattern in PATTERNS.items():
+        if name not in _FOLDED:
+            run = any(needle in text for needle in _NEEDLES[name])
+        elif text.isascii():
+            lowered = lowered if lowered is not None else text.lower()
+            run = any(needle in lowered for needle in _NEEDLES[name])
+        else:
+            run = True  # (?i) folds some non-ASCII letters to ASCII ones (the Kelvin sign is k)
+        if run:
+            redacted = pattern.sub(_replace, text)
+            if redacted != text:
+                text, lowered = redacted, None
     return text
 
 
@@ -99,6 +170,27 @@ def contains_secret(obj: Any, extra_secrets: Iterable[str] = ()) -> bool:
     if isinstance(obj, list | tuple):
         return any(contains_secret(value, secrets) for value in obj)
     return False
+
+
+def secret_paths(obj: Any, extra_secrets: Iterable[str] = (), path: str = "") -> Iterator[str]:
+    """Where a JSON value holds something shaped like a credential: paths, never the values.
+
+    Objects add `.key`, lists `[]`; a credential used as an object key is reported as the path of
+    that object followed by " (an object key)", and is itself [REDACTED] in every path.
+    """
+    secrets = tuple(extra_secrets)
+    stack: list[tuple[Any, str]] = [(obj, path)]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            if contains_secret(value, secrets):
+                yield redact_text(where, secrets)
+        elif isinstance(value, dict):
+            if any(contains_secret(key, secrets) for key in value):
+                yield redact_text(where, secrets) + " (an object key)"
+            stack.extend((item, f"{where}.{key}") for key, item in reversed(value.items()))
+        elif isinstance(value, list | tuple):
+            stack.extend((item, f"{where}[]") for item in reversed(value))
 
 
 def provider_error_text(

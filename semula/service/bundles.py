@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -30,12 +31,13 @@ from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from semula import dialects, jsonio, redact
 from semula.db import UniqueViolation
-from semula.errors import BadRequest, Conflict, SemulaError
+from semula.errors import BadRequest, Conflict, PayloadTooLarge, SemulaError
 from semula.ids import new_id
 from semula.service import Context, audit, dumps, now, quotas
 from semula.service import entries as entries_service
 from semula.service import projects as projects_service
 from semula.service.auth import require
+from semula.service.calllog import Offload
 
 FORMAT = "semula-bundle"
 VERSION = 1
@@ -165,8 +167,13 @@ def _build(event: str, value: Any, events: Iterator[tuple[str, Any]]) -> Any:
     return root
 
 
-def read_bundle(source: IO[bytes]) -> Iterator[tuple[str, Any]]:
-    """Yield ("bundle", header), ("config", settings) and ("entry", value) in file order, streaming."""
+def read_bundle(
+    source: IO[bytes], entry_started: Callable[[], None] | None = None
+) -> Iterator[tuple[str, Any]]:
+    """Yield ("bundle", header), ("config", settings) and ("entry", value) in file order, streaming.
+
+    `entry_started` is called when an entry's first event has been read, before it is built.
+    """
     events = _events(source)
     first = next(events, None)
     if first is None:
@@ -193,6 +200,8 @@ def read_bundle(source: IO[bytes]) -> Iterator[tuple[str, Any]]:
         for event, value in events:
             if event == "end_array":
                 break
+            if entry_started is not None:
+                entry_started()
             yield "entry", _build(event, value, events)
     if "bundle" not in seen:
         raise InvalidBundle('This is not a semula bundle: it has no "bundle" header.', param="bundle")
@@ -396,24 +405,59 @@ def _prepare(
 # --- import -----------------------------------------------------------------------------------------
 
 
-class _CountingReader:
-    """Reports how many bytes were read, for a progress bar over a stream of unknown structure."""
+class BundleTooLarge(PayloadTooLarge):
+    """The bundle, or one entry of it, is larger than this server imports."""
 
-    def __init__(self, source: IO[bytes], progress: Progress | None):
-        self.source, self.progress = source, progress
+    code = "bundle_too_large"
+
+
+class _CountingReader:
+    """Reports how many bytes were read (a progress bar over a stream of unknown structure), and
+    refuses an entry longer than `entry_limit` bytes before the parser has built it."""
+
+    def __init__(self, source: IO[bytes], progress: Progress | None, entry_limit: int | None = None):
+        self.source, self.progress, self.entry_limit = source, progress, entry_limit
+        self.total, self.entry_start, self.entry = 0, None, -1
+
+    def start_entry(self) -> None:
+        # Counted from what was read when the entry's first event came out: up to one parser buffer
+        # after where it really starts, so the limit is generous by at most that.
+        self.entry_start, self.entry = self.total, self.entry + 1
 
     def read(self, size: int = -1) -> bytes:
         if size == 0:
             # ijson probes with read(0); werkzeug's request stream takes an empty read for a disconnect.
             return b""
         data = self.source.read(size)
+        self.total += len(data)
+        if (
+            self.entry_limit
+            and self.entry_start is not None
+            and self.total - self.entry_start > self.entry_limit
+        ):
+            # Parsing one long string costs time that grows faster than its length (~17 s for 60 MB).
+            raise BundleTooLarge(
+                f"entries[{self.entry}]: one entry of the bundle is longer than {self.entry_limit} "
+                "bytes, three times SEMULA_MAX_BODY_BYTES (its request, response and chunks at that "
+                "limit); nothing was imported.",
+                param=f"entries[{self.entry}]",
+            )
         if self.progress and data:
             self.progress("read", len(data), None)
         return data
 
 
+# An entry holds a request, a response and chunks, each at most SEMULA_MAX_BODY_BYTES long.
+ENTRY_FACTOR = 3
+
+
 def import_bundle(
-    ctx: Context, project: str, source: IO[bytes], *, progress: Progress | None = None
+    ctx: Context,
+    project: str,
+    source: IO[bytes],
+    *,
+    progress: Progress | None = None,
+    offload: Offload | None = None,
 ) -> dict[str, Any]:
     """Import a bundle into a project: all of it or, on any error, nothing.
 
@@ -422,46 +466,26 @@ def import_bundle(
     applies the settings, resets operator fields and writes the entries in batches. Entries are
     matched by fingerprint: new ones are created, changed ones get a new revision (actor import),
     identical ones are left alone, and pinned ones in this project are skipped.
+
+    `offload` runs the first phase elsewhere (the server: in a native thread, so the worker's
+    event loop keeps serving while a large bundle is parsed and checked); the source is copied to
+    a temporary file first, on the caller's side, since a request's socket is the caller's to read.
     """
     require(ctx, role="admin")
     row = projects_service.get_row(ctx, project)
     current = projects_service.present(row)
-    limit = ctx.settings.max_body_bytes
-    secrets = ctx.settings.secrets()
-    raw_config: Any = None
-    config: dict[str, Any] | None = None
-    seen: set[bytes] = set()
-    recomputed = count = 0
-    with tempfile.TemporaryFile(prefix="semula-import-") as spool:
-        for kind, value in read_bundle(_CountingReader(source, progress)):
-            if kind == "bundle":
-                _check_header(value)
-                continue
-            if kind == "config":
-                raw_config = value
-                continue
-            if config is None:
-                # Read after the header, so a newer bundle is refused for its version, not a new setting.
-                config = _check_config(raw_config) if raw_config is not None else {}
-                settings = {**current, **config}
-                rules = (settings["ignore_fields"], settings["normalize"])
-            item, changed = _prepare(count, value, rules, limit, secrets)
-            # 16 bytes per entry is all the import keeps in memory about the entries it has read.
-            key = hashlib.blake2b(item.fingerprint.encode(), digest_size=16).digest()
-            if key in seen:
-                raise InvalidBundle(
-                    f"entries[{count}] ({item.fingerprint[:15]}…): fingerprint: another entry of the "
-                    "bundle has the same fingerprint (the same request under this project's rules).",
-                    param=f"entries[{count}].fingerprint",
-                )
-            seen.add(key)
-            pickle.dump(item, spool, protocol=pickle.HIGHEST_PROTOCOL)
-            recomputed += changed
-            count += 1
-            if count % BATCH == 0:
-                time.sleep(0)  # Under gevent: let the worker's other requests run between batches.
-        if config is None:
-            config = _check_config(raw_config) if raw_config is not None else {}
+    with (
+        tempfile.TemporaryFile(prefix="semula-import-") as spool,
+        tempfile.TemporaryFile(prefix="semula-upload-") as upload,
+    ):
+        if offload is None:
+            config, count, recomputed = _validate(ctx, current, source, spool, progress, pause=True)
+        else:
+            shutil.copyfileobj(source, upload, 1 << 16)
+            upload.seek(0)
+            config, count, recomputed = offload(
+                lambda: _validate(ctx, current, upload, spool, progress, pause=False)
+            )
         spool.seek(0)
         try:
             report = _write(ctx, row, current, config, spool, count, progress)
@@ -473,6 +497,55 @@ def import_bundle(
             ) from None
     report["fingerprints_recomputed"] = recomputed
     return report
+
+
+def _validate(
+    ctx: Context,
+    current: dict[str, Any],
+    source: IO[bytes],
+    spool: IO[bytes],
+    progress: Progress | None,
+    *,
+    pause: bool,
+) -> tuple[dict[str, Any], int, int]:
+    """Phase one, no database: read and check every entry into `spool`; (config, entries, recomputed)."""
+    limit = ctx.settings.max_body_bytes
+    secrets = ctx.settings.secrets()
+    raw_config: Any = None
+    config: dict[str, Any] | None = None
+    seen: set[bytes] = set()
+    recomputed = count = 0
+    reader = _CountingReader(source, progress, ENTRY_FACTOR * limit)
+    for kind, value in read_bundle(reader, reader.start_entry):
+        if kind == "bundle":
+            _check_header(value)
+            continue
+        if kind == "config":
+            raw_config = value
+            continue
+        if config is None:
+            # Read after the header, so a newer bundle is refused for its version, not a new setting.
+            config = _check_config(raw_config) if raw_config is not None else {}
+            settings = {**current, **config}
+            rules = (settings["ignore_fields"], settings["normalize"])
+        item, changed = _prepare(count, value, rules, limit, secrets)
+        # 16 bytes per entry is all the import keeps in memory about the entries it has read.
+        key = hashlib.blake2b(item.fingerprint.encode(), digest_size=16).digest()
+        if key in seen:
+            raise InvalidBundle(
+                f"entries[{count}] ({item.fingerprint[:15]}…): fingerprint: another entry of the "
+                "bundle has the same fingerprint (the same request under this project's rules).",
+                param=f"entries[{count}].fingerprint",
+            )
+        seen.add(key)
+        pickle.dump(item, spool, protocol=pickle.HIGHEST_PROTOCOL)
+        recomputed += changed
+        count += 1
+        if pause and count % BATCH == 0:
+            time.sleep(0)  # Under gevent: let the worker's other requests run between batches.
+    if config is None:
+        config = _check_config(raw_config) if raw_config is not None else {}
+    return config, count, recomputed
 
 
 def _read_prepared(spool: IO[bytes], count: int) -> Iterator[list[_Prepared]]:
@@ -594,7 +667,7 @@ def _parse_with_prefixes(source: IO[bytes]) -> Iterator[tuple[str, str, Any]]:
 def find_secrets(
     source: IO[bytes], extra_secrets: tuple[str, ...] = (), limit: int = 20
 ) -> tuple[list[str], int]:
-    """Paths in a bundle whose text looks like a credential (first `limit`), and how many in all."""
+    """Paths in a bundle file whose text looks like a credential (first `limit`), and how many in all."""
     found: list[str] = []
     total = 0
     index = -1
@@ -608,5 +681,34 @@ def find_secrets(
             path = prefix.replace(".item", "[]")
             if prefix.startswith("entries.item"):
                 path = f"entries[{index}]" + prefix[len("entries.item") :].replace(".item", "[]")
-            found.append(path + (f" (key {value[:40]!r})" if event == "map_key" else ""))
+            # The path names keys, and a key may be the credential: it is redacted like a value.
+            path = redact.redact_text(path, extra_secrets)
+            found.append(path + (" (an object key)" if event == "map_key" else ""))
+    return found, total
+
+
+def find_stored_secrets(ctx: Context, project: str, limit: int = 20) -> tuple[list[str], int]:
+    """What find_secrets() would report for the project's bundle if export did not redact it.
+
+    Export redacts every value, so checking its output only ever finds keys; this checks the
+    entries as stored, with the paths of their exported form. Paths only, never the values.
+    """
+    require(ctx, role="viewer")
+    row = projects_service.get_row(ctx, project)
+    secrets = ctx.settings.secrets()
+    found: list[str] = []
+    total = 0
+
+    def add(paths: Iterator[str]) -> None:
+        nonlocal total
+        for path in paths:
+            total += 1
+            if len(found) < limit:
+                found.append(path)
+
+    add(redact.secret_paths(_config(row), secrets, "config"))
+    for index, entry in enumerate(ctx.store.iterate("export_entries", project_id=row["id"])):
+        response, chunks = entries_service.decode(entry)
+        item = {"chunks": chunks, "request": json.loads(entry["request"]), "response": response}
+        add(redact.secret_paths(item, secrets, f"entries[{index}]"))
     return found, total

@@ -27,7 +27,7 @@ OUTCOMES = (
     "error",
 )
 MAX_BUFFER = 10_000
-Offload = Callable[[Callable[[], None]], None]  # runs a function elsewhere and returns when it has run
+Offload = Callable[[Callable[[], Any]], Any]  # runs a function elsewhere and returns its result when done
 
 
 class CallLog:

@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, Response, request, stream_with_context
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from semula.errors import BadRequest
 from semula.service import bundles, calls
 from semula.service import entries as entries_service
-from semula.web import context, json_body
+from semula.web import context, current_extension, json_body
 from semula.web.api import paging
 
 api_entries = Blueprint("api_entries", __name__, url_prefix="/api/v1")
@@ -116,8 +117,14 @@ def export_project(name: str) -> Response:
 def import_project(name: str) -> Any:
     """The body is the bundle itself, read as a stream: a bundle may be far larger than a request."""
     ctx = context()
-    request.max_content_length = ctx.settings.max_import_bytes
-    return bundles.import_bundle(ctx, name, request.stream)
+    limit = ctx.settings.max_import_bytes
+    request.max_content_length = limit
+    try:
+        return bundles.import_bundle(ctx, name, request.stream, offload=current_extension().get("offload"))
+    except RequestEntityTooLarge:
+        raise bundles.BundleTooLarge(
+            f"The bundle is larger than {limit} bytes (SEMULA_MAX_IMPORT_BYTES); nothing was imported."
+        ) from None
 
 
 @api_entries.get("/projects/<name>/calls")

@@ -16,5 +16,8 @@ store = app.extensions["semula"]["store"]
 app.extensions["semula"]["calllog"].start(
     interval=0.1, offload=gevent.get_hub().threadpool.apply if store.blocks_process else None
 )
+# A bundle import parses and checks for seconds of CPU: in a native thread, the event loop keeps
+# serving this worker's other requests meanwhile (Python switches threads every few milliseconds).
+app.extensions["semula"]["offload"] = gevent.get_hub().threadpool.apply
 # Call-log retention: every worker prunes hourly in small batches (docs/retention.md).
 retention.start_pruner(store, settings.log_retention_days)

@@ -103,3 +103,31 @@ def test_export_import_round_trip_and_check(run, ctx, shop, tmp_path):
     assert failed.exit_code == 1 and "truncated" in failed.output
     assert entries.list_entries(ctx, "copy") == before
     assert run("export").exit_code == 2
+
+
+def test_export_check_reads_the_stored_entries_and_prints_paths_never_values(run, ctx, tmp_path):
+    projects.create(ctx, {"name": "leak"})
+    gitlab = "glpat-Ab3dEf6hIj9kLm2nOp5q"
+    ours = "smt_wHx2SeDqzFmdvBUnRliEbspP34dyHByOpDb0EAd6Plk"
+    split = "sk-abcdefghij\u200bklmnopqrstuvwxyz0123456789"
+    save_entry(ctx, "leak", "hello", {"content": f"your token is {gitlab}"}, metadata={ours: "x"})
+    save_entry(ctx, "leak", f"my key is {split}", {"content": "ok"})
+
+    checked = run("export", "leak", "--check")
+    assert checked.exit_code == 1
+    bundle = json.loads(checked.stdout)
+    assert gitlab not in checked.stdout and ours not in json.dumps(bundle["entries"][0]["response"])
+    report = checked.stderr
+    assert "holds 3 string(s)" in report
+    assert ".response.choices[].message.content" in report
+    assert ".request.messages[].content" in report
+    assert ".request.metadata (an object key)" in report
+    for secret in (gitlab, ours, split, "Ab3dEf", "wHx2Se", "abcdefghij"):
+        assert secret not in report
+
+    # A bundle file holding the key as an object key: its path, never its first characters.
+    path = tmp_path / "keyed.json"
+    path.write_text(checked.stdout.replace("[REDACTED]", "fine"))
+    from_file = run("export", "--check-file", str(path))
+    assert from_file.exit_code == 1 and ".request.metadata (an object key)" in from_file.stderr
+    assert "wHx2Se" not in from_file.stderr

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from semula.redact import PATTERNS, REDACTED, contains_secret, redact_obj, redact_text
+from semula.redact import PATTERNS, REDACTED, contains_secret, redact_obj, redact_text, secret_paths
 
 # Canary secrets, one or more for every pattern: (pattern name, text, the secret part that must vanish).
 CANARIES = [
@@ -59,6 +59,21 @@ CANARIES = [
     ("key_value_credential", 'secret = "correct horse battery staple"', "correct horse"),
     ("key_value_credential", '{"client_secret": "s3cr3t-value"}', "s3cr3t-value"),
     ("key_value_credential", "X-Api-Key: 0f9e8d7c6b5a", "0f9e8d7c6b5a"),
+    ("semula_token", "pasted smt_wHx2SeDqzFmdvBUnRliEbspP34dyHByOpDb0EAd6Plk in chat", "wHx2SeDq"),
+    ("gitlab_token", "remote https://oauth2:glpat-Ab3dEf6hIj9kLm2nOp5q@gitlab.com/x", "Ab3dEf6hIj9k"),
+    ("huggingface_token", "HF hub login with hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh", "AbCdEfGhIjKl"),
+    ("npm_token", "npm login gave npm_Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3d to CI", "Ab3dEf6hIj9k"),
+    (
+        "sendgrid_key",
+        "mail via SG.Ab3dEf6hIj9kLm2nOp5qRs.tUv1wXy4zAb3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3dEf6",
+        "Ab3dEf6hIj9kLm2nOp5qRs",
+    ),
+    ("twilio_key", "twilio key SK0123456789abcdef0123456789abcdef ok", "0123456789abcdef"),
+    (
+        "slack_webhook",
+        "post to https://hooks.slack.com/services/T0ABCDEFG/B0ABCDEFG/Ab3dEf6hIj9kLm2nOp5qRs8t",
+        "Ab3dEf6hIj9kLm2nOp5qRs8t",
+    ),
 ]
 
 INNOCENT = [
@@ -75,6 +90,9 @@ INNOCENT = [
     "https://example.com:8080/path?q=1",
     "AKIA is a prefix; sk- and ghp_ are prefixes too",
     "eyJ alone is just three letters",
+    "hf_hub_download and npm_config_cache are names, smt_ and glpat- are prefixes",
+    "SKU SK-12 from SG.Ltd; see https://hooks.slack.com/services/ for webhooks",
+    "a family: \U0001f468\u200d\U0001f469\u200d\U0001f467, soft\u00adhyphen",
 ]
 
 
@@ -144,3 +162,26 @@ def test_contains_secret_looks_into_nested_values():
     assert contains_secret({"a": [{"b": "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"}]})
     assert not contains_secret({"a": [{"b": "nothing to see"}, 1, None]})
     assert not contains_secret(redact_obj({"a": [{"b": "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"}]}))
+
+
+def test_a_key_split_by_invisible_characters_is_redacted():
+    key = "sk-abcdefghij\u200bklmnopqrstuvwx\u2060yz0123456789"
+    text = f"use {key} and \U0001f468\u200d\U0001f469"
+    redacted = redact_text(text)
+    assert "abcdefghij" not in redacted and "yz0123456789" not in redacted
+    assert redacted == redact_text(redacted) and not contains_secret(redacted)
+    assert contains_secret({"a": [key]})
+    assert redact_text("github: ghp_\ufeff" + "a1B2" * 10) == "github: [REDACTED]"
+
+
+def test_secret_paths_name_where_never_what():
+    key = "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    value = {
+        "messages": [{"content": "fine"}, {"content": f"token {key}"}],
+        "metadata": {key: "the key is the secret", "note": "fine"},
+    }
+    paths = list(secret_paths(value, path="entries[3]"))
+    assert paths == ["entries[3].messages[].content", "entries[3].metadata (an object key)"]
+    nested = {key: {"auth": "password: hunter22"}}
+    assert list(secret_paths(nested, path="config")) == ["config (an object key)", "config.[REDACTED].auth"]
+    assert all("a1B2" not in p for p in paths + list(secret_paths(nested)))
