@@ -183,6 +183,7 @@ SERVICE_CALLS = {
     "upstream.reset": lambda a, o: upstream.reset(a, o["project"]),
     "proxy.resolve_project": lambda a, o: proxy_service.resolve_project(a, o["project"], None),
     "proxy.answered_entry": lambda a, o: proxy_service.answered_entry(a, o["entry"]),
+    "bundles.find_stored_secrets": lambda a, o: bundles.find_stored_secrets(a, o["project"]),
 }
 # Functions that take no object of a workspace (they act on the caller's own, or on nothing).
 NO_OBJECT = {
@@ -213,6 +214,7 @@ NO_OBJECT = {
     "audit.list_events",
     "overview.overview",
     "upstream.forward",
+    "upstream.forward_live",
     "upstream.call_provider",
     "bundles.read_bundle",
     "bundles.redacted",
