@@ -202,6 +202,7 @@ SETTING_MEANINGS = {
     "upstream_dry_run": "with record_through: fail a miss (424) and list its prompt instead of calling",
     "answerer": "hand misses to the answerer daemon (SEMULA_ANSWERER_*)",
     "restamp": "fresh: a replay gets a new id and created; recorded: the ones recorded",
+    "stream_pacing": "none: streams replay at once; recorded: with recorded gaps; a number: gaps times it",
 }
 
 

@@ -25,6 +25,7 @@ class FakeUpstream:
         self.mode = "ok"
         self.chunk_delay = 0.0  # > 0: a stream goes out chunk by chunk (chunked encoding), this far apart
         self.sent_at: list[float] = []  # time.monotonic() as each streamed chunk went out
+        self.headers: dict[str, str] = {}  # response headers sent with every answer
         self.calls: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         fake = self
@@ -55,6 +56,8 @@ class FakeUpstream:
                 status, content_type, data = respond(body, self.headers.get("Authorization", ""))
                 if fake.chunk_delay and content_type == "text/event-stream":
                     self.send_response(status)
+                    for name, value in fake.headers.items():
+                        self.send_header(name, value)
                     self.send_header("Content-Type", content_type)
                     self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
@@ -69,6 +72,8 @@ class FakeUpstream:
                 self.send_response(status)
                 if status == 307:
                     self.send_header("Location", fake.url + "/chat/completions")
+                for name, value in fake.headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

@@ -103,6 +103,8 @@ def _export_pieces(ctx: Context, row: dict[str, Any], secrets: tuple[str, ...]) 
         }
         if entry.get("api") not in (None, dialects.CHAT):  # Chat Completions entries stay as they were
             item["api"] = entry["api"]
+        if entry.get("meta"):  # headers and stream timing recorded from a provider
+            item["meta"] = redacted(json.loads(entry["meta"]), secrets)
         yield _encode(('  "entries": [\n    ' if first else ",\n    ") + _nested(item, 4))
         first = False
     yield _encode('  "entries": []\n}\n' if first else "\n  ]\n}\n")
@@ -251,6 +253,7 @@ class EntrySchema(Schema):
     request = fields.Dict(required=True)
     response = fields.Raw(required=True, allow_none=False)
     chunks = fields.List(fields.Dict(), load_default=None, allow_none=True)
+    meta = fields.Dict(load_default=None, allow_none=True)
     pinned = fields.Boolean(load_default=False, truthy={True}, falsy={False})
     review_status = fields.String(
         load_default="unreviewed", validate=validate.OneOf(entries_service.REVIEW_STATUSES)
@@ -320,6 +323,7 @@ class _Prepared:
         "response",
         "response_id",
         "chunks",
+        "meta",
         "pinned",
         "review_status",
     )
@@ -391,6 +395,7 @@ def _prepare(
         index=index,
         api=dialect.name,
         response_id=dialect.response_id(response),
+        meta=dumps(data["meta"]) if data["meta"] else None,
         fingerprint=fingerprint,
         model=request.get("model"),
         request=request_json,
@@ -589,6 +594,7 @@ def _write(
                 values_ = {
                     "api": item.api,
                     "response_id": item.response_id,
+                    "meta": item.meta,
                     "model": item.model,
                     "request": item.request,
                     "response": item.response,

@@ -44,6 +44,7 @@ def save(
     summary: str,
     tokens: tuple[int, int] = (0, 0),
     api: str = dialects.CHAT,
+    meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Insert the entry or add a revision to it; a pinned entry refuses re-recording (409).
 
@@ -72,6 +73,7 @@ def save(
         completion_tokens=tokens[1],
         api=api,
         response_id=dialects.get(api).response_id(response),
+        meta=dumps(meta) if meta else None,
     )
     if row is None:
         raise Conflict("The entry for this request is pinned; unpin it to re-record.", code="entry_pinned")
@@ -114,6 +116,11 @@ def check_quota(ctx: Context, project_id: str, fingerprint: str) -> None:
 def decode(row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
     """The stored completion and chunks of an entry row."""
     return json.loads(row["response"]), json.loads(row["chunks"]) if row.get("chunks") else None
+
+
+def meta(row: dict[str, Any]) -> dict[str, Any]:
+    """What was recorded besides the body: provider headers and stream timing (empty when none)."""
+    return json.loads(row["meta"]) if row.get("meta") else {}
 
 
 # The lifecycle of an entry (docs/design/product.md §6): list, show, edit, revert, pin, review, delete.

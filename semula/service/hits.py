@@ -15,12 +15,12 @@ the version first and keeps what it finds. Streams and answers with templates ar
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from semula.service import Context
 from semula.service.auth import require, visible
-from semula.service.proxy import Call, templated
+from semula.service.proxy import Call, replay_headers, templated
 
 # Bounds the memory: at most SIZE requests of at most MAX_BODY bytes each (64 MiB in all).
 SIZE = 2048
@@ -40,6 +40,7 @@ class Kept:
     version: object = None  # None until a request has read it before its rows
     call: Call | None = None  # the call that found the hit: the call log's row is made from it
     completion: dict[str, Any] | None = None  # as render() made it; stamped afresh for each response
+    headers: list[tuple[str, str]] = field(default_factory=list)  # recorded provider headers
 
 
 class HitCache:
@@ -78,6 +79,7 @@ class HitCache:
             self._kept[key] = Kept(*found)
             return
         kept.version, kept.call, kept.completion = version, call, completion
+        kept.headers = replay_headers(call.entry)
 
     @staticmethod
     def completion(kept: Kept) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from marshmallow import INCLUDE, RAISE, Schema, fields, validate, validates
+from marshmallow import INCLUDE, RAISE, Schema, ValidationError, fields, validate, validates
 
 from semula import fingerprint
 from semula.config import MAX_RECORD_TIMEOUT
@@ -42,7 +42,9 @@ DEFAULTS: dict[str, Any] = {
     "upstream_dry_run": False,
     "answerer": False,
     "restamp": "fresh",
+    "stream_pacing": "none",
 }
+MAX_PACING_FACTOR = 100
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
@@ -71,6 +73,21 @@ class SettingsSchema(Schema):
     upstream_dry_run = StrictBoolean()
     answerer = StrictBoolean()
     restamp = fields.String(validate=validate.OneOf(["fresh", "recorded"]))
+    stream_pacing = fields.Raw()
+
+    @validates("stream_pacing")
+    def _stream_pacing(self, value: Any, **_: Any) -> None:
+        if value in ("none", "recorded"):
+            return
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 < value <= MAX_PACING_FACTOR
+        ):
+            raise ValidationError(
+                f'stream_pacing is "none", "recorded", or a factor of the recorded gaps above 0 and at most '
+                f"{MAX_PACING_FACTOR}"
+            )
 
     @validates("ignore_fields")
     def _ignore_fields(self, value: Any, **_: Any) -> None:
@@ -103,6 +120,8 @@ def present(row: dict[str, Any]) -> dict[str, Any]:
             value = bool(value)
         elif key in JSON_FIELDS:
             value = json.loads(value)
+        elif key == "stream_pacing" and value not in ("none", "recorded"):
+            value = float(value)
         out[key] = value
     out["created"] = int(row["created_at"])
     return out
@@ -114,6 +133,7 @@ def _columns(values: dict[str, Any]) -> dict[str, Any]:
         out[key] = dumps(out[key])
     for key in BOOL_FIELDS:
         out[key] = int(bool(out[key]))
+    out["stream_pacing"] = str(out["stream_pacing"])
     return out
 
 

@@ -13,6 +13,7 @@ import http.client
 import json
 import select
 import ssl
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -76,7 +77,7 @@ class _Direct:
             )
         self._idle: list[http.client.HTTPConnection] = []
 
-    def post(self, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+    def post(self, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes, dict[str, str]]:
         status, response, done = self.open(body, headers, timeout)
         try:
             raw = _read_capped(response)
@@ -84,7 +85,7 @@ class _Direct:
             done(False)  # whatever it holds unread must not reach the next call
             raise
         done(True)
-        return status, raw
+        return status, raw, response_headers(response)
 
     def open(
         self, body: bytes, headers: dict[str, str], timeout: float
@@ -139,7 +140,7 @@ class _Proxied:
             proxy, proxy_headers=headers, maxsize=KEPT_CONNECTIONS, ca_certs=_ca_bundle()
         )
 
-    def post(self, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+    def post(self, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes, dict[str, str]]:
         status, response, done = self.open(body, headers, timeout)
         try:
             raw = _read_capped(response)
@@ -147,7 +148,7 @@ class _Proxied:
             done(False)
             raise
         done(True)
-        return status, raw
+        return status, raw, response_headers(response)
 
     def open(
         self, body: bytes, headers: dict[str, str], timeout: float
@@ -186,6 +187,11 @@ def _provider(url: str, path: str = "/chat/completions") -> _Direct | _Proxied:
     return _Direct(endpoint)
 
 
+def response_headers(response: Any) -> dict[str, str]:
+    """A provider response's headers, names lowercased (http.client's and urllib3's alike)."""
+    return {name.lower(): value for name, value in response.headers.items()}
+
+
 def _unreachable(exc: BaseException, *, sent: bool) -> UpstreamError:
     # By exception type only: its text names the URL, which may carry a credential.
     name = str(exc) if isinstance(exc, NotSent) else type(exc).__name__
@@ -208,13 +214,14 @@ def _request(
 
 def call_provider(
     settings: Any, body: dict[str, Any], model: str | None, dialect: Dialect | None = None
-) -> tuple[dict[str, Any], Any]:
+) -> tuple[dict[str, Any], Any, dict[str, str]]:
     """POST the app's own JSON to the provider's endpoint for its API; a stream is read whole (for
-    Chat Completions with usage forced on). An UpstreamError says whether the request left (`sent`)."""
+    Chat Completions with usage forced on), with the response's headers. An UpstreamError says whether
+    the request left (`sent`)."""
     dialect = dialect or dialects.get(dialects.CHAT)
     data, headers = _request(settings, body, model, dialect)
     try:
-        status, raw = _provider(settings.upstream_url, dialect.upstream_path).post(
+        status, raw, received = _provider(settings.upstream_url, dialect.upstream_path).post(
             data, headers, settings.upstream_timeout
         )
     except NotSent as exc:
@@ -226,8 +233,8 @@ def call_provider(
         raise UpstreamError(f"The upstream provider answered {shown}")
     try:
         if body.get("stream") is True:
-            return dialect.from_stream(_parse_sse(raw))
-        return json.loads(raw), None
+            return (*dialect.from_stream(_parse_sse(raw)), received)
+        return json.loads(raw), None, received
     except ValueError:
         raise UpstreamError("The upstream provider's answer is not valid JSON.") from None
 
@@ -239,10 +246,12 @@ class Stream:
         self._response = response
         self._done = done
         self._closed = False
+        self.headers = response_headers(response)
+        self.gaps: list[float] = []  # seconds between one event and the next, as they arrived
 
     def blocks(self) -> Iterator[bytes]:
         """Each event block (the lines between blank lines) as it arrives, without the blank line."""
-        buffer, size = b"", 0
+        buffer, size, last = b"", 0, None
         while True:
             part = self._response.read1(65536)
             if not part:
@@ -251,9 +260,13 @@ class Stream:
             if size > MAX_RESPONSE_BYTES:
                 raise UpstreamError("The upstream provider's answer is too large.")
             buffer += part.replace(b"\r\n", b"\n")
+            arrived = time.monotonic()
             while b"\n\n" in buffer:
                 block, buffer = buffer.split(b"\n\n", 1)
                 if block.strip():
+                    if last is not None:
+                        self.gaps.append(round(arrived - last, 4))
+                    last = arrived
                     yield block
         if buffer.strip():
             yield buffer

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -36,7 +35,7 @@ class Call:
     dialect: Dialect
     entry: dict[str, Any] | None = None
     pending_id: str | None = None
-    live: Iterator[bytes] | None = None  # a record-through stream, passed on as the provider sends it
+    live: Any = None  # a record-through stream (upstream.Relay), passed on as the provider sends it
 
     @property
     def model(self) -> str:
@@ -192,6 +191,24 @@ def templated(entry: dict[str, Any]) -> bool:
     """Whether an entry's answer has templates to expand per response."""
     # Stored JSON never escapes braces, so an answer without "{{" in its text has nothing to expand.
     return "{{" in entry["response"] or "{{" in (entry.get("chunks") or "")
+
+
+def replay_headers(entry: dict[str, Any]) -> list[tuple[str, str]]:
+    """The provider's response headers recorded with an entry (an allowlist: timing, rate limits)."""
+    return list(entries_service.meta(entry).get("headers", {}).items())
+
+
+def pacing(call: Call, entry: dict[str, Any]) -> list[float] | None:
+    """The pauses before each streamed event after the first, when the project replays recorded
+    timing (stream_pacing `recorded` or a factor) and the entry has some; None otherwise."""
+    setting = call.project.get("stream_pacing") or "none"
+    if setting == "none":
+        return None
+    gaps = entries_service.meta(entry).get("gaps")
+    if not gaps:
+        return None
+    factor = 1.0 if setting == "recorded" else float(setting)
+    return [max(0.0, float(gap)) * factor for gap in gaps]
 
 
 def render(call: Call, entry: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None]:

@@ -156,11 +156,14 @@ def _forward_once(
     if entry is not None:
         return entry
     try:
-        response, chunks = provider.call_provider(ctx.settings, body, project["upstream_model"], dialect)
+        response, chunks, headers = provider.call_provider(
+            ctx.settings, body, project["upstream_model"], dialect
+        )
     except BaseException as exc:
         _give_back_if_unsent(ctx, project, exc)
         raise
-    return _record(ctx, project, fingerprint, stored, dialect, response, chunks)
+    meta = {"headers": dialect.kept_headers(headers)}
+    return _record(ctx, project, fingerprint, stored, dialect, response, chunks, meta)
 
 
 def _record(
@@ -171,8 +174,10 @@ def _record(
     dialect: Dialect,
     response: Any,
     chunks: list[dict[str, Any]] | None,
+    meta: dict[str, Any],
 ) -> dict[str, Any]:
     """Save what the provider answered as an entry; what cannot be stored is returned all the same."""
+    meta = {key: value for key, value in meta.items() if value}
     secrets = ctx.settings.secrets()
     # A provider may echo the key back in a successful answer too: nothing from upstream is kept with it.
     response, chunks = redact.redact_obj(response, secrets), redact.redact_obj(chunks, secrets)
@@ -189,6 +194,7 @@ def _record(
             "review_status": "unreviewed",
             "model": stored.get("model"),
             "warning": warning[:300],
+            "meta": dumps(meta) if meta else None,
         }
     # Not in a transaction of its own: one statement on PostgreSQL, a round trip for all of it.
     saved = entries_service.save(
@@ -203,6 +209,7 @@ def _record(
         summary=SUMMARY,
         tokens=dialect.usage(response),
         api=dialect.name,
+        meta=meta,
     )
     logger.info("forwarded", extra={"project_id": project["id"], "entry_id": saved["id"]})
     # What was just written, without reading it back: a forward is a round trip shorter.
@@ -212,6 +219,7 @@ def _record(
         "chunks": saved["chunks"],
         "review_status": "unreviewed",
         "model": stored.get("model"),
+        "meta": dumps(meta) if meta else None,
     }
 
 
@@ -222,7 +230,7 @@ def forward_live(
     body: dict[str, Any],
     dialect: Dialect,
     req: Request,
-) -> dict[str, Any] | Iterator[bytes]:
+) -> dict[str, Any] | Relay:
     """A stream request forwarded live: the server-sent events to send the app as the provider sends
     them, its entry saved when the stream completes. Identical calls meanwhile wait for that entry
     (a dict, as forward() returns); so does a call that finds the entry recorded already."""
@@ -244,7 +252,22 @@ def forward_live(
     except BaseException as exc:
         FLIGHTS.finish(key, flight, error=exc)
         raise
-    return _relay(ctx, project, fingerprint, stored, dialect, req, stream, key, flight)
+    relay = _relay(ctx, project, fingerprint, stored, dialect, req, stream, key, flight)
+    return Relay(relay, list(dialect.kept_headers(stream.headers).items()))
+
+
+class Relay:
+    """A stream on its way from the provider to the app: the events, and the headers to pass on."""
+
+    def __init__(self, events: Iterator[bytes], headers: list[tuple[str, str]]):
+        self._events = events
+        self.headers = headers
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._events
+
+    def close(self) -> None:  # the WSGI server calls it when the app is done or gone
+        self._events.close()
 
 
 def _relay(
@@ -271,7 +294,8 @@ def _relay(
                 yield out
         read_whole = True
         response, chunks = dialect.from_stream(events)
-        entry = _record(ctx, project, fingerprint, stored, dialect, response, chunks)
+        meta = {"headers": dialect.kept_headers(stream.headers), "gaps": stream.gaps}
+        entry = _record(ctx, project, fingerprint, stored, dialect, response, chunks, meta)
         FLIGHTS.finish(key, flight, result=entry if entry["id"] else None)
         yield dialect.stream_end(req)
     except GeneratorExit:

@@ -183,6 +183,13 @@ SETTINGS_PROPERTIES: dict[str, Any] = {
         "enum": ["fresh", "recorded"],
         "description": "Whether a replay gets a fresh id and created (fresh) or the recorded ones.",
     },
+    "stream_pacing": {
+        "anyOf": [
+            {"type": "string", "enum": ["none", "recorded"]},
+            {"type": "number", "exclusiveMinimum": 0, "maximum": 100},
+        ],
+        "description": "Replayed streams: at once (none), with the recorded gaps, or gaps times a factor.",
+    },
 }
 
 API = {

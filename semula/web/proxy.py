@@ -11,7 +11,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -79,6 +79,14 @@ def unknown_path(environ: dict[str, Any]) -> errors.NotFound:
         "under /p/<project>/v1/.",
         code="unknown_path",
     )
+
+
+def _paced(events: Iterable[bytes], gaps: list[float]) -> Iterator[bytes]:
+    """The events with the recorded pauses between them (time.sleep yields to other greenlets)."""
+    for number, event in enumerate(events):
+        if 0 < number <= len(gaps):
+            time.sleep(gaps[number - 1])
+        yield event
 
 
 def _warned(warning: str | None) -> list[tuple[str, str]]:
@@ -149,7 +157,7 @@ class ProxyApp:
                 kept, version = self.hits.find(ctx, key)
                 if kept is not None:
                     self._log(ctx, kept.call, "hit", 200, started)
-                    return self._json(start_response, 200, self.hits.completion(kept))
+                    return self._json(start_response, 200, self.hits.completion(kept), kept.headers)
             project = proxy_service.resolve_project(ctx, match["project"], header_project)
             if what == "models":
                 self._method(environ, "GET")
@@ -165,18 +173,19 @@ class ProxyApp:
             outcome = "hit" if call.entry else self._miss(ctx, call)
             if call.live is not None:
                 self._log(ctx, call, outcome, 200, started)
-                start_response(STATUS_TEXT[200], SSE_HEADERS)
+                start_response(STATUS_TEXT[200], SSE_HEADERS + call.live.headers)
                 return call.live
             body, events = proxy_service.render(call, call.entry)
             self._log(ctx, call, outcome, 200, started)
-            warning = call.entry.get("warning") if call.entry else None
+            extra = proxy_service.replay_headers(call.entry) + _warned(call.entry.get("warning"))
             if events is not None:
-                start_response(STATUS_TEXT[200], SSE_HEADERS + _warned(warning))
-                return call.dialect.sse(events)
+                start_response(STATUS_TEXT[200], SSE_HEADERS + extra)
+                gaps = proxy_service.pacing(call, call.entry)
+                return _paced(call.dialect.sse(events), gaps) if gaps else call.dialect.sse(events)
             assert body is not None
             if outcome == "hit":
                 self.hits.keep(key, call, body, version)
-            return self._json(start_response, 200, body, _warned(warning))
+            return self._json(start_response, 200, body, extra)
         except errors.SemulaError as exc:
             return self._error(start_response, exc, ctx, call, started)
         except DatabaseError as exc:

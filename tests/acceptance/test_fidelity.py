@@ -6,6 +6,7 @@ fields semula does not know), through real gunicorn + gevent workers.
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
@@ -15,7 +16,7 @@ import openai
 import pytest
 import requests
 
-from semula.service import Context, pending, projects
+from semula.service import Context, bundles, pending, projects
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import wait_for
 
@@ -105,3 +106,51 @@ def test_an_agent_answers_each_of_n_choices(start_server, ctx, shop, token):
     assert [c.index for c in out["r"].choices] == [0, 1] and out["r"].choices[0].message.refusal is None
     projects.update(ctx, "shop", {"mode": "replay"})
     assert [c.message.content for c in client.chat.completions.create(**request).choices] == ["Ada", "Bo"]
+
+
+PROVIDER_HEADERS = {
+    "openai-processing-ms": "123",
+    "x-ratelimit-remaining-requests": "99",
+    "x-request-id": "req_upstream",
+    "set-cookie": "session=provider-secret",
+}
+
+
+def test_allowlisted_provider_headers_are_recorded_and_replayed(rich, ctx):
+    fake, server, url, headers = rich
+    fake.headers = PROVIDER_HEADERS
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "headers"}]}
+    forwarded = requests.post(url, json=body, headers=headers, timeout=30)
+    projects.update(ctx, "shop", {"mode": "replay"})
+    replays = [requests.post(url, json=body, headers=headers, timeout=30) for _ in range(3)]  # kept hits too
+    # And in a bundle: exported, imported elsewhere, replayed there with them.
+    exported = b"".join(bundles.export_bundle(ctx, "shop"))
+    assert json.loads(exported)["entries"][0]["meta"]["headers"]["openai-processing-ms"] == "123"
+    projects.create(ctx, {"name": "copy", "mode": "replay"})
+    bundles.import_bundle(ctx, "copy", io.BytesIO(exported))
+    copied = requests.post(url.replace("/p/shop/", "/p/copy/"), json=body, headers=headers, timeout=30)
+    for response in [forwarded, *replays, copied]:
+        assert response.status_code == 200
+        assert response.headers["openai-processing-ms"] == "123"
+        assert response.headers["x-ratelimit-remaining-requests"] == "99"
+        assert "set-cookie" not in response.headers and response.headers.get("x-request-id") != "req_upstream"
+
+
+def test_stream_pacing_replays_the_recorded_gaps(rich, ctx, token):
+    fake, server, url, headers = rich
+    fake.chunk_delay = 0.25
+    client = openai.OpenAI(base_url=url.rsplit("/chat/", 1)[0], api_key=token, max_retries=0, timeout=60)
+    request = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "paced"}], "stream": True}
+
+    def gaps() -> list[float]:
+        times = [time.monotonic() for chunk in client.chat.completions.create(**request) if chunk.choices]
+        return [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+
+    gaps()  # recorded live, through record-through
+    projects.update(ctx, "shop", {"mode": "replay"})
+    assert max(gaps()) < 0.1  # stream_pacing none: at once
+    projects.update(ctx, "shop", {"stream_pacing": "recorded"})
+    paced = gaps()
+    assert len(paced) >= 5 and all(0.2 <= gap <= 0.3 for gap in paced), paced
+    projects.update(ctx, "shop", {"stream_pacing": 0.5})
+    assert all(0.1 <= gap <= 0.15 for gap in gaps())

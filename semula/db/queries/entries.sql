@@ -40,12 +40,12 @@ DELETE FROM entries WHERE id = :id
 
 -- name: export_entries
 -- Bundle order: by fingerprint, byte order, so the same entries always export the same way.
-SELECT fingerprint, request, response, chunks, pinned, review_status, api FROM entries
+SELECT fingerprint, request, response, chunks, pinned, review_status, api, meta FROM entries
 WHERE project_id = :project_id
 ORDER BY fingerprint
 
 -- name: export_entries.postgresql
-SELECT fingerprint, request, response, chunks, pinned, review_status, api FROM entries
+SELECT fingerprint, request, response, chunks, pinned, review_status, api, meta FROM entries
 WHERE project_id = :project_id
 ORDER BY fingerprint COLLATE "C"
 
@@ -61,14 +61,14 @@ WHERE project_id = :project_id
 
 -- name: import_insert_entry
 INSERT INTO entries (id, workspace_id, project_id, fingerprint, model, request, response, chunks, revision,
-    pinned, review_status, created_at, updated_at, api, response_id)
+    pinned, review_status, created_at, updated_at, api, response_id, meta)
 VALUES (:id, :workspace_id, :project_id, :fingerprint, :model, :request, :response, :chunks, 1,
-    :pinned, :review_status, :now, :now, :api, :response_id)
+    :pinned, :review_status, :now, :now, :api, :response_id, :meta)
 
 -- name: import_update_entry
 UPDATE entries SET model = :model, request = :request, response = :response, chunks = :chunks,
     revision = :revision, pinned = :pinned, review_status = :review_status, updated_at = :now,
-    api = :api, response_id = :response_id
+    api = :api, response_id = :response_id, meta = :meta
 WHERE id = :id AND pinned = 0
 
 -- name: list_call_log

@@ -1,7 +1,7 @@
 -- Statements of the proxy: entries lookup and save, parking, the call log.
 
 -- name: entry_by_fingerprint
-SELECT id, response, chunks, review_status, model FROM entries
+SELECT id, response, chunks, review_status, model, meta FROM entries
 WHERE project_id = :project_id AND fingerprint = :fingerprint
 
 -- name: replay_versions.postgresql
@@ -18,7 +18,7 @@ SELECT * FROM entries WHERE id = :id
 
 -- name: entry_by_response_id
 -- A Responses API entry by the id of its recorded response (previous_response_id, GET /v1/responses/{id}).
-SELECT id, request, response, chunks, review_status, model FROM entries
+SELECT id, request, response, chunks, review_status, model, meta FROM entries
 WHERE project_id = :project_id AND response_id = :response_id
 ORDER BY id DESC
 LIMIT 1
@@ -35,12 +35,13 @@ LIMIT :limit
 -- runs these statements in order, in one transaction (semula.db.sqlite); on PostgreSQL it is one
 -- statement (one round trip).
 INSERT INTO entries (id, workspace_id, project_id, fingerprint, model, request, response, chunks, revision,
-    pinned, review_status, created_at, updated_at, api, response_id)
+    pinned, review_status, created_at, updated_at, api, response_id, meta)
 VALUES (:id, :workspace_id, :project_id, :fingerprint, :model, :request, :response, :chunks, 1,
-    0, 'unreviewed', :now, :now, :api, :response_id)
+    0, 'unreviewed', :now, :now, :api, :response_id, :meta)
 ON CONFLICT (project_id, fingerprint) DO UPDATE SET
     response = excluded.response, chunks = excluded.chunks, revision = entries.revision + 1,
-    review_status = 'unreviewed', updated_at = excluded.updated_at, response_id = excluded.response_id
+    review_status = 'unreviewed', updated_at = excluded.updated_at, response_id = excluded.response_id,
+    meta = excluded.meta
 WHERE entries.pinned = 0;
 INSERT INTO entry_revisions (id, workspace_id, entry_id, number, response, chunks, actor, summary, created_at)
 SELECT :revision_id, :workspace_id, id, revision, :response, :chunks, :actor, :summary, :now
@@ -54,12 +55,13 @@ SELECT entry_id AS id, number AS revision FROM entry_revisions WHERE id = :revis
 -- name: save_entry.postgresql
 WITH entry AS (
     INSERT INTO entries (id, workspace_id, project_id, fingerprint, model, request, response, chunks,
-        revision, pinned, review_status, created_at, updated_at, api, response_id)
+        revision, pinned, review_status, created_at, updated_at, api, response_id, meta)
     VALUES (:id, :workspace_id, :project_id, :fingerprint, :model, :request, :response, :chunks, 1,
-        0, 'unreviewed', :now, :now, :api, :response_id)
+        0, 'unreviewed', :now, :now, :api, :response_id, :meta)
     ON CONFLICT (project_id, fingerprint) DO UPDATE SET
         response = excluded.response, chunks = excluded.chunks, revision = entries.revision + 1,
-        review_status = 'unreviewed', updated_at = excluded.updated_at, response_id = excluded.response_id
+        review_status = 'unreviewed', updated_at = excluded.updated_at, response_id = excluded.response_id,
+        meta = excluded.meta
     WHERE entries.pinned = 0
     RETURNING id, revision
 ), revision AS (
