@@ -21,6 +21,7 @@ from semula.errors import BadRequest, SemulaError
 
 CHAT = "openai.chat"
 RESPONSES = "openai.responses"
+EMBEDDINGS = "openai.embeddings"
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Dialect:
     name: ClassVar[str]
     upstream_path: ClassVar[str]
     transport_fields: ClassVar[frozenset[str]]
+    upstream_model_applies: ClassVar[bool] = True  # whether a project's upstream_model replaces the model
 
     def check(self, body: Any) -> Request:
         """Refuse, with the API's own 400, a request the real API would refuse."""
@@ -147,9 +149,10 @@ class Dialect:
 
 def _registry() -> dict[str, Dialect]:
     from semula.dialects.openai_chat import OpenAIChat
+    from semula.dialects.openai_embeddings import OpenAIEmbeddings
     from semula.dialects.openai_responses import OpenAIResponses
 
-    return {d.name: d for d in (OpenAIChat(), OpenAIResponses())}
+    return {d.name: d for d in (OpenAIChat(), OpenAIResponses(), OpenAIEmbeddings())}
 
 
 DIALECTS: dict[str, Dialect] = {}
