@@ -42,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "upstream_dry_run": False,
     "answerer": False,
     "restamp": "fresh",
+    "embeddings": "off",
 }
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
@@ -71,6 +72,7 @@ class SettingsSchema(Schema):
     upstream_dry_run = StrictBoolean()
     answerer = StrictBoolean()
     restamp = fields.String(validate=validate.OneOf(["fresh", "recorded"]))
+    embeddings = fields.String(validate=validate.OneOf(["off", "synthetic"]))
 
     @validates("ignore_fields")
     def _ignore_fields(self, value: Any, **_: Any) -> None:

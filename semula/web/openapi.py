@@ -170,11 +170,17 @@ SETTINGS_PROPERTIES: dict[str, Any] = {
         "enum": ["fresh", "recorded"],
         "description": "Whether a replay gets a fresh id and created (fresh) or the recorded ones.",
     },
+    "embeddings": {
+        "type": "string",
+        "enum": ["off", "synthetic"],
+        "description": "synthetic: a missed embeddings call in record mode is answered at once with "
+        "deterministic vectors and saved as an entry (actor synthetic); off: it is parked like any call.",
+    },
 }
 
 API = {
     "type": "string",
-    "enum": ["openai.chat", "openai.responses"],
+    "enum": ["openai.chat", "openai.responses", "openai.embeddings"],
     "description": "The API the call was made in (docs/decisions/0030-dialects.md).",
 }
 CONVERSATION = {

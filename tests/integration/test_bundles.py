@@ -51,6 +51,7 @@ def source(ctx):
             "name": "source",
             "record_timeout": 42,
             "restamp": "recorded",
+            "embeddings": "synthetic",
             "max_misses": 7,
             "normalize": [{"pattern": "\\d{4}-\\d\\d-\\d\\d", "replacement": "DATE"}],
             "ignore_fields": ["/temperature"],
@@ -85,6 +86,7 @@ def test_round_trip_is_byte_identical(ctx, source):
     bundle = json.loads(first)
     assert bundle["bundle"] == {"format": "semula-bundle", "version": 1}
     assert bundle["config"] == {
+        "embeddings": "synthetic",
         "ignore_fields": ["/temperature"],
         "max_misses": 7,
         "normalize": [{"pattern": "\\d{4}-\\d\\d-\\d\\d", "replacement": "DATE"}],
@@ -162,6 +164,7 @@ def test_import_resets_operator_fields_applies_settings_and_is_audited(ctx, sour
     assert event["target"] == "copy" and event["actor"] == "cli"
     assert event["fields"] == sorted(
         [
+            "embeddings",
             "ignore_fields",
             "max_misses",
             "mode",
