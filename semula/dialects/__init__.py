@@ -12,7 +12,7 @@ need no per-API code (docs/decisions/0030-dialects.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -98,6 +98,12 @@ class Dialect:
     ) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
         """A response recorded elsewhere (a provider, a bundle), checked: what to store."""
         raise NotImplementedError
+
+    def redact_response(self, response: Any, redact: Callable[[Any], Any]) -> Any:
+        """`redact` applied to a response's text. An API whose responses carry binary data as text
+        (embeddings' base64 vectors) keeps it out: no secret is written in it, and a pattern that
+        matched by chance would corrupt it."""
+        return redact(response)
 
     def response_id(self, response: dict[str, Any]) -> str | None:
         """The id other requests may refer to this response by (Responses API), else None."""

@@ -242,6 +242,20 @@ class OpenAIEmbeddings(Dialect):
         usage = response.get("usage") or {}
         return int(usage.get("prompt_tokens") or 0), 0
 
+    def redact_response(self, response, redact):
+        data = response.get("data") if isinstance(response, dict) else None
+        if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+            return redact(response)
+        # The vectors are numbers (base64 float32 is numbers too): the rest is redacted without them.
+        shell = redact(
+            {**response, "data": [{k: v for k, v in it.items() if k != "embedding"} for it in data]}
+        )
+        kept = [
+            {key: value if key == "embedding" else shown[key] for key, value in item.items()}
+            for item, shown in zip(data, shell["data"], strict=True)
+        ]
+        return {**shell, "data": kept}
+
     # Responses
 
     def render(self, req, response, chunks, expand, now):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import math
 import struct
 
@@ -179,3 +180,26 @@ def test_a_provider_response_is_kept_with_its_fields_in_input_order_and_base64()
     assert stored["provider_extra"] == {"kept": True} and EMBEDDINGS.usage(stored) == (2, 0)
     preview = EMBEDDINGS.common(stored, None)["choices"][0]["message"]["content"]
     assert preview == "2 embeddings of 2 numbers"
+
+
+def test_redaction_leaves_the_vectors_alone():
+    from semula import redact
+
+    # Base64 that an access-key pattern matches by chance: redacting it would corrupt the vector.
+    lookalike = "AAA/AKIAABCDEFGHIJKLMNOP/AAAAAAA"
+    assert redact.contains_secret(lookalike)
+    response = {
+        "object": "list",
+        "data": [
+            {
+                "object": "embedding",
+                "index": 0,
+                "embedding": lookalike,
+                "note": "key sk-abc123def456ghi789jkl",
+            }
+        ],
+        "model": SMALL,
+    }
+    out = EMBEDDINGS.redact_response(response, redact.redact_obj)
+    assert out["data"][0]["embedding"] == lookalike and list(out["data"][0]) == list(response["data"][0])
+    assert "sk-abc123" not in json.dumps(out)
