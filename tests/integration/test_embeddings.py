@@ -203,3 +203,8 @@ def test_record_through_forwards_to_embeddings_and_counts_prompt_tokens(store, s
     ]
     [entry] = entries.list_entries(operator, "shop")["data"]
     assert entries.get(operator, entry["id"])["api"] == "openai.embeddings"
+    # With embeddings: synthetic as well, the project's embeddings are made here, not forwarded.
+    projects.update(operator, "shop", {"embeddings": "synthetic"})
+    made = client.post(URL, json={"model": SMALL, "input": "never forwarded"}, headers=admin)
+    assert made.status_code == 200 and len(made.json["data"][0]["embedding"]) == 1536
+    assert len(fake.calls) == 1
