@@ -203,6 +203,16 @@ def validate_tool_calls(completion: Mapping[str, Any], request: Mapping[str, Any
 
 def shape(request: Mapping[str, Any]) -> dict[str, Any]:
     """What an answerer needs: the tool schemas, the response schema, and a skeleton answer to fill in."""
+    wanted_vectors = request.get("embeddings")
+    if isinstance(wanted_vectors, dict):
+        # An embeddings call's view: one vector per input, each `dimensions` long (when known).
+        slots = [[] for _ in range(int(wanted_vectors.get("inputs") or 0))]
+        return {
+            "tools": [],
+            "response_format": None,
+            "embeddings": wanted_vectors,
+            "skeleton": {"embeddings": slots},
+        }
     tools = []
     for tool in request.get("tools") or []:
         function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None

@@ -203,6 +203,7 @@ SETTING_MEANINGS = {
     "answerer": "hand misses to the answerer daemon (SEMULA_ANSWERER_*)",
     "restamp": "fresh: a replay gets a new id and created; recorded: the ones recorded",
     "stream_pacing": "none: streams replay at once; recorded: with recorded gaps; a number: gaps times it",
+    "embeddings": "synthetic: a missed embeddings call is answered at once with made-up vectors; off: parked",
 }
 
 

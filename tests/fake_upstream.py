@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import math
 import socket
 import ssl
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -51,6 +55,8 @@ class FakeUpstream:
                 if fake.delay:
                     time.sleep(fake.delay)
                 respond = fake.respond_responses if self.path.endswith("/responses") else fake.respond
+                if self.path.endswith("/embeddings"):
+                    respond = fake.respond_embeddings
                 if fake.mode == "rich":
                     respond = fake.respond_rich
                 status, content_type, data = respond(body, self.headers.get("Authorization", ""))
@@ -294,6 +300,36 @@ class FakeUpstream:
             for n, e in enumerate(events)
         )
         return 200, "text/event-stream", data.encode()
+
+    def respond_embeddings(self, body: dict[str, Any], authorization: str) -> tuple[int, str, bytes]:
+        """POST /v1/embeddings: bag-of-words vectors (texts that share words are close), as floats or
+        base64 float32 as asked, written out by hand (not with semula's own code)."""
+        items = body["input"]
+        items = [items] if isinstance(items, str) or isinstance(items[0], int) else items
+        size = body.get("dimensions") or 1536
+        data = []
+        for index, item in enumerate(items):
+            words = item.lower().split() if isinstance(item, str) else [str(t) for t in item]
+            vector = [0.0] * size
+            for word in words:
+                digest = hashlib.sha256(word.strip(".,?!").encode()).digest()
+                for k in range(8):  # each word lights up 8 positions, with a sign
+                    position = int.from_bytes(digest[3 * k : 3 * k + 3], "little") % size
+                    vector[position] += 1.0 if digest[24 + k] & 1 else -1.0
+            norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+            vector = [x / norm for x in vector]
+            embedding: Any = vector
+            if body.get("encoding_format") == "base64":
+                embedding = base64.b64encode(struct.pack(f"<{size}f", *vector)).decode()
+            data.append({"object": "embedding", "index": index, "embedding": embedding})
+        tokens = sum(len(str(item).split()) for item in items)
+        response = {
+            "object": "list",
+            "data": data,
+            "model": body["model"],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+        return 200, "application/json", json.dumps(response).encode()
 
     def close(self) -> None:
         self.server.shutdown()

@@ -12,7 +12,7 @@ need no per-API code (docs/decisions/0030-dialects.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -21,6 +21,7 @@ from semula.errors import BadRequest, SemulaError
 
 CHAT = "openai.chat"
 RESPONSES = "openai.responses"
+EMBEDDINGS = "openai.embeddings"
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Dialect:
     name: ClassVar[str]
     upstream_path: ClassVar[str]
     transport_fields: ClassVar[frozenset[str]]
+    upstream_model_applies: ClassVar[bool] = True  # whether a project's upstream_model replaces the model
 
     def check(self, body: Any) -> Request:
         """Refuse, with the API's own 400, a request the real API would refuse."""
@@ -112,6 +114,12 @@ class Dialect:
         """A response recorded elsewhere (a provider, a bundle), checked: what to store."""
         raise NotImplementedError
 
+    def redact_response(self, response: Any, redact: Callable[[Any], Any]) -> Any:
+        """`redact` applied to a response's text. An API whose responses carry binary data as text
+        (embeddings' base64 vectors) keeps it out: no secret is written in it, and a pattern that
+        matched by chance would corrupt it."""
+        return redact(response)
+
     def response_id(self, response: dict[str, Any]) -> str | None:
         """The id other requests may refer to this response by (Responses API), else None."""
         return None
@@ -162,9 +170,10 @@ class Dialect:
 
 def _registry() -> dict[str, Dialect]:
     from semula.dialects.openai_chat import OpenAIChat
+    from semula.dialects.openai_embeddings import OpenAIEmbeddings
     from semula.dialects.openai_responses import OpenAIResponses
 
-    return {d.name: d for d in (OpenAIChat(), OpenAIResponses())}
+    return {d.name: d for d in (OpenAIChat(), OpenAIResponses(), OpenAIEmbeddings())}
 
 
 DIALECTS: dict[str, Dialect] = {}

@@ -93,12 +93,13 @@ def _export_pieces(ctx: Context, row: dict[str, Any], secrets: tuple[str, ...]) 
     first = True
     for entry in ctx.store.iterate("export_entries", project_id=row["id"]):
         response, chunks = entries_service.decode(entry)
+        dialect = dialects.get(entry.get("api"))
         item = {
             "chunks": redacted(chunks, secrets) if chunks is not None else None,
             "fingerprint": entry["fingerprint"],
             "pinned": bool(entry["pinned"]),
             "request": redacted(json.loads(entry["request"]), secrets),
-            "response": redacted(response, secrets),
+            "response": dialect.redact_response(response, lambda value: redacted(value, secrets)),
             "review_status": entry["review_status"],
         }
         if entry.get("api") not in (None, dialects.CHAT):  # Chat Completions entries stay as they were

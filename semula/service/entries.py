@@ -15,7 +15,7 @@ from semula.ids import new_id
 from semula.service import Context, audit, dumps, now, page, projects, quotas
 from semula.service.auth import require, visible
 
-ACTORS = ("agent", "human", "import")
+ACTORS = ("agent", "human", "import", "synthetic")
 
 
 def lookup(ctx: Context, project_id: str, fingerprint: str) -> dict[str, Any] | None:

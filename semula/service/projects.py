@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "answerer": False,
     "restamp": "fresh",
     "stream_pacing": "none",
+    "embeddings": "off",
 }
 MAX_PACING_FACTOR = 100
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -88,6 +89,8 @@ class SettingsSchema(Schema):
                 f'stream_pacing is "none", "recorded", or a factor of the recorded gaps above 0 and at most '
                 f"{MAX_PACING_FACTOR}"
             )
+
+    embeddings = fields.String(validate=validate.OneOf(["off", "synthetic"]))
 
     @validates("ignore_fields")
     def _ignore_fields(self, value: Any, **_: Any) -> None:

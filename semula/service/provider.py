@@ -206,7 +206,7 @@ def _request(
     settings: Any, body: dict[str, Any], model: str | None, dialect: Dialect
 ) -> tuple[bytes, dict[str, str]]:
     payload = dialect.upstream_body(dict(body))
-    if model:
+    if model and dialect.upstream_model_applies:
         payload["model"] = model
     headers = {"Authorization": f"Bearer {settings.upstream_key}", "Content-Type": "application/json"}
     return json.dumps(payload).encode(), headers

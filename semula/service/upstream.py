@@ -180,7 +180,8 @@ def _record(
     meta = {key: value for key, value in meta.items() if value}
     secrets = ctx.settings.secrets()
     # A provider may echo the key back in a successful answer too: nothing from upstream is kept with it.
-    response, chunks = redact.redact_obj(response, secrets), redact.redact_obj(chunks, secrets)
+    response = dialect.redact_response(response, lambda value: redact.redact_obj(value, secrets))
+    chunks = redact.redact_obj(chunks, secrets)
     try:
         response, chunks = dialect.accept_recorded(response, chunks, stored, dialect.conversation(stored))
     except InvalidAnswer as exc:

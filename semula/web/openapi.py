@@ -190,11 +190,17 @@ SETTINGS_PROPERTIES: dict[str, Any] = {
         ],
         "description": "Replayed streams: at once (none), with the recorded gaps, or gaps times a factor.",
     },
+    "embeddings": {
+        "type": "string",
+        "enum": ["off", "synthetic"],
+        "description": "synthetic: a missed embeddings call in record mode is answered at once with "
+        "deterministic vectors and saved as an entry (actor synthetic); off: it is parked like any call.",
+    },
 }
 
 API = {
     "type": "string",
-    "enum": ["openai.chat", "openai.responses"],
+    "enum": ["openai.chat", "openai.responses", "openai.embeddings"],
     "description": "The API the call was made in (docs/decisions/0030-dialects.md).",
 }
 CONVERSATION = {

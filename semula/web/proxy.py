@@ -20,7 +20,7 @@ from semula import dialects, errors, jsonio, metrics
 from semula.config import Settings
 from semula.db import DatabaseError, Store
 from semula.parking import Parking
-from semula.service import Context, Principal, hits, upstream
+from semula.service import Context, Principal, hits, synthetic, upstream
 from semula.service import proxy as proxy_service
 from semula.service.auth import authenticate
 from semula.service.calllog import CallLog
@@ -30,12 +30,13 @@ logger = logging.getLogger("semula.proxy")
 ROUTE = re.compile(
     r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62}))?/v1/(?P<what>chat/completions|responses|models"
     r"|responses/(?P<response_id>[A-Za-z0-9_.:-]{1,200})(?P<items>/input_items)?"
+    r"|embeddings"
     r"|models/(?P<model_id>[^?#]{1,200}))$"
 )
 # Any other path under /v1 is an API this server does not speak: say so, in the API's error shape.
 API_PREFIX = re.compile(r"^(?:/p/[^/]*)?/v1(?:/|$)")
 # The POST routes that replay or record, by their path under /v1: the dialect that speaks each.
-APIS = {"chat/completions": dialects.CHAT, "responses": "openai.responses"}
+APIS = {"chat/completions": dialects.CHAT, "responses": "openai.responses", "embeddings": dialects.EMBEDDINGS}
 JSON_HEADERS = [("Content-Type", "application/json")]
 SSE_HEADERS = [
     ("Content-Type", "text/event-stream"),
@@ -75,7 +76,8 @@ def unknown_path(environ: dict[str, Any]) -> errors.NotFound:
     method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
     return errors.NotFound(
         f"semula does not serve {method} {path[:200]}. It speaks: POST /v1/chat/completions (Chat "
-        "Completions), POST /v1/responses and GET /v1/responses/{id} (Responses), GET /v1/models; each also "
+        "Completions), POST /v1/responses and GET /v1/responses/{id} (Responses), "
+        "POST /v1/embeddings (Embeddings), GET /v1/models; each also "
         "under /p/<project>/v1/.",
         code="unknown_path",
     )
@@ -217,6 +219,9 @@ class ProxyApp:
         proxy_service.check_previous(ctx, call)
         if not proxy_service.may_park(ctx, call):
             raise proxy_service.replay_miss(ctx, call)
+        if synthetic.applies(call):  # before record-through: the project asked for vectors made here
+            call.entry = synthetic.answer(ctx, call)
+            return "synthetic"
         if call.project["record_through"]:
             if not self.settings.upstream_key:
                 raise errors.UpstreamError(

@@ -51,6 +51,8 @@ def source(ctx):
             "name": "source",
             "record_timeout": 42,
             "restamp": "recorded",
+            "stream_pacing": 1.5,
+            "embeddings": "synthetic",
             "max_misses": 7,
             "normalize": [{"pattern": "\\d{4}-\\d\\d-\\d\\d", "replacement": "DATE"}],
             "ignore_fields": ["/temperature"],
@@ -85,11 +87,13 @@ def test_round_trip_is_byte_identical(ctx, source):
     bundle = json.loads(first)
     assert bundle["bundle"] == {"format": "semula-bundle", "version": 1}
     assert bundle["config"] == {
+        "embeddings": "synthetic",
         "ignore_fields": ["/temperature"],
         "max_misses": 7,
         "normalize": [{"pattern": "\\d{4}-\\d\\d-\\d\\d", "replacement": "DATE"}],
         "record_timeout": 42,
         "restamp": "recorded",
+        "stream_pacing": 1.5,
     }
     fingerprints = [e["fingerprint"] for e in bundle["entries"]]
     assert fingerprints == sorted(fingerprints) and len(fingerprints) == 4
@@ -162,12 +166,14 @@ def test_import_resets_operator_fields_applies_settings_and_is_audited(ctx, sour
     assert event["target"] == "copy" and event["actor"] == "cli"
     assert event["fields"] == sorted(
         [
+            "embeddings",
             "ignore_fields",
             "max_misses",
             "mode",
             "normalize",
             "record_timeout",
             "restamp",
+            "stream_pacing",
             "upstream_max_calls",
         ]
     )
