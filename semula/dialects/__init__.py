@@ -88,6 +88,12 @@ class Dialect:
         """The id of a stored response this request continues, if the API has such a reference."""
         return None
 
+    def common_response(
+        self, response: dict[str, Any], chunks: list[dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        """A stored response whole, as an earlier turn of a conversation view (previous())."""
+        return response
+
     def respond(
         self, completion: dict[str, Any], request: dict[str, Any], *, response_id: str | None = None
     ) -> dict[str, Any]:
