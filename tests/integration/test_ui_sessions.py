@@ -195,6 +195,25 @@ def test_no_session_secret_in_responses_or_the_database(app, client, store, make
     assert len(rows) == 1 and secret not in str(rows)
 
 
+def test_the_cli_lists_and_ends_a_tokens_sessions(app, client, make_token, db_url, monkeypatch):
+    from click.testing import CliRunner
+
+    from semula.cli import main
+
+    monkeypatch.setenv("SEMULA_DATABASE_URL", db_url)
+    admin = make_token("admin")
+    browser, _ = signed_in(app, admin)
+    token_id = token_id_of(client, admin)
+    listing = CliRunner().invoke(main, ["token", "sessions", token_id])
+    assert listing.exit_code == 0, listing.output
+    session_id = listing.output.split("\t", 1)[0]
+    assert session_id.startswith("ses_") and "\tactive\t" in listing.output
+    ended = CliRunner().invoke(main, ["token", "end-sessions", token_id, "--session", session_id])
+    assert ended.exit_code == 0 and f"ended {session_id}" in ended.output
+    assert not works(browser)
+    assert "\tended\t" in CliRunner().invoke(main, ["token", "sessions", token_id]).output
+
+
 def test_hosted_sessions_under_row_level_security(hosted):  # noqa: F811 - the fixture imported above
     """On PostgreSQL the server runs as the RLS-bound role: sign-in, use, listing and sign-out work,
     and a workspace sees none of another's sessions."""
