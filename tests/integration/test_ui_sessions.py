@@ -214,9 +214,9 @@ def test_the_cli_lists_and_ends_a_tokens_sessions(app, client, make_token, db_ur
     assert "\tended\t" in CliRunner().invoke(main, ["token", "sessions", token_id]).output
 
 
-def test_hosted_sessions_under_row_level_security(hosted):  # noqa: F811 - the fixture imported above
-    """On PostgreSQL the server runs as the RLS-bound role: sign-in, use, listing and sign-out work,
-    and a workspace sees none of another's sessions."""
+def test_hosted_sessions_under_row_level_security(hosted, clock):  # noqa: F811 - the fixture imported above
+    """On PostgreSQL the server runs as the RLS-bound role: sign-in, use (last_seen written), listing and
+    sign-out work, and a workspace sees none of another's sessions."""
     from semula.service import tokens
     from semula.web import create_app
 
@@ -233,8 +233,10 @@ def test_hosted_sessions_under_row_level_security(hosted):  # noqa: F811 - the f
     browser, csrf = signed_in(app, {"Authorization": f"Bearer {bound['token']}"})
     thief = copy_of(app, browser)
     assert works(thief)
+    clock(61)
+    assert works(thief)
     [session] = sessions_of(client, b_admin, bound["id"])
-    assert session["status"] == "active"
+    assert session["status"] == "active" and session["last_seen"] >= session["created"] + 60
     assert client.get(f"/api/v1/tokens/{bound['id']}/sessions", headers=a_admin).status_code == 404
     r = client.delete(f"/api/v1/tokens/{bound['id']}/sessions/{session['id']}", headers=a_admin)
     assert r.status_code == 404 and works(thief)
