@@ -2,8 +2,8 @@
 
 Everything goes through the service layer with the API's role rules. The cookie keeps a dashboard
 session's secret, never the token, and the server can end that session (semula.service.sessions);
-every form carries a CSRF token checked on POST. Prompts and
-answers are untrusted text: Jinja autoescaping is on for every template.
+every form carries a CSRF token checked on POST. Prompts and answers are untrusted text: Jinja
+autoescaping is on for every template.
 """
 
 from __future__ import annotations
