@@ -330,7 +330,7 @@ def workspace_set(name: str, quotas: tuple[str, ...]) -> None:
 
 @main.group()
 def token() -> None:
-    """Create, list and revoke API tokens (operator, on the local database)."""
+    """Create, list and revoke API tokens and their dashboard sessions (operator, on the local database)."""
 
 
 @token.command("create")
@@ -382,6 +382,33 @@ def token_revoke(token_id: str) -> None:
     with local_context() as ctx:
         tokens.revoke(ctx, token_id)
     click.echo(f"revoked {token_id}")
+
+
+@token.command("sessions")
+@click.argument("token_id")
+def token_sessions(token_id: str) -> None:
+    """List the dashboard sessions signed in with TOKEN_ID (never their secrets)."""
+    from semula.service import sessions
+
+    with local_context() as ctx:
+        for s in sessions.list_sessions(ctx, token_id, limit=1000)["data"]:
+            click.echo(f"{s['id']}\t{s['status']}\t{s['created']}\t{s['last_seen']}\t{s['ended'] or '-'}")
+
+
+@token.command("end-sessions")
+@click.argument("token_id")
+@click.option("--session", "session_id", default=None, help="End this session only (ses_…).")
+def token_end_sessions(token_id: str, session_id: str | None) -> None:
+    """Sign TOKEN_ID out of the dashboard everywhere at once; the token itself keeps working."""
+    from semula.service import sessions
+
+    with local_context() as ctx:
+        if session_id is not None:
+            sessions.end(ctx, token_id, session_id)
+            click.echo(f"ended {session_id}")
+            return
+        ended = sessions.end_all(ctx, token_id)["data"]
+    click.echo(f"ended the open sessions of {token_id} ({len(ended)} in all)")
 
 
 # The agent commands (pending, show, answer, claim, mcp) talk to a running server over REST.

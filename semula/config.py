@@ -117,6 +117,11 @@ class Settings:
     quota_answer_bytes: int | None = setting("SEMULA_QUOTA_ANSWER_BYTES", None, _number(int, 1, 1 << 30))
     secret_key: str | None = setting("SEMULA_SECRET", None, secret=True)
     cookie_secure: bool = setting("SEMULA_COOKIE_SECURE", False, _bool)
+    # Dashboard sessions, in seconds: unused this long, or this long after sign-in, they end.
+    session_idle_timeout: int = setting(
+        "SEMULA_SESSION_IDLE_TIMEOUT", 12 * 3600, _number(int, 60, 365 * 86400)
+    )
+    session_lifetime: int = setting("SEMULA_SESSION_LIFETIME", 7 * 86400, _number(int, 60, 365 * 86400))
     upstream_key: str | None = setting("SEMULA_UPSTREAM_KEY", None, secret=True)
     upstream_url: str = setting("SEMULA_UPSTREAM_URL", "https://api.openai.com/v1", _http_url, secret=True)
     upstream_timeout: float = setting("SEMULA_UPSTREAM_TIMEOUT", 120.0, _number(float, 1, 3600))

@@ -15,6 +15,7 @@ PREFIXES = {
     "revision": "rev",
     "audit": "aud",
     "workspace": "wsp",
+    "session": "ses",
 }
 _lock = threading.Lock()
 _last = (0, 0)

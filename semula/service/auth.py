@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
 from semula.errors import Forbidden, NotFound, Unauthorized
 from semula.service import LOCAL, ROLES, SCOPES, Context, Principal
@@ -37,12 +38,17 @@ def authenticate(ctx: Context, authorization: str | None) -> Principal:
 
 
 def principal_for_hash(ctx: Context, hashed: str) -> Principal:
-    """The principal of a token by its hash (the dashboard's session keeps the hash, never the token)."""
+    """The principal of a token by its hash."""
     row = ctx.store.one("token_by_hash", hash=hashed)
     if row is None:
         raise Unauthorized("The token is unknown or revoked.")
     if row["workspace_disabled"]:
         raise Unauthorized("The token's workspace is disabled.")
+    return token_principal(row)
+
+
+def token_principal(row: dict[str, Any]) -> Principal:
+    """The caller a token row makes (a token's `id`, `workspace_id`, `role`, `scope`, `project_id`)."""
     return Principal(
         workspace_id=row["workspace_id"],
         role=row["role"],

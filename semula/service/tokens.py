@@ -1,4 +1,7 @@
-"""Tokens: shown once at creation, stored hashed; admin only; creation and revocation audited."""
+"""Tokens: shown once at creation, stored hashed; admin only; creation and revocation audited.
+
+Revoking a token ends its dashboard sessions (semula.service.sessions).
+"""
 
 from __future__ import annotations
 
@@ -77,5 +80,7 @@ def revoke(ctx: Context, token_id: str) -> dict[str, Any]:
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:
         if not tx.run("revoke_token", id=token_id, workspace_id=ctx.principal.workspace_id, now=now()):
             raise NotFound("No such active token.", code="token_not_found")
+        # The lookup refuses a revoked token's sessions anyway; ending them keeps their listing true.
+        tx.run("end_token_ui_sessions", token_id=token_id, workspace_id=ctx.principal.workspace_id, now=now())
         audit.record(tx, ctx, "token.revoke", token_id)
     return present(ctx.store.one("get_token", id=token_id, workspace_id=ctx.principal.workspace_id))

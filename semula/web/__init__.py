@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from datetime import timedelta
 from typing import Any
 
 from flask import Flask, Response, g, jsonify, request
@@ -36,6 +37,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         SESSION_COOKIE_SAMESITE="Strict",
         SESSION_COOKIE_SECURE=settings.cookie_secure,
         SESSION_COOKIE_NAME="semula_session",
+        # The signed cookie is refused past the session's lifetime, besides the server's own check.
+        PERMANENT_SESSION_LIFETIME=timedelta(seconds=settings.session_lifetime),
     )
     app.json.sort_keys = False
     parking = Parking(store, settings.poll_interval)

@@ -10,7 +10,7 @@ from typing import Any
 from flask import Blueprint, request
 
 from semula.errors import BadRequest
-from semula.service import audit, projects, tokens
+from semula.service import audit, projects, sessions, tokens
 from semula.web import context, json_body
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
@@ -56,6 +56,21 @@ def create_token() -> Any:
 @api.delete("/tokens/<token_id>")
 def revoke_token(token_id: str) -> Any:
     return tokens.revoke(context(), token_id)
+
+
+@api.get("/tokens/<token_id>/sessions")
+def list_sessions(token_id: str) -> Any:
+    return sessions.list_sessions(context(), token_id, **paging())
+
+
+@api.delete("/tokens/<token_id>/sessions")
+def end_sessions(token_id: str) -> Any:
+    return sessions.end_all(context(), token_id)
+
+
+@api.delete("/tokens/<token_id>/sessions/<session_id>")
+def end_session(token_id: str, session_id: str) -> Any:
+    return sessions.end(context(), token_id, session_id)
 
 
 @api.get("/audit")

@@ -143,6 +143,7 @@ LIMIT = query(
 AFTER = query("after", "Cursor: the last id (or name, for projects) of the previous page.")
 PROJECT_NAME = path_param("name", "The project's name (a slug).")
 PENDING_ID = path_param("pending_id", "A pending call's id (`pnd_…`).")
+TOKEN_ID = path_param("token_id", "The token's id (`tok_…`).")
 
 SETTINGS_PROPERTIES: dict[str, Any] = {
     "mode": {"type": "string", "enum": ["record", "replay"]},
@@ -268,6 +269,21 @@ SCHEMAS: dict[str, Any] = {
         ]
     },
     "TokenList": list_of("Token"),
+    "Session": obj(
+        {
+            "object": {"const": "session"},
+            "id": {"type": "string", "pattern": "^ses_"},
+            "token": {"type": "string", "pattern": "^tok_"},
+            "created": {"type": "integer"},
+            "last_seen": {"type": "integer", "description": "Written at most once a minute."},
+            "ended": nullable({"type": "integer"}),
+            "expires": nullable(
+                {"type": "integer", "description": "When it ends unless used again; null once ended."}
+            ),
+            "status": {"type": "string", "enum": ["active", "expired", "ended"]},
+        }
+    ),
+    "SessionList": list_of("Session"),
     "AuditEvent": obj(
         {
             "object": {"const": "audit_event"},
@@ -485,7 +501,35 @@ PATHS: dict[str, Any] = {
             "Revoke a token (admin)",
             {200: ("The revoked token.", ref("Token"))},
             errors=(404,),
-            parameters=[path_param("token_id", "The token's id (`tok_…`).")],
+            parameters=[TOKEN_ID],
+            tag="tokens",
+        ),
+    },
+    "/api/v1/tokens/{token_id}/sessions": {
+        "get": operation(
+            "listTokenSessions",
+            "List a token's dashboard sessions, oldest first (admin; never their secrets)",
+            {200: ("Sessions by id, open, expired or ended.", ref("SessionList"))},
+            errors=(400, 404),
+            parameters=[TOKEN_ID, AFTER, LIMIT],
+            tag="tokens",
+        ),
+        "delete": operation(
+            "endTokenSessions",
+            "End every open dashboard session of a token, which keeps working (admin; audited)",
+            {200: ("The token's sessions afterwards.", ref("SessionList"))},
+            errors=(404,),
+            parameters=[TOKEN_ID],
+            tag="tokens",
+        ),
+    },
+    "/api/v1/tokens/{token_id}/sessions/{session_id}": {
+        "delete": operation(
+            "endTokenSession",
+            "End one open dashboard session of a token at once (admin; audited)",
+            {200: ("The ended session.", ref("Session"))},
+            errors=(404,),
+            parameters=[TOKEN_ID, path_param("session_id", "A dashboard session's id (`ses_…`).")],
             tag="tokens",
         ),
     },

@@ -1,8 +1,9 @@
 """The dashboard under /ui: people answer parked calls and curate entries (server-rendered, Jinja).
 
-Everything goes through the service layer with the API's role rules. The session keeps the
-token's hash, never the token; every form carries a CSRF token checked on POST. Prompts and
-answers are untrusted text: Jinja autoescaping is on for every template.
+Everything goes through the service layer with the API's role rules. The cookie keeps a dashboard
+session's secret, never the token, and the server can end that session (semula.service.sessions);
+every form carries a CSRF token checked on POST. Prompts and answers are untrusted text: Jinja
+autoescaping is on for every template.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from flask import Blueprint, abort, flash, g, redirect, render_template, request, session, url_for
 
 from semula import errors, jsonio
-from semula.service import LOCAL, Context, audit, calls, entries, overview, pending, projects
+from semula.service import LOCAL, Context, audit, calls, entries, overview, pending, projects, sessions
 from semula.service.auth import principal_for_hash, token_hash
 from semula.service.calllog import OUTCOMES
 from semula.web import current_extension
@@ -28,15 +29,20 @@ from semula.web import current_extension
 ui = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates")
 
 
+def anonymous() -> Context:
+    """A context with no caller yet: for signing in and out, before the session is known."""
+    ext = current_extension()
+    return Context(ext["store"], ext["settings"], principal=None)  # type: ignore[arg-type]
+
+
 def ui_context() -> Context:
     ctx = g.get("ui_ctx")
     if ctx is None:
-        ext = current_extension()
-        base = Context(ext["store"], ext["settings"], principal=None)  # type: ignore[arg-type]
-        if not ext["settings"].auth:
+        base = anonymous()
+        if not base.settings.auth:
             ctx = base.as_(LOCAL)
-        elif "token_hash" in session:
-            ctx = base.as_(principal_for_hash(base, session["token_hash"]))
+        elif "sid" in session:
+            ctx = base.as_(sessions.authenticate(base, session["sid"]))
         else:
             raise errors.Unauthorized("Sign in first.")
         g.ui_ctx = ctx
@@ -53,7 +59,7 @@ def page(view: Callable[..., Any]) -> Callable[..., Any]:
         try:
             ui_context()
         except errors.Unauthorized:
-            session.pop("token_hash", None)
+            session.pop("sid", None)
             return redirect(url_for("ui.login", next=request.path))
         try:
             return view(*args, **kwargs)
@@ -110,15 +116,16 @@ def login() -> Any:
     if request.method == "POST":
         check_csrf()
         secret = request.form.get("token", "").strip()
-        ext = current_extension()
-        base = Context(ext["store"], ext["settings"], principal=None)  # type: ignore[arg-type]
+        base = anonymous()
         try:
-            principal_for_hash(base, token_hash(secret))
+            principal = principal_for_hash(base, token_hash(secret))
         except errors.Unauthorized:
             error = "That token is unknown or revoked."
         else:
+            if "sid" in session:
+                sessions.sign_out(base, session["sid"])
             session.clear()
-            session["token_hash"] = token_hash(secret)
+            session["sid"] = sessions.start(base.as_(principal))
             target = request.args.get("next", "")
             return redirect(target if target.startswith("/ui/") else url_for("ui.home"))
     return render_template("ui/login.html", error=error), 401 if error else 200
@@ -126,7 +133,10 @@ def login() -> Any:
 
 @ui.post("/logout")
 def logout() -> Any:
+    """End the session on the server too: a copy of the cookie stops working with this one."""
     check_csrf()
+    if "sid" in session:
+        sessions.sign_out(anonymous(), session["sid"])
     session.clear()
     return redirect(url_for("ui.login"))
 

@@ -23,6 +23,7 @@ from semula.service import (
     pending,
     projects,
     quotas,
+    sessions,
     tokens,
     upstream,
     workspaces,
@@ -33,7 +34,13 @@ from tests.hosted_helpers import hosted, tenant  # noqa: F401 - fixture
 
 REQUEST = {"model": "gpt-4o", "messages": [{"role": "user", "content": "secret of B"}]}
 # How to fill each URL parameter with one of B's objects.
-PARAMETERS = {"name": "project", "pending_id": "pending", "entry_id": "entry", "token_id": "token"}
+PARAMETERS = {
+    "name": "project",
+    "pending_id": "pending",
+    "entry_id": "entry",
+    "token_id": "token",
+    "session_id": "session",
+}
 # Routes that hold no tenant data at all.
 NO_TENANT_DATA = {
     "/healthz",
@@ -62,22 +69,31 @@ def world(hosted):  # noqa: F811 - the fixture imported above
     b = tenant(operator, "bravo")
     b_project = projects.create(b, {"name": "bee"})
     b_row = projects.get_row(b, "bee")
-    b_token = tokens.create(b, {"role": "admin"})
+    # Bound to B's project, and signed in to the dashboard: its session is one of B's objects too.
+    b_token = tokens.create(b, {"role": "admin", "project": "bee"})
     answered = pending.park(b, b_row, fingerprint(REQUEST), REQUEST, False)
     entry_id = pending.answer(b, answered, {"content": "B's answer"})["entry_id"]
     other = {**REQUEST, "messages": [{"role": "user", "content": "still parked"}]}
     parked = pending.park(b, b_row, fingerprint(other), other, False)
     projects.create(operator, {"name": "ant"})
     a_token = tokens.create(operator, {"role": "admin"})["token"]
-    objects = {"project": b_project["name"], "pending": parked, "entry": entry_id, "token": b_token["id"]}
     app = create_app(app_settings, app_store)
+    signed_in_ui(app.test_client(), b_token["token"])
+    [b_session] = sessions.list_sessions(b, b_token["id"])["data"]
+    objects = {
+        "project": b_project["name"],
+        "pending": parked,
+        "entry": entry_id,
+        "token": b_token["id"],
+        "session": b_session["id"],
+    }
     return {
         "operator": operator,
         "b": b,
         "objects": objects,
         "a_token": a_token,
         "app": app,
-        "secrets": [b_project["id"], parked, entry_id, b_token["id"], "secret of B"],
+        "secrets": [b_project["id"], parked, entry_id, b_token["id"], b_session["id"], "secret of B"],
     }
 
 
@@ -136,6 +152,7 @@ def test_every_route_hides_another_workspace(world):
     assert entries.get(b, objects["entry"])["review_status"] == "unreviewed"
     assert projects.get(b, "bee")["max_misses"] == 100
     assert [t["revoked"] for t in tokens.list_tokens(b)["data"] if t["id"] == objects["token"]] == [False]
+    assert [s["status"] for s in sessions.list_sessions(b, objects["token"])["data"]] == ["active"]
 
 
 def test_the_proxy_hides_another_workspace(world):
@@ -157,6 +174,9 @@ SERVICE_CALLS = {
     "projects.get_row": lambda a, o: projects.get_row(a, o["project"]),
     "projects.update": lambda a, o: projects.update(a, o["project"], {"max_misses": 3}),
     "tokens.revoke": lambda a, o: tokens.revoke(a, o["token"]),
+    "sessions.list_sessions": lambda a, o: sessions.list_sessions(a, o["token"]),
+    "sessions.end": lambda a, o: sessions.end(a, o["token"], o["session"]),
+    "sessions.end_all": lambda a, o: sessions.end_all(a, o["token"]),
     "pending.get": lambda a, o: pending.get(a, o["pending"]),
     "pending.get_row": lambda a, o: pending.get_row(a, o["pending"]),
     "pending.answer": lambda a, o: pending.answer(a, o["pending"], {"content": "x"}),
@@ -194,6 +214,12 @@ NO_OBJECT = {
     "tokens.create",
     "tokens.list_tokens",
     "tokens.present",
+    "sessions.start",
+    "sessions.present",
+    "sessions.expires_at",
+    # Authentication by the session's secret, like a bearer token's: the secret is the credential.
+    "sessions.authenticate",
+    "sessions.sign_out",
     "pending.park",
     "pending.present",
     "pending.notify",
@@ -237,6 +263,7 @@ NO_OBJECT = {
 MODULES = {
     "projects": projects,
     "tokens": tokens,
+    "sessions": sessions,
     "pending": pending,
     "entries": entries,
     "calls": calls,
@@ -290,7 +317,13 @@ def test_project_binding_matrix_inside_one_workspace(world):
     bound = tokens.create(operator, {"role": "admin", "project": "ant"})["token"]
     client = world["app"].test_client()
     headers = {"Authorization": f"Bearer {bound}"}
-    objects = {"project": other["name"], "pending": parked2, "entry": entry_id, "token": "tok_nope"}
+    objects = {
+        "project": other["name"],
+        "pending": parked2,
+        "entry": entry_id,
+        "token": "tok_nope",
+        "session": "ses_nope",
+    }
     for rule, method in routes(world["app"]):
         if rule.rule in NO_TENANT_DATA or rule.rule.startswith("/ui/") or not rule.arguments:
             continue

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 from semula.fingerprint import fingerprint
-from semula.service import pending, projects, tokens, upstream
+from semula.service import Principal, pending, projects, sessions, tokens, upstream
 from semula.service.calllog import CallLog
 from tests.helpers import call_row
 from tests.hosted_helpers import app_role_url, hosted, tenant  # noqa: F401 - fixture
@@ -32,7 +32,10 @@ def filled(hosted, db_url):  # noqa: F811 - the fixture imported above
         ctx = tenant(operator, name)
         projects.create(ctx, {"name": "p"})
         row = projects.get_row(ctx, "p")
-        tokens.create(ctx, {"role": "admin"})
+        token = tokens.create(ctx, {"role": "admin"})
+        sessions.start(
+            ctx.as_(Principal(ctx.principal.workspace_id, "admin", "full", token["id"], token["id"]))
+        )
         answered = pending.park(ctx, row, fingerprint(REQUEST), REQUEST, False)
         pending.answer(ctx, answered, {"content": "x"})
         pending.park(ctx, row, "v1:parked", REQUEST, False)

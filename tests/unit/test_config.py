@@ -10,6 +10,7 @@ def test_defaults_without_environment():
     assert s.database_url == "sqlite:///./semula.db"
     assert s.auth is True and s.hosted is False
     assert s.poll_interval == 0.2
+    assert (s.session_idle_timeout, s.session_lifetime) == (12 * 3600, 7 * 86400)
 
 
 @pytest.mark.parametrize(
@@ -24,6 +25,8 @@ def test_defaults_without_environment():
         ("SEMULA_ANSWERER_COMMAND", "[]"),
         ("SEMULA_ANSWERER_ENV", "HOME,SEMULA_UPSTREAM_KEY"),
         ("SEMULA_UPSTREAM_URL", "ftp://x"),
+        ("SEMULA_SESSION_IDLE_TIMEOUT", "12h"),
+        ("SEMULA_SESSION_LIFETIME", "0"),
     ],
 )
 def test_bad_value_names_the_variable(name, value):
