@@ -19,7 +19,7 @@ api_entries = Blueprint("api_entries", __name__, url_prefix="/api/v1")
 
 def _flag(name: str) -> bool | None:
     raw = request.args.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return None
     if raw.lower() in ("true", "1"):
         return True
