@@ -30,6 +30,17 @@ def main() -> int:
         print(f"semula-answerer: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     logs.setup(settings.log_level, settings.secrets())
+    if settings.answerer_metrics_bind:
+        from prometheus_client import start_http_server
+
+        host, _, port = settings.answerer_metrics_bind.rpartition(":")
+        try:
+            start_http_server(int(port), addr=host or "127.0.0.1")
+        except (OSError, ValueError) as exc:
+            print(
+                f"semula-answerer: SEMULA_ANSWERER_METRICS_BIND: cannot listen there ({exc})", file=sys.stderr
+            )
+            return EXIT_CONFIG
     for name in answerer_config.missing_env(settings):
         logger.warning("env_not_set", extra={"variable": name})
     try:

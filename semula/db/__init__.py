@@ -8,13 +8,16 @@ translated to the exceptions below, so callers never import sqlite3 or psycopg.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from importlib import resources
 from typing import Any, Protocol
 
 Row = dict[str, Any]
 
+
+# Called with each translated error's kind (semula.metrics counts them), so no caller has to.
+ERROR_LISTENERS: list[Callable[[str], None]] = []
 
 # user:password@ in a URL the driver quotes back, e.g. in a connection error.
 _URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^@\s]*@")
@@ -36,6 +39,8 @@ class DatabaseError(Exception):
     def __init__(self, detail: str = ""):
         self.detail = clean(detail)
         super().__init__(self.detail or (self.__doc__ or "").strip())
+        for listener in ERROR_LISTENERS:
+            listener(self.kind)
 
     def describe(self) -> str:
         """What happened, in a sentence: the class's summary and the driver's cleaned message."""

@@ -25,7 +25,7 @@ from typing import Any
 import certifi
 import urllib3
 
-from semula import dialects, redact
+from semula import dialects, metrics, redact
 from semula.dialects import Dialect
 from semula.errors import InvalidAnswer, UpstreamBudget, UpstreamDryRun, UpstreamError
 from semula.service import Context, audit, dumps, now
@@ -101,6 +101,7 @@ def forward(
             request=dumps(stored),
             now=now(),
         )
+        _refused(project, "dry_run")
         raise UpstreamDryRun()
     key = (ctx.principal.workspace_id, project["id"], fingerprint)
     return FLIGHTS.run(key, lambda: _forward_once(ctx, project, fingerprint, body, stored, dialect))
@@ -121,6 +122,7 @@ def _forward_once(
         entry = entries_service.lookup(ctx, project["id"], fingerprint)
         if entry is not None:
             return entry
+        _refused(project, "budget")
         raise UpstreamBudget(
             f"Project {project['name']!r} has spent its record-through budget "
             f"(upstream_max_calls {project['upstream_max_calls']}, upstream_max_tokens "
@@ -150,10 +152,25 @@ def _forward_once(
             tokens=dialect.usage(parsed),
             api=dialect.name,
         )
-    except BaseException:
+    except BaseException as exc:
         ctx.store.run("give_back_upstream_call", project_id=project["id"])
+        metrics.RECORD_THROUGH.labels(project["name"], "error").inc()
+        logger.warning(
+            "record-through failed",
+            extra={"project": project["name"], "error": getattr(exc, "code", None) or type(exc).__name__},
+        )
         raise
-    logger.info("forwarded", extra={"project_id": project["id"], "entry_id": saved["id"]})
+    metrics.RECORD_THROUGH.labels(project["name"], "forwarded").inc()
+    prompt_tokens, completion_tokens = dialect.usage(parsed)
+    logger.info(
+        "forwarded",
+        extra={
+            "project": project["name"],
+            "entry_id": saved["id"],
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+        },
+    )
     # What was just written, without reading it back: a forward is a round trip shorter.
     return {
         "id": saved["id"],
@@ -162,6 +179,11 @@ def _forward_once(
         "review_status": "unreviewed",
         "model": stored.get("model"),
     }
+
+
+def _refused(project: dict[str, Any], reason: str) -> None:
+    metrics.RECORD_THROUGH.labels(project["name"], reason).inc()
+    logger.warning("record-through refused", extra={"project": project["name"], "reason": reason})
 
 
 def _take_budget(ctx: Context, project: dict[str, Any], fingerprint: str) -> bool:
