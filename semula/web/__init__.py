@@ -65,7 +65,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         if req is not None:
             req.route = request.url_rule.rule if request.url_rule is not None else None
             name = (request.view_args or {}).get("name")
-            req.project = name[:100] if isinstance(name, str) else None
+            req.project = name if isinstance(name, str) and access.PROJECT_NAME.fullmatch(name) else None
             ctx = g.get("semula_ctx")
             req.token_id = ctx.principal.token_id if ctx is not None else None
         code = None

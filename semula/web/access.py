@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from typing import Any
 
@@ -18,6 +19,10 @@ from semula import logs, metrics
 logger = logging.getLogger("semula.access")
 
 PROXY_SURFACE, API_SURFACE = "proxy", "api"
+# The line's values are checked here rather than redacted (semula.logs.CHECKED): a client's method
+# or a project name from a URL is logged only when it is one of these, or a valid project name.
+METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+PROJECT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 # The share of replay hits that get a line (SEMULA_ACCESS_LOG_HITS); set by the app factory.
 HIT_SAMPLE = 1.0
 
@@ -38,7 +43,7 @@ def finish(
     sample = HIT_SAMPLE
     if outcome != "hit" or sample >= 1.0 or (sample > 0.0 and random.random() < sample):
         fields: dict[str, Any] = {
-            "method": req.method,
+            "method": req.method if req.method in METHODS else "OTHER",
             "route": route,
             "project": req.project,
             "status": status,
@@ -48,7 +53,7 @@ def finish(
         }
         if req.pending_id is not None:
             fields["pending_id"] = req.pending_id
-        logger.info("request", extra=fields)
+        logs.info_line(logger, "request", fields)
     return [("x-request-id", req.id)]
 
 
