@@ -181,13 +181,15 @@ def wait_for_database(settings: Settings) -> None:
     url = settings.owner_database_url or settings.database_url
     deadline = time.monotonic() + settings.db_wait
     delay = 1.0
+    # The pool's own warnings repeat the driver's message on each try; this function says it once a try.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     while True:
         try:
-            connect(url, pool_size=1).close()
+            connect(url, pool_size=1, open_timeout=2).close()
             return
         except Unavailable as exc:
             where = database_location(url)
-            if time.monotonic() + delay > deadline:
+            if time.monotonic() > deadline:
                 raise click.ClickException(
                     f"the database at {where} did not answer within {settings.db_wait} s ({exc.detail}); "
                     "is it running, and are SEMULA_DATABASE_URL's host and port right?"
@@ -196,7 +198,7 @@ def wait_for_database(settings: Settings) -> None:
                 f"waiting for the database at {where}: {exc.detail}; retrying in {delay:.0f} s",
                 extra={"database": where, "error": type(exc).__name__},
             )
-            time.sleep(delay)
+            time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
             delay = min(delay * 2, 10.0)
         except DatabaseError as exc:
             raise click.ClickException(f"the database refused semula: {exc.describe()}") from None

@@ -149,8 +149,8 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
-def connect(url: str, *, pool_size: int = 10) -> Store:
-    """Open a Store for a sqlite:/// or postgresql:// URL."""
+def connect(url: str, *, pool_size: int = 10, open_timeout: float = 10.0) -> Store:
+    """Open a Store for a sqlite:/// or postgresql:// URL (PostgreSQL: connected within open_timeout s)."""
     if url.startswith("sqlite:///"):
         from semula.db.sqlite import SQLiteStore
 
@@ -158,5 +158,5 @@ def connect(url: str, *, pool_size: int = 10) -> Store:
     if url.startswith(("postgresql://", "postgres://")):
         from semula.db.postgres import PostgresStore
 
-        return PostgresStore(url, pool_size=pool_size)
+        return PostgresStore(url, pool_size=pool_size, open_timeout=open_timeout)
     raise ValueError("database URL must start with sqlite:/// or postgresql://")

@@ -194,7 +194,7 @@ class PostgresStore:
 
     workspace_id: str | None = None
 
-    def __init__(self, url: str, *, pool_size: int = 10):
+    def __init__(self, url: str, *, pool_size: int = 10, open_timeout: float = 10.0):
         self._failures: list[str] = []
         self._pool = ConnectionPool(
             url,
@@ -210,7 +210,7 @@ class PostgresStore:
         )
         try:
             with _translated(self._failures):
-                self._pool.open(wait=True, timeout=10)
+                self._pool.open(wait=True, timeout=open_timeout)
         except Unavailable:
             self._pool.close()  # or its workers go on trying to connect in the background
             raise

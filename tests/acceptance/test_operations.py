@@ -4,6 +4,10 @@ answered -> released call and one timeout, and /metrics scraped before and after
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -11,7 +15,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from semula.service import projects
-from tests.helpers import wait_for
+from tests.helpers import free_port, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -122,3 +126,59 @@ def test_a_parked_call_and_a_timeout_in_the_logs_and_the_metrics(start_server, c
     assert value(after, "semula_parked_oldest_age_seconds", **fast) >= 1
     assert value(after, "semula_project_record_timeout_seconds", **fast) == 1
     assert value(after, "semula_upstream_calls_left", **fast) == 100
+
+
+def run_serve(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "semula", "serve", *args],
+        env={**os.environ, "SEMULA_WORKERS": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_serve_waits_for_a_database_that_is_down_then_says_where(tmp_path):
+    port = free_port()  # nothing listens there
+    url = f"postgresql://semula:hunter2hunter2@127.0.0.1:{port}/semula"
+    result = run_serve("--bind", f"127.0.0.1:{free_port()}", SEMULA_DATABASE_URL=url, SEMULA_DB_WAIT="3")
+    assert result.returncode == 1
+    assert f"waiting for the database at 127.0.0.1:{port}" in result.stderr
+    assert f"the database at 127.0.0.1:{port} did not answer within 3 s" in result.stderr
+    assert "Traceback" not in result.stderr and "PoolTimeout" not in result.stderr
+    assert "hunter2hunter2" not in result.stderr
+
+
+def test_a_busy_port_fails_once_with_a_clear_message(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_serve("--dev", "--port", str(port), SEMULA_DATABASE_URL=f"sqlite:///{tmp_path}/x.db")
+    assert result.returncode == 1
+    assert f"127.0.0.1:{port} is in use" in result.stderr and "make run PORT=N" in result.stderr
+    assert "Traceback" not in result.stderr and "Retrying" not in result.stderr
+
+
+def test_gunicorn_alone_refuses_to_start_the_server():
+    result = subprocess.run(
+        [sys.executable, "-m", "gunicorn", "-c", "python:semula.gunicorn_conf"],
+        env={k: v for k, v in os.environ.items() if k != "SEMULA_SERVE"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0 and "semula serve" in result.stderr
+
+
+def test_the_metrics_directory_serve_made_is_removed_when_it_stops(db_url, tmp_path):
+    from tests.helpers import Server
+
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    server = Server(db_url, tmp_path / "server.log", TMPDIR=str(tmp_path))
+    server.env = {**env, **{k: v for k, v in server.env.items() if k != "PROMETHEUS_MULTIPROC_DIR"}}
+    server.start()
+    [made] = list(tmp_path.glob("semula-metrics-*"))
+    assert made.is_dir()
+    server.stop()
+    assert not made.exists()
