@@ -127,22 +127,28 @@ def serve(dev: bool, port: int | None, bind: str | None, workers: int | None) ->
     from semula import logs
 
     logs.setup(settings.log_level, settings.secrets())
-    check_address(settings.bind)
-    wait_for_database(settings)
-    # Every worker must sign dashboard sessions with the same key; without SEMULA_SECRET one is
-    # made per start (sessions end with a restart; several hosts need a shared SEMULA_SECRET).
-    os.environ.setdefault("SEMULA_SECRET", secrets.token_urlsafe(32))
-    with local_context() as ctx:
-        if dev:
-            from semula.service import projects
+    try:
+        check_address(settings.bind)
+        wait_for_database(settings)
+        # Every worker must sign dashboard sessions with the same key; without SEMULA_SECRET one is
+        # made per start (sessions end with a restart; several hosts need a shared SEMULA_SECRET).
+        os.environ.setdefault("SEMULA_SECRET", secrets.token_urlsafe(32))
+        with local_context() as ctx:
+            if dev:
+                from semula.service import projects
 
-            projects.ensure(ctx, "default", mode="record")
-        settings = ctx.settings
+                projects.ensure(ctx, "default", mode="record")
+            settings = ctx.settings
+    except click.ClickException as exc:
+        # A refusal to start is a log line like the server's others: JSON, in the journal.
+        logger.error(exc.message)
+        sys.exit(EXIT_ERROR)
     prepare_metrics_dir()
     base = f"http://{settings.bind}"
     project = "default" if dev else "<project>"
     logger.info(
-        f"semula serving on {base}: dashboard {base}/ui, OpenAI base URL {base}/p/{project}/v1",
+        f"semula serving on {base} ({settings.workers} gevent workers): dashboard {base}/ui, "
+        f"OpenAI base URL {base}/p/{project}/v1",
         extra={"bind": settings.bind, "workers": settings.workers, "dashboard": f"{base}/ui"},
     )
     sys.stderr.flush()
