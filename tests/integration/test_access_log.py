@@ -180,3 +180,25 @@ def test_last_use_is_written_at_most_once_a_minute(ctx, client, monkeypatch):
     monkeypatch.setattr(auth, "TOUCH_EVERY", 0.0)
     client.get("/api/v1/projects", headers=headers)
     assert last_used() > first
+
+
+def test_a_database_error_is_counted_by_kind_and_logged_with_what_it_was(
+    client, make_token, log_lines, monkeypatch
+):
+    from prometheus_client import REGISTRY
+
+    from semula.db import Busy
+    from semula.service import projects as projects_service
+
+    def busy(*args, **kwargs):
+        raise Busy("database is locked (postgresql://app:hunter2hunter2@db/x)")
+
+    before = REGISTRY.get_sample_value("semula_database_errors_total", {"kind": "busy"}) or 0.0
+    monkeypatch.setattr(projects_service, "list_projects", busy)
+    assert client.get("/api/v1/projects", headers=make_token("admin")).status_code == 503
+    assert REGISTRY.get_sample_value("semula_database_errors_total", {"kind": "busy"}) == before + 1
+    [line] = [x for x in log_lines() if x["msg"] == "database error"]
+    assert line["kind"] == "busy" and "database is locked" in line["detail"]
+    assert "hunter2hunter2" not in json.dumps(line)
+    [access_line] = access(log_lines())
+    assert access_line["status"] == 503 and access_line["outcome"] == "database_busy"
