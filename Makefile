@@ -1,8 +1,9 @@
-# semula: `make run` serves on http://127.0.0.1:8080 (SQLite), `make test` runs the tests.
+# semula: `make run` serves on http://127.0.0.1:8080 (SQLite; PORT=9000 elsewhere), `make test` runs the tests.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+PORT ?= 8080
 
 .PHONY: install browser run test test-fast lint format bench clean
 
@@ -15,7 +16,7 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/semula serve --dev
+	$(BIN)/semula serve --dev --port $(PORT)
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest

@@ -38,6 +38,17 @@ def main() -> int:
     containment.harden_daemon()
     config = replace(config, adopt_orphans=True)
     containment.clean_predecessors(tempfile.gettempdir())
+    if settings.answerer_metrics_bind:
+        from prometheus_client import start_http_server
+
+        host, _, port = settings.answerer_metrics_bind.rpartition(":")
+        try:
+            start_http_server(int(port), addr=host or "127.0.0.1")
+        except (OSError, ValueError) as exc:
+            print(
+                f"semula-answerer: SEMULA_ANSWERER_METRICS_BIND: cannot listen there ({exc})", file=sys.stderr
+            )
+            return EXIT_CONFIG
     for name in answerer_config.missing_env(settings):
         logger.warning("env_not_set", extra={"variable": name})
     try:

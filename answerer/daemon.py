@@ -20,6 +20,7 @@ from typing import Any
 
 from answerer.config import AnswererConfig
 from answerer.runners import Outcome, Runner, make_runner
+from semula import metrics
 from semula.db import DatabaseError
 from semula.errors import InvalidAnswer, PendingResolved, SemulaError
 from semula.service import DEFAULT_WORKSPACE, Context, Principal
@@ -250,6 +251,7 @@ class Daemon:
                 if result in ("answered", "resolved"):
                     # No longer pending, so never a candidate again: the set keeps only what may be.
                     self._tried.discard(pending_id)
+            metrics.ANSWERER_RUNS.labels(result).inc()
             if self.on_done is not None:
                 self.on_done(Timing(pending_id, time.monotonic() - began, spent, result))
             self._waker.wake()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +22,8 @@ from semula.errors import SemulaError
 from semula.service import CLI, Context
 
 EXIT_ERROR, EXIT_USAGE = 1, 2
+
+logger = logging.getLogger("semula.serve")
 
 
 def load_settings() -> Settings:
@@ -56,8 +60,23 @@ def emit(value: Any) -> None:
 
 @click.group()
 @click.version_option(package_name="semula")
-def main() -> None:
-    """semula records and replays OpenAI chat completions."""
+@click.option(
+    "--env-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Read SEMULA_* settings from this file first, parsed as systemd's EnvironmentFile= is "
+    "(the service's /etc/semula/semula.env); its values win over the environment's.",
+)
+def main(env_file: Path | None) -> None:
+    """semula records and replays LLM API calls (OpenAI Chat Completions, Responses, embeddings)."""
+    if env_file is not None:
+        from semula.config import read_env_file
+
+        try:
+            text = env_file.read_text()
+        except OSError as exc:
+            raise click.ClickException(f"cannot read {env_file}: {exc.strerror}") from None
+        os.environ.update(read_env_file(text))
 
 
 @main.command()
@@ -89,7 +108,11 @@ def migrate() -> None:
     "--workers", type=int, default=None, help="gunicorn worker processes (default SEMULA_WORKERS, 2)."
 )
 def serve(dev: bool, port: int | None, bind: str | None, workers: int | None) -> None:
-    """Run the server: gunicorn with gevent workers, after migrating the database."""
+    """Run the server: gunicorn with gevent workers, after migrating the database.
+
+    The one supported way to start it: it migrates, prepares the workers' shared metrics directory
+    (removed again when the server stops) and refuses a busy address before gunicorn starts.
+    """
     if dev:
         os.environ["SEMULA_AUTH"] = "off"
         os.environ["SEMULA_HOSTED"] = "off"
@@ -100,27 +123,116 @@ def serve(dev: bool, port: int | None, bind: str | None, workers: int | None) ->
         os.environ["SEMULA_BIND"] = bind
     if workers:
         os.environ["SEMULA_WORKERS"] = str(workers)
-    prepare_metrics_dir()
-    # Every worker must sign dashboard sessions with the same key; without SEMULA_SECRET one is
-    # made per start (sessions end with a restart; several hosts need a shared SEMULA_SECRET).
-    os.environ.setdefault("SEMULA_SECRET", secrets.token_urlsafe(32))
-    with local_context() as ctx:
-        if dev:
-            from semula.service import projects
+    settings = load_settings()
+    from semula import logs
 
-            projects.ensure(ctx, "default", mode="record")
-        settings = ctx.settings
-    click.echo(f"semula serving on http://{settings.bind} ({settings.workers} gevent workers)", err=True)
+    logs.setup(settings.log_level, settings.secrets())
+    try:
+        check_address(settings.bind)
+        wait_for_database(settings)
+        # Every worker must sign dashboard sessions with the same key; without SEMULA_SECRET one is
+        # made per start (sessions end with a restart; several hosts need a shared SEMULA_SECRET).
+        os.environ.setdefault("SEMULA_SECRET", secrets.token_urlsafe(32))
+        with local_context() as ctx:
+            if dev:
+                from semula.service import projects
+
+                projects.ensure(ctx, "default", mode="record")
+            settings = ctx.settings
+    except click.ClickException as exc:
+        # A refusal to start is a log line like the server's others: JSON, in the journal.
+        logger.error(exc.message)
+        sys.exit(EXIT_ERROR)
+    prepare_metrics_dir()
+    base = f"http://{settings.bind}"
+    project = "default" if dev else "<project>"
+    logger.info(
+        f"semula serving on {base} ({settings.workers} gevent workers): dashboard {base}/ui, "
+        f"OpenAI base URL {base}/p/{project}/v1",
+        extra={"bind": settings.bind, "workers": settings.workers, "dashboard": f"{base}/ui"},
+    )
     sys.stderr.flush()
+    os.environ["SEMULA_SERVE"] = "1"  # semula/gunicorn_conf.py refuses a start that did not come through here
     argv = [sys.executable, "-m", "gunicorn", "-c", "python:semula.gunicorn_conf"]
     os.execv(sys.executable, argv)
 
 
+def check_address(bind: str) -> None:
+    """Fail once, clearly, when another process listens on HOST:PORT (gunicorn would retry and trace)."""
+    import errno
+    import socket
+
+    if bind.startswith(("unix:", "fd://")):
+        return
+    host, _, port = bind.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+        try:
+            sock.bind((host, int(port)))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise click.ClickException(
+                    f"{host}:{port} is in use: another process (another semula?) listens there. "
+                    "Stop it, or pick another port: `semula serve --port N` (`make run PORT=N`)."
+                ) from None
+            raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def wait_for_database(settings: Settings) -> None:
+    """Wait until the database answers, saying where it is waiting; give up after SEMULA_DB_WAIT s."""
+    from semula.db import DatabaseError, Unavailable, connect
+
+    url = settings.owner_database_url or settings.database_url
+    deadline = time.monotonic() + settings.db_wait
+    delay = 1.0
+    # The pool's own warnings repeat the driver's message on each try; this function says it once a try.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    while True:
+        try:
+            connect(url, pool_size=1, open_timeout=2).close()
+            return
+        except Unavailable as exc:
+            where = database_location(url)
+            if time.monotonic() > deadline:
+                raise click.ClickException(
+                    f"the database at {where} did not answer within {settings.db_wait} s ({exc.detail}); "
+                    "is it running, and are SEMULA_DATABASE_URL's host and port right?"
+                ) from None
+            logger.warning(
+                f"waiting for the database at {where}: {exc.detail}; retrying in {delay:.0f} s",
+                extra={"database": where, "error": type(exc).__name__},
+            )
+            time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+            delay = min(delay * 2, 10.0)
+        except DatabaseError as exc:
+            raise click.ClickException(f"the database refused semula: {exc.describe()}") from None
+
+
+def database_location(url: str) -> str:
+    """host:port of a PostgreSQL URL (never its user or password), or a SQLite file's path."""
+    from urllib.parse import urlsplit
+
+    if url.startswith("sqlite:///"):
+        return url[len("sqlite:///") :] or ":memory:"
+    parts = urlsplit(url)
+    try:
+        port = parts.port or 5432
+    except ValueError:
+        port = 5432
+    return f"{parts.hostname or 'localhost'}:{port}"
+
+
 def prepare_metrics_dir() -> None:
-    """Workers share metrics through files in PROMETHEUS_MULTIPROC_DIR, emptied at each start."""
+    """Workers share metrics through files in PROMETHEUS_MULTIPROC_DIR, emptied at each start.
+
+    A directory made here is removed when the server stops (semula/gunicorn_conf.py's on_exit).
+    """
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if not directory:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="semula-metrics-")
+        os.environ["SEMULA_METRICS_DIR_MADE"] = "1"
         return
     os.makedirs(directory, exist_ok=True)
     for name in os.listdir(directory):
@@ -350,27 +462,52 @@ def token() -> None:
 @click.option("--project", default=None, help="Bind the token to this project only.")
 @click.option("--name", default="", help="A label to recognise the token by.")
 @click.option("--workspace", default=None, help="The workspace (tenant) it belongs to; default: default.")
-def token_create(role: str, scope: str, project: str | None, name: str, workspace: str | None) -> None:
+@click.option(
+    "--expires-in",
+    type=click.IntRange(1, 3650),
+    default=None,
+    metavar="DAYS",
+    help="Refuse the token after this many days (rotation); default: it never expires.",
+)
+def token_create(
+    role: str, scope: str, project: str | None, name: str, workspace: str | None, expires_in: int | None
+) -> None:
     """Create a token. The secret is printed once, here, and is not stored."""
+    import time
+
     from semula.service import tokens, workspaces
 
+    expires_at = int(time.time()) + expires_in * 86400 if expires_in else None
     with local_context() as ctx:
         if workspace is not None:
             ctx = workspaces.operator_in(ctx, workspace)
-        out = tokens.create(ctx, {"role": role, "scope": scope, "project": project, "name": name})
+        data = {"role": role, "scope": scope, "project": project, "name": name, "expires_at": expires_at}
+        out = tokens.create(ctx, data)
     click.echo(f"{out['id']}\t{out['role']}\t{out['scope']}\t{out['project'] or '-'}", err=True)
     click.echo(out["token"])
 
 
 @token.command("list")
 def token_list() -> None:
-    """List tokens (never their secrets)."""
+    """List tokens (never their secrets): id, role, scope, project, state, last used, expires, name.
+
+    Times are UTC; "-" is never (used) or no expiry. A token past its expiry shows as expired.
+    """
+    import time
+
     from semula.service import tokens
+
+    def when(ts: int | None) -> str:
+        return time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(ts)) if ts is not None else "-"
 
     with local_context() as ctx:
         for t in tokens.list_tokens(ctx, limit=1000)["data"]:
-            state = "revoked" if t["revoked"] else "active"
-            click.echo(f"{t['id']}\t{t['role']}\t{t['scope']}\t{t['project'] or '-'}\t{state}\t{t['name']}")
+            expired = t["expires"] is not None and t["expires"] <= time.time()
+            state = "revoked" if t["revoked"] else "expired" if expired else "active"
+            click.echo(
+                f"{t['id']}\t{t['role']}\t{t['scope']}\t{t['project'] or '-'}\t{state}"
+                f"\t{when(t['last_used'])}\t{when(t['expires'])}\t{t['name']}"
+            )
 
 
 @token.command("revoke")

@@ -15,6 +15,77 @@ class ConfigError(Exception):
     """A SEMULA_* variable has a value semula cannot use; the message names it."""
 
 
+def read_env_file(text: str) -> dict[str, str]:
+    """Variables from an environment file, parsed as systemd's EnvironmentFile= parses one.
+
+    The rules of systemd's env-file parser: `#` and `;` start comment lines; whitespace around the
+    key and before the value is dropped; quotes are special only where a value (or a part of it)
+    starts: '...' is taken as is, "..." takes \\", \\\\, \\` and \\$ escapes; elsewhere a backslash
+    escapes the next character and a quote is an ordinary one, so an unquoted JSON value such as
+    `SEMULA_ANSWERER_COMMAND=["claude","-p","Answer."]` keeps its quotes; trailing whitespace of an
+    unquoted value is dropped; a backslash at the end of a line continues it. Lines without `=` are
+    ignored, as systemd ignores them.
+    """
+    env: dict[str, str] = {}
+    state, key, value, trailing = "pre_key", "", [], 0
+    for ch in text + "\n":
+        newline = ch in "\n\r"
+        if state == "pre_key":
+            if ch in "#;":
+                state = "comment"
+            elif not ch.isspace():
+                state, key = "key", ch
+        elif state == "comment":
+            if newline:
+                state = "pre_key"
+        elif state == "key":
+            if newline:
+                state = "pre_key"  # no "=": ignored
+            elif ch == "=":
+                state, value, trailing = "pre_value", [], 0
+            else:
+                key += ch
+        elif state in ("pre_value", "value"):
+            if newline:
+                env[key.strip()] = "".join(value[: len(value) - trailing] if state == "value" else value)
+                state = "pre_key"
+            elif ch == "\\":
+                state, trailing = "value_escape", 0
+            elif state == "pre_value" and ch == "'":
+                state = "single"
+            elif state == "pre_value" and ch == '"':
+                state = "double"
+            elif state == "pre_value" and ch.isspace():
+                pass
+            else:
+                state = "value"
+                value.append(ch)
+                trailing = trailing + 1 if ch.isspace() else 0
+        elif state == "value_escape":
+            state = "value"
+            if not newline:  # a backslash-newline continues the line
+                value.append(ch)
+        elif state == "single":
+            if ch == "'":
+                state = "pre_value"
+            else:
+                value.append(ch)
+        elif state == "double":
+            if ch == '"':
+                state = "pre_value"
+            elif ch == "\\":
+                state = "double_escape"
+            else:
+                value.append(ch)
+        elif state == "double_escape":
+            state = "double"
+            if ch in '"\\`$':
+                value.append(ch)
+            elif not newline:
+                value += ["\\", ch]
+    return {k: v for k, v in env.items() if k}
+
+
 def _bool(name: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "on", "true", "yes"):
@@ -110,6 +181,12 @@ class Settings:
     log_retention_days: int = setting("SEMULA_LOG_RETENTION_DAYS", 14, _number(int, 1, 3650))
     log_level: str = setting("SEMULA_LOG_LEVEL", "info", _choice("debug", "info", "warning", "error"))
     db_pool_size: int = setting("SEMULA_DB_POOL_SIZE", 10, _number(int, 1, 200))
+    # How long `semula serve` waits for an unreachable database before it gives up.
+    db_wait: int = setting("SEMULA_DB_WAIT", 60, _number(int, 0, 86400))
+    # The share of replay hits that get an access-log line (1: all, 0: none); other requests always get one.
+    access_log_hits: float = setting("SEMULA_ACCESS_LOG_HITS", 1.0, _number(float, 0, 1))
+    # /metrics needs `Authorization: Bearer <this>` when set; in hosted mode /metrics is off without it.
+    metrics_token: str | None = setting("SEMULA_METRICS_TOKEN", None, secret=True)
     # Per-workspace quotas (hosted mode); unset means the hosted defaults in service/quotas.py.
     quota_projects: int | None = setting("SEMULA_QUOTA_PROJECTS", None, _number(int, 1, 10**9))
     quota_entries: int | None = setting("SEMULA_QUOTA_ENTRIES", None, _number(int, 1, 10**12))
@@ -132,6 +209,8 @@ class Settings:
     answerer_env: tuple[str, ...] = setting("SEMULA_ANSWERER_ENV", (), _env_names)
     answerer_timeout: float = setting("SEMULA_ANSWERER_TIMEOUT", 120.0, _number(float, 1, 3600))
     answerer_concurrency: int = setting("SEMULA_ANSWERER_CONCURRENCY", 2, _number(int, 1, 64))
+    # HOST:PORT where the answerer daemon serves its own /metrics (runs by result); unset: none.
+    answerer_metrics_bind: str | None = setting("SEMULA_ANSWERER_METRICS_BIND", None)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -156,7 +235,13 @@ class Settings:
 
     def secrets(self) -> tuple[str, ...]:
         """Values that must never reach a response, a log line or the database."""
-        values = [self.upstream_key, self.answerer_url, self.answerer_bearer, self.secret_key]
+        values = [
+            self.upstream_key,
+            self.answerer_url,
+            self.answerer_bearer,
+            self.secret_key,
+            self.metrics_token,
+        ]
         if self.answerer_command:
             values += [json.dumps(self.answerer_command), " ".join(self.answerer_command)]
         return tuple(v for v in values if v and len(v) >= 8)

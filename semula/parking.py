@@ -54,7 +54,11 @@ class Parking:
         metrics.HELD.inc()
         try:
             if hold.event.wait(timeout):
+                metrics.pending_event("released")
+                logger.info("released", extra={"pending_id": pending_id, "status": hold.status})
                 return hold.status, hold.entry_id
+            metrics.pending_event("timeout")
+            logger.info("hold timed out", extra={"pending_id": pending_id, "timeout_s": timeout})
             return None
         finally:
             metrics.HELD.dec()
@@ -98,7 +102,7 @@ class Parking:
             try:
                 self.poll_once()
             except DatabaseError as exc:
-                logger.warning("poll failed", extra={"error": type(exc).__name__})
+                logger.warning("poll failed", extra={"error": type(exc).__name__, "detail": exc.describe()})
 
     def close(self) -> None:
         self._stop.set()

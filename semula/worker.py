@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import email.parser
 import functools
+import logging
 import re
 import time
 from collections.abc import Iterator
@@ -34,6 +35,10 @@ from typing import Any, BinaryIO
 import gevent
 from gevent.pywsgi import OldMessage, format_date_time
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler
+
+from semula import logs, metrics
+
+logger = logging.getLogger("semula.worker")
 
 # A header line as the email parser reads it, when it is nothing more: a name, a colon, a value.
 PLAIN_HEADER = re.compile(rb"([!-9;-~]+):[ \t]*([^\r\n]*?)\r?\n")
@@ -158,6 +163,11 @@ class Handler(PyWSGIHandler):
             if sent < len(data):
                 self.socket.sendall(memoryview(data)[sent:])
         except OSError as exc:
+            req = logs.CURRENT.get()
+            if req is not None and req.pending_id is not None:
+                # The app left while its call was held: the answer is saved, the response goes nowhere.
+                metrics.pending_event("app_gone")
+                logger.info("app gone", extra={"pending_id": req.pending_id, "error": type(exc).__name__})
             self.status = f"socket error: {exc}"
             if self.code > 0:
                 self.code = -self.code

@@ -8,13 +8,16 @@ translated to the exceptions below, so callers never import sqlite3 or psycopg.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from importlib import resources
 from typing import Any, Protocol
 
 Row = dict[str, Any]
 
+
+# Called with each translated error's kind (semula.metrics counts them), so no caller has to.
+ERROR_LISTENERS: list[Callable[[str], None]] = []
 
 # user:password@ in a URL the driver quotes back, e.g. in a connection error.
 _URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^@\s]*@")
@@ -36,6 +39,8 @@ class DatabaseError(Exception):
     def __init__(self, detail: str = ""):
         self.detail = clean(detail)
         super().__init__(self.detail or (self.__doc__ or "").strip())
+        for listener in ERROR_LISTENERS:
+            listener(self.kind)
 
     def describe(self) -> str:
         """What happened, in a sentence: the class's summary and the driver's cleaned message."""
@@ -144,8 +149,8 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
-def connect(url: str, *, pool_size: int = 10) -> Store:
-    """Open a Store for a sqlite:/// or postgresql:// URL."""
+def connect(url: str, *, pool_size: int = 10, open_timeout: float = 10.0) -> Store:
+    """Open a Store for a sqlite:/// or postgresql:// URL (PostgreSQL: connected within open_timeout s)."""
     if url.startswith("sqlite:///"):
         from semula.db.sqlite import SQLiteStore
 
@@ -153,5 +158,5 @@ def connect(url: str, *, pool_size: int = 10) -> Store:
     if url.startswith(("postgresql://", "postgres://")):
         from semula.db.postgres import PostgresStore
 
-        return PostgresStore(url, pool_size=pool_size)
+        return PostgresStore(url, pool_size=pool_size, open_timeout=open_timeout)
     raise ValueError("database URL must start with sqlite:/// or postgresql://")

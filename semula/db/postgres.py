@@ -212,7 +212,7 @@ class PostgresStore:
 
     workspace_id: str | None = None
 
-    def __init__(self, url: str, *, pool_size: int = 10):
+    def __init__(self, url: str, *, pool_size: int = 10, open_timeout: float = 10.0):
         self._failures: list[str] = []
         self._pool = ConnectionPool(
             url,
@@ -223,8 +223,12 @@ class PostgresStore:
             timeout=30,
             connection_class=_recording(self._failures),
         )
-        with _translated(self._failures):
-            self._pool.open(wait=True, timeout=10)
+        try:
+            with _translated(self._failures):
+                self._pool.open(wait=True, timeout=open_timeout)
+        except Unavailable:
+            self._pool.close()  # or its workers go on trying to connect in the background
+            raise
         self._versions = VersionReads()  # shared with the scoped views, which copy this object
 
     def scoped(self, workspace_id: str) -> PostgresStore:
@@ -321,6 +325,11 @@ class PostgresStore:
             cursor.itersize = batch
             cursor.execute(PG_QUERIES[name], params)
             yield from cursor
+
+    def pool_in_use(self) -> int:
+        """Connections checked out of this process's pool now."""
+        stats = self._pool.get_stats()
+        return stats.get("pool_size", 0) - stats.get("pool_available", 0)
 
     def close(self) -> None:
         self._pool.close()

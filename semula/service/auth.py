@@ -6,13 +6,22 @@ The rules are docs/design/product.md §8.
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
+import time
 from typing import Any
 
+from semula.db import DatabaseError
 from semula.errors import Forbidden, NotFound, Unauthorized
 from semula.service import LOCAL, ROLES, SCOPES, Context, Principal
 
+logger = logging.getLogger("semula.auth")
+
 TOKEN_PREFIX = "smt_"
+# tokens.last_used_at is written at most this often per token (and per process): a token in constant
+# use costs one small write a minute, not one per request.
+TOUCH_EVERY = 60.0
+_touched: dict[str, float] = {}
 
 
 def new_secret() -> str:
@@ -44,6 +53,10 @@ def principal_for_hash(ctx: Context, hashed: str) -> Principal:
         raise Unauthorized("The token is unknown or revoked.")
     if row["workspace_disabled"]:
         raise Unauthorized("The token's workspace is disabled.")
+    at = time.time()
+    if row.get("expires_at") is not None and row["expires_at"] <= at:
+        raise Unauthorized("The token has expired.")
+    touch(ctx, row, at)
     return token_principal(row)
 
 
@@ -57,6 +70,23 @@ def token_principal(row: dict[str, Any]) -> Principal:
         token_id=row["id"],
         project_id=row["project_id"],
     )
+
+
+def touch(ctx: Context, row: dict[str, Any], at: float) -> None:
+    """Record that a token was used, once a minute at most; a failed write never refuses the request."""
+    last = max(row.get("last_used_at") or 0.0, _touched.get(row["id"], 0.0))
+    if at - last < TOUCH_EVERY:
+        return
+    if len(_touched) >= 10_000:
+        _touched.clear()
+    _touched[row["id"]] = at
+    try:
+        with ctx.store.transaction(row["workspace_id"]) as tx:
+            tx.run(
+                "touch_token", id=row["id"], workspace_id=row["workspace_id"], now=at, before=at - TOUCH_EVERY
+            )
+    except DatabaseError as exc:
+        logger.warning("token touch failed", extra={"token_id": row["id"], "error": type(exc).__name__})
 
 
 def require(ctx: Context, *, role: str = "viewer", scope: str = "full") -> None:

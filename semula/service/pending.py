@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from semula import answers, dialects
+from semula import answers, dialects, metrics
 from semula.errors import BadRequest, Conflict, InvalidAnswer, NotFound, PendingResolved
 from semula.ids import new_id
 from semula.service import Context, dumps, now, page, quotas
@@ -64,9 +64,16 @@ def park(
         )
         if inserted is not None:
             # Ours, even if someone answers or cancels it before the caller starts to hold it.
+            metrics.pending_event("parked")
+            logger.info(
+                "parked", extra={"pending_id": inserted["id"], "project": project["name"], "api": api}
+            )
             return inserted["id"]
         shared = ctx.store.one("pending_by_fingerprint", **params)
         if shared is not None:
+            logger.info(
+                "parked", extra={"pending_id": shared["id"], "project": project["name"], "shared": True}
+            )
             return shared["id"]
         # Neither inserted nor found: the cap is reached, or the identical call we collided with
         # was resolved in between; one more try tells the two apart.
@@ -182,7 +189,20 @@ def answer(
         ):
             raise PendingResolved(f"Pending call {pending_id} was resolved meanwhile.")
     notify(pending_id, "answered", entry["id"], resolved_at)
-    logger.info("answered", extra={"pending_id": pending_id, "entry_id": entry["id"]})
+    kind = _actor_kind(ctx, actor)
+    metrics.pending_event("answered")
+    metrics.ANSWERS.labels(kind).inc()
+    logger.info(
+        "answered",
+        extra={
+            "pending_id": pending_id,
+            "entry_id": entry["id"],
+            "project": row.get("project_name"),
+            "actor": kind,
+            "by": ctx.principal.actor,
+            "waited_s": round(resolved_at - row["created_at"], 3),
+        },
+    )
     return present(get_row(ctx, pending_id))
 
 
@@ -196,7 +216,19 @@ def cancel(ctx: Context, pending_id: str) -> dict[str, Any]:
     ):
         raise PendingResolved(f"Pending call {pending_id} is {row['status']} already.")
     notify(pending_id, "cancelled", None, resolved_at)
+    metrics.pending_event("cancelled")
+    logger.info(
+        "cancelled",
+        extra={"pending_id": pending_id, "project": row.get("project_name"), "by": ctx.principal.actor},
+    )
     return present(get_row(ctx, pending_id))
+
+
+def _actor_kind(ctx: Context, actor: str) -> str:
+    """human (the dashboard), answerer (the daemon) or agent (REST, CLI, MCP): a bounded metric label."""
+    if actor == "human":
+        return "human"
+    return "answerer" if ctx.principal.actor.startswith("answerer:") else "agent"
 
 
 def notify(pending_id: str, status: str, entry_id: str | None, resolved_at: float) -> None:
@@ -307,7 +339,16 @@ def _try_claim(ctx: Context, pending_id: str, worker: str, lease: int) -> dict[s
     row = ctx.store.one("claim_pending", id=pending_id, worker=worker, until=until, now=at)
     if row is None:
         return None
-    logger.debug("claimed", extra={"pending_id": pending_id, "lease_seconds": lease})
+    metrics.pending_event("claimed")
+    logger.info(
+        "claimed",
+        extra={
+            "pending_id": pending_id,
+            "project": row.get("project_name"),
+            "by": worker,
+            "lease_seconds": lease,
+        },
+    )
     out = present(row, full=True, ctx=ctx)
     out["claim"] = {"worker": worker, "lease_seconds": lease, "claimed_until": int(until)}
     return out

@@ -9,7 +9,7 @@ from typing import Any
 
 from marshmallow import RAISE, Schema, fields, validate
 
-from semula.errors import NotFound
+from semula.errors import BadRequest, NotFound
 from semula.ids import new_id
 from semula.service import ROLES, SCOPES, Context, audit, load, now, page
 from semula.service import projects as projects_service
@@ -24,6 +24,8 @@ class TokenSchema(Schema):
     role = fields.String(required=True, validate=validate.OneOf(ROLES))
     scope = fields.String(load_default="full", validate=validate.OneOf(SCOPES))
     project = fields.String(load_default=None, allow_none=True)
+    # Unix seconds; past it the token is refused (401 "The token has expired.").
+    expires_at = fields.Integer(load_default=None, allow_none=True, strict=True)
 
 
 def present(row: dict[str, Any]) -> dict[str, Any]:
@@ -36,6 +38,8 @@ def present(row: dict[str, Any]) -> dict[str, Any]:
         "project": row.get("project_name"),
         "created": int(row["created_at"]),
         "revoked": row["revoked_at"] is not None,
+        "last_used": int(row["last_used_at"]) if row.get("last_used_at") is not None else None,
+        "expires": int(row["expires_at"]) if row.get("expires_at") is not None else None,
     }
 
 
@@ -44,6 +48,8 @@ def create(ctx: Context, data: dict[str, Any]) -> dict[str, Any]:
     require(ctx, role="admin")
     require_unbound(ctx)
     data = load(TokenSchema(), data)
+    if data["expires_at"] is not None and data["expires_at"] <= now():
+        raise BadRequest("expires_at must be in the future (Unix seconds).", param="expires_at")
     project_id = None
     if data["project"] is not None:
         project_id = projects_service.get_row(ctx, data["project"])["id"]
@@ -60,8 +66,9 @@ def create(ctx: Context, data: dict[str, Any]) -> dict[str, Any]:
             scope=data["scope"],
             project_id=project_id,
             now=now(),
+            expires_at=data["expires_at"],
         )
-        audit.record(tx, ctx, "token.create", token_id, ["role", "scope", "project"])
+        audit.record(tx, ctx, "token.create", token_id, ["role", "scope", "project", "expires_at"])
     out = present(ctx.store.one("get_token", id=token_id, workspace_id=ctx.principal.workspace_id))
     out["token"] = secret
     return out

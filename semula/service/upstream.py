@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from semula import dialects, redact
+from semula import dialects, metrics, redact
 from semula.dialects import Dialect, Request
 from semula.errors import InvalidAnswer, UpstreamBudget, UpstreamDryRun, UpstreamError
 from semula.service import Context, audit, dumps, now, provider
@@ -99,6 +99,7 @@ def _stored_or_dry_run(
             request=dumps(stored),
             now=now(),
         )
+        _refused(project, "dry_run")
         raise UpstreamDryRun()
     return stored
 
@@ -131,6 +132,7 @@ def _budget_or_entry(ctx: Context, project: dict[str, Any], fingerprint: str) ->
     entry = entries_service.lookup(ctx, project["id"], fingerprint)
     if entry is not None:
         return entry
+    _refused(project, "budget")
     raise UpstreamBudget(
         f"Project {project['name']!r} has spent its record-through budget "
         f"(upstream_max_calls {project['upstream_max_calls']}, upstream_max_tokens "
@@ -161,6 +163,11 @@ def _forward_once(
         )
     except BaseException as exc:
         _give_back_if_unsent(ctx, project, exc)
+        metrics.RECORD_THROUGH.labels(project["name"], "error").inc()
+        logger.warning(
+            "record-through failed",
+            extra={"project": project["name"], "error": getattr(exc, "code", None) or type(exc).__name__},
+        )
         raise
     meta = {"headers": dialect.kept_headers(headers)}
     return _record(ctx, project, fingerprint, stored, dialect, response, chunks, meta)
@@ -212,7 +219,17 @@ def _record(
         api=dialect.name,
         meta=meta,
     )
-    logger.info("forwarded", extra={"project_id": project["id"], "entry_id": saved["id"]})
+    metrics.RECORD_THROUGH.labels(project["name"], "forwarded").inc()
+    prompt_tokens, completion_tokens = dialect.usage(response)
+    logger.info(
+        "forwarded",
+        extra={
+            "project": project["name"],
+            "entry_id": saved["id"],
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+        },
+    )
     # What was just written, without reading it back: a forward is a round trip shorter.
     return {
         "id": saved["id"],
@@ -249,6 +266,7 @@ def forward_live(
             stream = provider.open_stream(ctx.settings, body, project["upstream_model"], dialect)
         except BaseException as exc:
             _give_back_if_unsent(ctx, project, exc)
+            metrics.RECORD_THROUGH.labels(project["name"], "error").inc()
             raise
     except BaseException as exc:
         FLIGHTS.finish(key, flight, error=exc)
@@ -318,6 +336,11 @@ def _relay(
         yield dialect.stream_error(error, req)
     finally:
         stream.close(read_whole)
+
+
+def _refused(project: dict[str, Any], reason: str) -> None:
+    metrics.RECORD_THROUGH.labels(project["name"], reason).inc()
+    logger.warning("record-through refused", extra={"project": project["name"], "reason": reason})
 
 
 def _take_budget(ctx: Context, project: dict[str, Any], fingerprint: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import logging
 import secrets
 from datetime import timedelta
@@ -10,7 +11,7 @@ from typing import Any
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from semula import errors, jsonio, metrics
+from semula import errors, jsonio, logs, metrics
 from semula.config import Settings
 from semula.db import Busy, DatabaseError, Store, Unavailable, connect
 from semula.migrate import schema
@@ -18,6 +19,7 @@ from semula.parking import Parking
 from semula.service import Context
 from semula.service.auth import authenticate
 from semula.service.calllog import CallLog
+from semula.web import access
 from semula.web.proxy import ProxyApp
 
 logger = logging.getLogger("semula.web")
@@ -57,6 +59,25 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.register_blueprint(api_upstream)
     app.register_blueprint(ui)
     app.wsgi_app = ProxyApp(app.wsgi_app, settings, store, parking, calllog)  # type: ignore[method-assign]
+    access.HIT_SAMPLE = settings.access_log_hits
+
+    @app.after_request
+    def access_line(response: Response) -> Response:
+        """The access line of a dashboard or REST request, and its x-request-id header."""
+        req = logs.CURRENT.get()
+        if req is not None:
+            req.route = request.url_rule.rule if request.url_rule is not None else None
+            name = (request.view_args or {}).get("name")
+            req.project = name if isinstance(name, str) and access.PROJECT_NAME.fullmatch(name) else None
+            ctx = g.get("semula_ctx")
+            req.token_id = ctx.principal.token_id if ctx is not None else None
+        code = None
+        if response.status_code >= 400 and response.is_json:
+            error = (response.get_json(silent=True) or {}).get("error")
+            code = error.get("code") if isinstance(error, dict) else None
+        for name, value in access.finish(response.status_code, code, surface=access.API_SURFACE):
+            response.headers[name] = value
+        return response
 
     @app.get("/healthz")
     def healthz() -> Any:
@@ -70,7 +91,17 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
 
     @app.get("/metrics")
     def metrics_endpoint() -> Response:
-        body, content_type = metrics.render()
+        """Prometheus metrics; behind SEMULA_METRICS_TOKEN when set, and off in hosted mode without it."""
+        if settings.metrics_token:
+            scheme, _, given = (request.headers.get("Authorization") or "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), settings.metrics_token):
+                raise errors.Unauthorized("/metrics needs the bearer token in SEMULA_METRICS_TOKEN.")
+        elif settings.hosted:
+            # Project names are tenants' data: never to the world (docs/operations.md).
+            raise errors.NotFound("/metrics is off in hosted mode without SEMULA_METRICS_TOKEN.")
+        # The database gauges name projects and workspaces; in hosted mode the server's role could read
+        # none of them anyway (row-level security), so only the process series are served there.
+        body, content_type = metrics.render(None if settings.hosted else store)
         return Response(body, content_type=content_type)
 
     @app.errorhandler(errors.SemulaError)
@@ -94,7 +125,15 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
 
     @app.errorhandler(DatabaseError)
     def database_error(exc: DatabaseError) -> Response:
-        logger.warning("database error", extra={"error": type(exc).__name__, "detail": exc.describe()})
+        logger.warning(
+            "database error",
+            extra={
+                "error": type(exc).__name__,
+                "kind": exc.kind,
+                "detail": exc.describe(),
+                "path": request.path,
+            },
+        )
         return error_response(errors.from_database(exc))
 
     @app.errorhandler(Exception)

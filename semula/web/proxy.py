@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from semula import dialects, errors, jsonio, metrics
+from semula import dialects, errors, jsonio, logs, metrics
 from semula.config import Settings
 from semula.db import DatabaseError, Store
 from semula.parking import Parking
@@ -24,6 +24,7 @@ from semula.service import Context, Principal, hits, synthetic, upstream
 from semula.service import proxy as proxy_service
 from semula.service.auth import authenticate
 from semula.service.calllog import CallLog
+from semula.web import access
 
 logger = logging.getLogger("semula.proxy")
 
@@ -140,11 +141,15 @@ class ProxyApp:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
+        req = logs.begin_request(environ.get("HTTP_X_REQUEST_ID"), environ.get("REQUEST_METHOD", ""))
         match = ROUTE.match(path)
         if match is None:
             if API_PREFIX.match(path):
                 return self._json(start_response, 404, unknown_path(environ).to_dict())
             return self.fallback(environ, start_response)
+        req.route = access.proxy_route(
+            match["what"], bool(match["project"]), bool(match["response_id"]), bool(match["items"])
+        )
         started = time.monotonic()
         ctx: Context | None = None
         call: proxy_service.Call | None = None
@@ -175,13 +180,13 @@ class ProxyApp:
             outcome = "hit" if call.entry else self._miss(ctx, call)
             if call.live is not None:
                 self._log(ctx, call, outcome, 200, started)
-                start_response(STATUS_TEXT[200], SSE_HEADERS + call.live.headers)
+                start_response(STATUS_TEXT[200], [*SSE_HEADERS, *call.live.headers, *access.finish(200)])
                 return call.live
             body, events = proxy_service.render(call, call.entry)
             self._log(ctx, call, outcome, 200, started)
             extra = proxy_service.replay_headers(call.entry) + _warned(call.entry.get("warning"))
             if events is not None:
-                start_response(STATUS_TEXT[200], SSE_HEADERS + extra)
+                start_response(STATUS_TEXT[200], [*SSE_HEADERS, *extra, *access.finish(200)])
                 gaps = proxy_service.pacing(call, call.entry)
                 return _paced(call.dialect.sse(events), gaps) if gaps else call.dialect.sse(events)
             assert body is not None
@@ -286,9 +291,10 @@ class ProxyApp:
             data = orjson.dumps(body)
         except TypeError:  # what orjson refuses (integers past 64 bits, non-string keys), json can write
             data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        code = body.get("error", {}).get("code") if status >= 400 else None
         start_response(
             STATUS_TEXT.get(status, f"{status} Error"),
-            [*JSON_HEADERS, ("Content-Length", str(len(data))), *extra],
+            [*JSON_HEADERS, ("Content-Length", str(len(data))), *extra, *access.finish(status, code)],
         )
         return [data]
 
@@ -309,4 +315,9 @@ class ProxyApp:
         self, ctx: Context, call: proxy_service.Call | None, outcome: str, status: int, started: float
     ) -> None:
         metrics.count_call(outcome)
-        self.calllog.record(proxy_service.log_row(ctx, call, outcome=outcome, status=status, started=started))
+        row = proxy_service.log_row(ctx, call, outcome=outcome, status=status, started=started)
+        self.calllog.record(row)
+        req = logs.CURRENT.get()  # what the access line (written with the response's headers) says
+        if req is not None:
+            req.outcome, req.token_id, req.pending_id = outcome, row["token_id"], row["pending_id"]
+            req.project = call.project["name"] if call is not None else None

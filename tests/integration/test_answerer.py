@@ -315,3 +315,26 @@ def test_the_webhook_refuses_redirects_long_responses_and_errors(ctx, tmp_path, 
     assert parked_and_free(ctx, call)
     # The redirect was not followed: /answer never heard of the call; nothing was retried.
     assert [h["path"] for h in Hook.seen] == [path]
+
+
+def test_runs_are_counted_by_result_and_answers_by_actor_kind(ctx, tmp_path):
+    from prometheus_client import REGISTRY
+
+    def sample(name, **labels):
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    answered, failed = (
+        sample("semula_answerer_runs_total", result="answered"),
+        sample("semula_answerer_runs_total", result="failed"),
+    )
+    by_answerer = sample("semula_answers_total", actor="answerer")
+    ctx = with_command(ctx, command("echo", "Bonjour"))
+    answerer_project(ctx, "shop")
+    [call] = park(ctx, "shop")
+    with running_daemon(ctx, tmp_path / "out"):
+        wait_resolved(ctx, call)
+        wait_for(
+            lambda: sample("semula_answerer_runs_total", result="answered") == answered + 1, what="counted"
+        )
+    assert sample("semula_answerer_runs_total", result="failed") == failed
+    assert sample("semula_answers_total", actor="answerer") == by_answerer + 1

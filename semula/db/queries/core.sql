@@ -56,8 +56,8 @@ UPDATE projects SET mode = :mode, record_timeout = :record_timeout, max_misses =
 WHERE id = :id
 
 -- name: create_token
-INSERT INTO tokens (id, workspace_id, name, hash, role, scope, project_id, created_at)
-VALUES (:id, :workspace_id, :name, :hash, :role, :scope, :project_id, :now)
+INSERT INTO tokens (id, workspace_id, name, hash, role, scope, project_id, created_at, expires_at)
+VALUES (:id, :workspace_id, :name, :hash, :role, :scope, :project_id, :now, :expires_at)
 
 -- name: token_by_hash
 SELECT t.*, p.name AS project_name, w.disabled AS workspace_disabled
@@ -77,6 +77,11 @@ SELECT t.*, p.name AS project_name FROM tokens t LEFT JOIN projects p ON p.id = 
 WHERE t.workspace_id = :workspace_id AND (CAST(:after AS TEXT) IS NULL OR t.id > :after)
 ORDER BY t.id
 LIMIT :limit
+
+-- name: touch_token
+-- At most once a minute per token (semula.service.auth.touch): the guard keeps concurrent touches to one write.
+UPDATE tokens SET last_used_at = :now
+WHERE id = :id AND workspace_id = :workspace_id AND (last_used_at IS NULL OR last_used_at < :before)
 
 -- name: revoke_token
 UPDATE tokens SET revoked_at = :now WHERE id = :id AND workspace_id = :workspace_id AND revoked_at IS NULL

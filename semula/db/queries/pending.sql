@@ -58,3 +58,20 @@ RETURNING *, (SELECT name FROM projects WHERE projects.id = pending.project_id) 
 -- Give a claimed call back (the answerer, docs/design/answerer.md, through the service only).
 UPDATE pending SET claimed_by = NULL, claim_expires_at = NULL
 WHERE id = :id AND status = 'pending' AND claimed_by = :worker
+
+-- name: metrics_projects
+-- The scrape's gauges (semula.metrics.StoreCollector): one row per project, read by /metrics only.
+SELECT w.name AS workspace, p.name AS project, p.record_timeout, p.upstream_max_calls, p.upstream_max_tokens,
+    COALESCE(u.calls, 0) AS upstream_calls,
+    COALESCE(u.prompt_tokens + u.completion_tokens, 0) AS upstream_tokens,
+    COALESCE(q.parked, 0) AS parked, q.oldest, COALESCE(q.claims_expired, 0) AS claims_expired
+FROM projects p
+JOIN workspaces w ON w.id = p.workspace_id
+LEFT JOIN upstream_usage u ON u.project_id = p.id
+LEFT JOIN (
+    SELECT project_id, COUNT(*) AS parked, MIN(created_at) AS oldest,
+        CAST(SUM(CASE WHEN claimed_by IS NOT NULL AND claim_expires_at <= :now THEN 1 ELSE 0 END) AS BIGINT)
+            AS claims_expired
+    FROM pending WHERE status = 'pending' GROUP BY project_id
+) q ON q.project_id = p.id
+ORDER BY w.name, p.name

@@ -1,0 +1,63 @@
+"""The access log and the request metrics: one JSON line and one count per HTTP request.
+
+The proxy (semula/web/proxy.py) and the Flask app both finish a request here. The line carries ids,
+names and numbers only: method, route template, project, status, outcome, duration, token id and
+(from semula.logs) the request id; never a path with ids in it, a prompt or a secret. Replay hits
+can be sampled (SEMULA_ACCESS_LOG_HITS, docs/operations.md); every other request is always logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from typing import Any
+
+from semula import logs, metrics
+
+logger = logging.getLogger("semula.access")
+
+PROXY_SURFACE, API_SURFACE = "proxy", "api"
+# The line's values are checked here rather than redacted (semula.logs.CHECKED): a client's method
+# or a project name from a URL is logged only when it is one of these, or a valid project name.
+METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+PROJECT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+# The share of replay hits that get a line (SEMULA_ACCESS_LOG_HITS); set by the app factory.
+HIT_SAMPLE = 1.0
+
+
+def finish(
+    status: int, error_code: str | None = None, *, surface: str = PROXY_SURFACE
+) -> list[tuple[str, str]]:
+    """Log and count the current request's response; the headers to add to it (x-request-id)."""
+    req = logs.CURRENT.get()
+    if req is None:
+        return []
+    seconds = time.monotonic() - req.started
+    outcome = req.outcome or "ok"
+    if status >= 400 and error_code and outcome in ("ok", "error"):
+        outcome = error_code  # the proxy's catch-all "error" says less than the code (a fixed set)
+    route = req.route or "unmatched"
+    metrics.count_request(surface, route, status, outcome, seconds)
+    sample = HIT_SAMPLE
+    if outcome != "hit" or sample >= 1.0 or (sample > 0.0 and random.random() < sample):
+        fields: dict[str, Any] = {
+            "method": req.method if req.method in METHODS else "OTHER",
+            "route": route,
+            "project": req.project,
+            "status": status,
+            "outcome": outcome,
+            "duration_ms": round(seconds * 1000, 3),
+            "token_id": req.token_id,
+        }
+        if req.pending_id is not None:
+            fields["pending_id"] = req.pending_id
+        logs.info_line(logger, "request", fields)
+    return [("x-request-id", req.id)]
+
+
+def proxy_route(path_under_v1: str, project_in_path: bool, response_id: bool, items: bool) -> str:
+    """The route template of a proxy path: /p/{project}/v1/responses/{id}, never the id itself."""
+    what = "responses/{id}" + ("/input_items" if items else "") if response_id else path_under_v1
+    return ("/p/{project}" if project_in_path else "") + "/v1/" + what

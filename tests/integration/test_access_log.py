@@ -1,0 +1,204 @@
+"""Issue #16's logs in process: access lines, request ids, parked-call lifecycle, tracebacks, /metrics
+behind its token, token expiry and last use; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+from dataclasses import replace
+
+import pytest
+
+from semula import logs
+from semula.service import auth, pending, projects, tokens
+from tests.helpers import wait_for
+
+CANARY = "CANARY-prompt-7f3a9"
+BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": f"say {CANARY}"}]}
+
+
+@pytest.fixture
+def log_lines():
+    """The JSON lines semula logs during the test, parsed (as the server writes them to stderr)."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.JSONFormatter())
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
+    root.removeHandler(handler)
+    root.setLevel(old_level)
+
+
+def access(lines, **match):
+    return [line for line in lines if line["logger"] == "semula.access" and match.items() <= line.items()]
+
+
+def test_a_request_id_on_every_response_and_in_its_lines(ctx, client, make_token, log_lines):
+    projects.create(ctx, {"name": "shop", "mode": "replay"})
+    admin = make_token("admin")
+    miss = client.post(
+        "/p/shop/v1/chat/completions", json=BODY, headers={**admin, "x-request-id": "client-id.42"}
+    )
+    assert miss.status_code == 424 and miss.headers["x-request-id"] == "client-id.42"
+    rest = client.get("/api/v1/projects/shop", headers=admin)
+    generated = rest.headers["x-request-id"]
+    assert generated.startswith("req_") and len(generated) == 24
+    # A client id that is not a plain id (spaces, too long) is replaced, never echoed.
+    odd = client.get("/healthz", headers={"x-request-id": "a b"})
+    assert odd.headers["x-request-id"].startswith("req_")
+    assert client.get("/healthz", headers={"x-request-id": "x" * 200}).headers["x-request-id"] != "x" * 200
+
+    lines = log_lines()
+    [line] = access(lines, request_id="client-id.42")
+    assert line["route"] == "/p/{project}/v1/chat/completions" and line["method"] == "POST"
+    assert (line["project"], line["status"], line["outcome"]) == ("shop", 424, "replay_miss")
+    assert line["token_id"].startswith("tok") and line["duration_ms"] >= 0
+    assert line["ts"].endswith("Z") and line["ts"][10] == "T"
+    [line] = access(lines, request_id=generated)
+    assert (line["route"], line["project"], line["status"], line["outcome"]) == (
+        "/api/v1/projects/<name>",
+        "shop",
+        200,
+        "ok",
+    )
+    assert CANARY not in json.dumps(lines) and admin["Authorization"][7:] not in json.dumps(lines)
+
+
+def test_a_401_and_an_unknown_path_are_logged_with_their_error_code(client, log_lines):
+    assert client.post("/v1/chat/completions", json=BODY).status_code == 401
+    assert client.get("/v1/audio/speech").status_code == 404
+    lines = access(log_lines())
+    assert [(x["route"], x["status"], x["outcome"]) for x in lines] == [
+        ("/v1/chat/completions", 401, "invalid_api_key"),
+        ("unmatched", 404, "unknown_path"),
+    ]
+
+
+def test_the_life_of_a_parked_call_is_logged_by_its_id(ctx, client, make_token, log_lines):
+    from concurrent.futures import ThreadPoolExecutor
+
+    shop = projects.create(ctx, {"name": "shop", "mode": "record", "record_timeout": 30})
+    admin = make_token("admin")
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(client.post, "/p/shop/v1/chat/completions", json=BODY, headers=admin)
+        [row] = wait_for(lambda: ctx.store.all("parked_in_project", project_id=shop["id"]), what="parked")
+        claimed = client.post("/api/v1/pending/claim", json={"worker": "night-shift"}, headers=admin)
+        assert claimed.json["id"] == row["id"]
+        pending.answer(ctx, row["id"], {"content": "fine"})
+        response = future.result(10)
+    assert response.status_code == 200
+    lines = [x for x in log_lines() if x.get("pending_id") == row["id"]]
+    events = [(x["logger"], x["msg"]) for x in lines]
+    assert events == [
+        ("semula.pending", "parked"),
+        ("semula.pending", "claimed"),
+        ("semula.pending", "answered"),
+        ("semula.parking", "released"),
+        ("semula.access", "request"),
+    ]
+    claim, answered, released, line = lines[1], lines[2], lines[3], lines[4]
+    assert claim["by"] == "night-shift" and claim["project"] == "shop"
+    assert answered["actor"] == "agent" and answered["by"] == "cli"
+    assert released["status"] == "answered" and released["request_id"] == line["request_id"]
+    assert (line["outcome"], line["status"]) == ("answered", 200)
+    assert response.headers["x-request-id"] == line["request_id"]
+    assert CANARY not in json.dumps(log_lines())
+
+
+def test_an_unhandled_error_logs_where_it_happened_but_not_its_text(
+    client, make_token, log_lines, monkeypatch
+):
+    from semula.service import projects as projects_service
+
+    def broken(*args, **kwargs):
+        raise RuntimeError(f"{CANARY} sk-proj-secret")
+
+    monkeypatch.setattr(projects_service, "list_projects", broken)
+    assert client.get("/api/v1/projects", headers=make_token("admin")).status_code == 500
+    [line] = [x for x in log_lines() if x["msg"] == "unhandled error"]
+    assert line["exc_type"] == "RuntimeError" and line["request_id"].startswith("req_")
+    assert any("in broken" in frame for frame in line["traceback"])
+    assert CANARY not in json.dumps(line) and "sk-proj" not in json.dumps(line)
+
+
+def test_metrics_need_their_token_when_one_is_set(store, settings):
+    from semula.web import create_app
+
+    guarded = create_app(replace(settings, metrics_token="scrape-token-123456"), store).test_client()
+    assert guarded.get("/metrics").status_code == 401
+    assert guarded.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    ok = guarded.get("/metrics", headers={"Authorization": "Bearer scrape-token-123456"})
+    assert ok.status_code == 200 and b"semula_requests_total" in ok.data
+    hosted = create_app(replace(settings, hosted=True), store).test_client()
+    assert hosted.get("/metrics").status_code == 404
+
+
+def test_metrics_read_parked_calls_and_budgets_from_the_database(ctx, client):
+    shop = projects.create(ctx, {"name": "shop", "mode": "record", "record_timeout": 45})
+    projects.update(ctx, "shop", {"upstream_max_calls": 7})
+    pending.park(ctx, shop, "v1:a", {"model": "m", "messages": []}, False)
+    text = client.get("/metrics").text
+    assert 'semula_parked_calls{project="shop",workspace="default"} 1.0' in text
+    assert 'semula_project_record_timeout_seconds{project="shop",workspace="default"} 45.0' in text
+    assert 'semula_upstream_calls_left{project="shop",workspace="default"} 7.0' in text
+    age = [x for x in text.splitlines() if x.startswith('semula_parked_oldest_age_seconds{project="shop"')]
+    assert len(age) == 1 and float(age[0].split()[-1]) >= 0
+
+
+def test_an_expired_token_is_refused(ctx, client):
+    made = tokens.create(ctx, {"role": "admin", "expires_at": int(time.time()) + 1})
+    headers = {"Authorization": f"Bearer {made['token']}"}
+    assert client.get("/api/v1/projects", headers=headers).status_code == 200
+    with ctx.store.transaction() as tx:
+        tx.script(f"UPDATE tokens SET expires_at = 1 WHERE id = '{made['id']}'")
+    refused = client.get("/api/v1/projects", headers=headers)
+    assert refused.status_code == 401 and "expired" in refused.json["error"]["message"]
+    with pytest.raises(Exception, match="future"):
+        tokens.create(ctx, {"role": "admin", "expires_at": 5})
+
+
+def test_last_use_is_written_at_most_once_a_minute(ctx, client, monkeypatch):
+    made = tokens.create(ctx, {"role": "admin"})
+    headers = {"Authorization": f"Bearer {made['token']}"}
+
+    def last_used():
+        return ctx.store.one("get_token", id=made["id"], workspace_id="wsp_default")["last_used_at"]
+
+    assert last_used() is None
+    client.get("/api/v1/projects", headers=headers)
+    first = last_used()
+    assert first is not None and abs(first - time.time()) < 60
+    client.get("/api/v1/projects", headers=headers)
+    assert last_used() == first
+    listed = [t for t in tokens.list_tokens(ctx)["data"] if t["id"] == made["id"]]
+    assert listed[0]["last_used"] == int(first) and listed[0]["expires"] is None
+    monkeypatch.setattr(auth, "TOUCH_EVERY", 0.0)
+    client.get("/api/v1/projects", headers=headers)
+    assert last_used() > first
+
+
+def test_a_database_error_is_counted_by_kind_and_logged_with_what_it_was(
+    client, make_token, log_lines, monkeypatch
+):
+    from prometheus_client import REGISTRY
+
+    from semula.db import Busy
+    from semula.service import projects as projects_service
+
+    def busy(*args, **kwargs):
+        raise Busy("database is locked (postgresql://app:hunter2hunter2@db/x)")
+
+    before = REGISTRY.get_sample_value("semula_database_errors_total", {"kind": "busy"}) or 0.0
+    monkeypatch.setattr(projects_service, "list_projects", busy)
+    assert client.get("/api/v1/projects", headers=make_token("admin")).status_code == 503
+    assert REGISTRY.get_sample_value("semula_database_errors_total", {"kind": "busy"}) == before + 1
+    [line] = [x for x in log_lines() if x["msg"] == "database error"]
+    assert line["kind"] == "busy" and "database is locked" in line["detail"]
+    assert "hunter2hunter2" not in json.dumps(line)
+    [access_line] = access(log_lines())
+    assert access_line["status"] == 503 and access_line["outcome"] == "database_busy"
