@@ -56,15 +56,25 @@ def chat_request(text: str, *, tools: bool = False, model: str = "gpt-4o-mini") 
     return body
 
 
-def park(ctx: Context, project: str, text: str, *, tools: bool = False, image: bool = False) -> str:
+def park(
+    ctx: Context, project: str, text: str, *, tools: bool = False, image: bool = False, api: str = "chat"
+) -> str:
     """Park a call as the proxy would on a miss (without anyone holding it); its pending id.
 
-    With image, the message is text, the PNG and a remote image."""
+    With image, the message is text, the PNG and a remote image; api "responses" asks it of the
+    Responses API (input_text and input_image parts) instead of Chat Completions."""
     row = projects_service.get_row(ctx, project)
     request = chat_request(text, tools=tools)
     if image:
         request["messages"] = image_messages(text, remote=True)
-    pending_id = pending_service.park(ctx, row, f"v1:test:{project}:{text}", request, False)
+    if api == "responses":
+        parts = [{"type": "input_text", "text": text}]
+        if image:
+            parts += [{"type": "input_image", "image_url": u} for u in (PNG_URL, REMOTE_IMAGE)]
+        request = {"model": request["model"], "input": [{"role": "user", "content": parts}]}
+    pending_id = pending_service.park(
+        ctx, row, f"v1:test:{project}:{text}", request, False, api=f"openai.{api}"
+    )
     assert pending_id is not None
     return pending_id
 

@@ -54,9 +54,10 @@ def test_show_prints_the_messages_tools_and_skeleton(cli, queue):
     assert as_json["request"]["tools"][0]["function"]["name"] == "get_weather"
 
 
-def test_images_show_as_placeholders_and_save_images_writes_them(cli, ctx, tmp_path):
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_images_show_as_placeholders_and_save_images_writes_them(cli, ctx, tmp_path, api):
     projects_service.create(ctx, {"name": "pics"})
-    pid = park(ctx, "pics", "What is in this picture?", image=True)
+    pid = park(ctx, "pics", "What is in this picture?", image=True, api=api)
     label = f"[image image/png {len(PNG)} B]"
 
     shown = cli("show", pid)
