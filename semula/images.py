@@ -88,7 +88,7 @@ def decode(url: str) -> tuple[str, bytes]:
     media_type = _media_type(data)
     if not media_type.startswith("image/"):
         raise NotDecoded(f"{media_type} is not an image media type: not decoded")
-    if "base64" not in (p.strip().lower() for p in data.group(2).split(";")):
+    if not _is_base64(data):
         raise NotDecoded(f"{media_type} data not in base64: not decoded")
     size = _decoded_size(url, data)
     if size > MAX_IMAGE_BYTES:
@@ -142,9 +142,13 @@ def _media_type(data: re.Match[str]) -> str:
     return data.group(1).strip().lower() or "text/plain"
 
 
+def _is_base64(data: re.Match[str]) -> bool:
+    return "base64" in (p.strip().lower() for p in data.group(2).split(";"))
+
+
 def _decoded_size(url: str, data: re.Match[str]) -> int:
     payload = len(url) - data.end()
-    if "base64" not in data.group(2).lower():
+    if not _is_base64(data):
         return payload
     # Three bytes for every four characters, less the padding; counted without decoding.
     return max(0, payload * 3 // 4 - len(url[-2:]) + len(url[-2:].rstrip("=")))
