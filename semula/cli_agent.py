@@ -10,10 +10,12 @@ import json
 import shlex
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 
+from semula import images
 from semula.client import Client, ClientError
 
 EXIT_NOTHING_TO_CLAIM = 3
@@ -43,6 +45,45 @@ def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+SAVE_IMAGES = click.option(
+    "--save-images",
+    "save_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write the call's images to this directory (ID-MESSAGE-PART.EXT) and print their paths.",
+)
+
+
+def show_call(item: dict[str, Any], as_json: bool, save_dir: Path | None) -> None:
+    """Print a call (as JSON or for a reader), then save its images if asked (on stderr with --json)."""
+    if as_json:
+        emit_json(item)
+    else:
+        render(item, images_hint=save_dir is None)
+    if save_dir is not None:
+        save_images(item, save_dir, err=as_json)
+
+
+def save_images(item: dict[str, Any], directory: Path, *, err: bool = False) -> None:
+    """Write each data-URL image of the call to directory and print where; remote ones are only listed."""
+    parts = images.image_parts(item.get("conversation") or item.get("request") or {})
+    if not parts:
+        click.echo("\nimages: none", err=err)
+        return
+    click.echo("\nimages:", err=err)
+    for part, media_type, data, note in images.decoded(parts):
+        if data is None:
+            click.echo(f"  {part.where}: {images.describe(part.url)} ({note})", err=err)
+            continue
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            path = directory / part.file_name(item["id"], media_type)
+            path.write_bytes(data)
+        except OSError as exc:
+            raise AgentError(f"cannot save {part.where} in {directory}: {exc.strerror or exc}") from None
+        click.echo(f"  {part.where}: {path}  {note}", err=err)
 
 
 @click.command("pending")
@@ -94,13 +135,10 @@ def pending(project: str | None, status: str, limit: int, as_json: bool) -> None
 @click.command("show")
 @click.argument("pending_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the call as JSON.")
-def show(pending_id: str, as_json: bool) -> None:
+@SAVE_IMAGES
+def show(pending_id: str, as_json: bool, save_dir: Path | None) -> None:
     """Show parked call PENDING_ID in full: its messages, tools, response format and answer skeleton."""
-    item = call(client().get_pending, pending_id)
-    if as_json:
-        emit_json(item)
-    else:
-        render(item)
+    show_call(call(client().get_pending, pending_id), as_json, save_dir)
 
 
 @click.command("answer")
@@ -164,8 +202,15 @@ def answer(pending_id: str, text: str | None, file: Any, json_text: str | None, 
     help="With --wait: give up after this many seconds (exit 3); 0 waits forever.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the claimed call as JSON.")
+@SAVE_IMAGES
 def claim(
-    project: str | None, lease: int, worker: str | None, wait: bool, timeout: float, as_json: bool
+    project: str | None,
+    lease: int,
+    worker: str | None,
+    wait: bool,
+    timeout: float,
+    as_json: bool,
+    save_dir: Path | None,
 ) -> None:
     """Claim the oldest parked call nobody holds and show it in full; exit 3 when there is none.
 
@@ -197,10 +242,7 @@ def claim(
             warned = True
         time.sleep(delay)
         delay = min(delay * 1.5, WAIT_MAX)
-    if as_json:
-        emit_json(claimed)
-    else:
-        render(claimed)
+    show_call(claimed, as_json, save_dir)
 
 
 @click.command("release")
@@ -241,7 +283,7 @@ def register(group: click.Group) -> None:
         group.add_command(command)
 
 
-def render(item: dict[str, Any]) -> None:
+def render(item: dict[str, Any], *, images_hint: bool = True) -> None:
     """A parked call for a reader: what was asked, what the answer must look like, how to send it."""
     line = f"{item['id']}  project {item['project']}  model {item['model']}  status {item['status']}"
     if item.get("api") not in (None, "openai.chat"):
@@ -254,6 +296,8 @@ def render(item: dict[str, Any]) -> None:
     click.echo("\nmessages:")
     for message in view.get("messages") or []:
         click.echo(_message_text(message))
+    if images_hint and any(not part.remote for part in images.image_parts(view)):
+        click.echo(f"  (to look at the images: semula show {item['id']} --save-images DIR)")
     shape = item.get("shape") or {}
     for note in shape.get("notes") or []:
         click.echo(f"\nnote: {note}")
@@ -279,10 +323,7 @@ def _message_text(message: Any) -> str:
     role = message.get("role", "?")
     content = message.get("content")
     if isinstance(content, list):
-        parts = [
-            p.get("text", f"[{p.get('type', 'part')}]") if isinstance(p, dict) else str(p) for p in content
-        ]
-        content = "\n".join(parts)
+        content = "\n".join(_part_text(part) for part in content)
     text = f"  [{role}] {content if content is not None else ''}"
     for tool_call in message.get("tool_calls") or []:
         function = tool_call.get("function", {}) if isinstance(tool_call, dict) else {}
@@ -290,6 +331,16 @@ def _message_text(message: Any) -> str:
     if message.get("tool_call_id"):
         text = text.replace(f"[{role}]", f"[{role} {message['tool_call_id']}]", 1)
     return text
+
+
+def _part_text(part: Any) -> str:
+    # An image is a placeholder with its media type and size (or its URL), never its base64.
+    url = images.image_url(part)
+    if url is not None:
+        return images.describe(url)
+    if isinstance(part, dict):
+        return str(part.get("text", f"[{part.get('type', 'part')}]"))
+    return str(part)
 
 
 def _duration(seconds: float) -> str:

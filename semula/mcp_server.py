@@ -7,15 +7,17 @@ carrying the OpenAI error object. Named mcp_server, not mcp, so it does not shad
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent, ToolAnnotations
 from pydantic import Field
 
+from semula import images
 from semula.client import Client, ClientError
 
 T = TypeVar("T")
@@ -57,16 +59,23 @@ List parked calls, oldest first: id, project, model, status, and claimed_by/clai
 agent holds one. To work through the queue, use claim_next instead: it reserves the call for you and \
 returns it in full."""
 
-GET_PENDING = """\
-Get one parked call in full: conversation (the request in chat form: model, messages, tools, \
-response_format) and shape (the tools with their JSON schemas, the response_format schema, and skeleton: \
-an answer of the right form with placeholder values to fill in)."""
+IMAGES = """\
+An image in the messages appears as a placeholder like "[image image/png 12.3 KB]" (or \
+"[image https://...]" for a remote one, which is not fetched), and each data-URL image follows the JSON \
+as an image, named by its place (messages[1].content[2])."""
 
-CLAIM_NEXT = """\
-Claim the oldest parked call nobody is working on and get it in full: request, shape (with skeleton) and \
-claim. It stays reserved for you for lease_seconds; if you do not answer in time another agent may claim \
-it. Returns {"claimed": false, ...} when nothing is waiting. Next: write the answer and call \
-answer_pending with the call's id."""
+GET_PENDING = (
+    "Get one parked call in full: conversation (the request in chat form: model, messages, tools, "
+    "response_format) and shape (the tools with their JSON schemas, the response_format schema, and "
+    "skeleton: an answer of the right form with placeholder values to fill in). " + IMAGES
+)
+
+CLAIM_NEXT = (
+    "Claim the oldest parked call nobody is working on and get it in full: request, shape (with skeleton) "
+    "and claim. It stays reserved for you for lease_seconds; if you do not answer in time another agent "
+    'may claim it. Returns {"claimed": false, ...} when nothing is waiting. Next: write the answer and '
+    "call answer_pending with the call's id. " + IMAGES
+)
 
 ANSWER_PENDING = (
     "Answer a parked call: semula checks the answer against the request, saves it as the recorded reply, "
@@ -104,6 +113,23 @@ def _call(fn: Callable[[], T]) -> T:
         ) from None
 
 
+def _with_images(call: dict[str, Any]) -> CallToolResult:
+    """The call as JSON with placeholders for data URLs, then each image of its messages as image content."""
+    shown = images.without_data(call)
+    content: list[ContentBlock] = [
+        TextContent(type="text", text=json.dumps(shown, indent=2, ensure_ascii=False))
+    ]
+    for part, media_type, data, note in images.decoded(images.image_parts(call.get("conversation") or {})):
+        if data is None:
+            content.append(
+                TextContent(type="text", text=f"{part.where}: {images.describe(part.url)} ({note})")
+            )
+            continue
+        content.append(TextContent(type="text", text=f"{part.where}: {note}"))
+        content.append(ImageContent(type="image", data=base64.b64encode(data).decode(), mime_type=media_type))
+    return CallToolResult(content=content, structured_content=shown)
+
+
 def build(client: Client | None = None) -> MCPServer:
     """The MCP server with the pending tools, talking to semula through client."""
     client = client or Client()
@@ -132,8 +158,8 @@ def build(client: Client | None = None) -> MCPServer:
     @server.tool(description=GET_PENDING, annotations=read_only)
     def get_pending(
         pending_id: Annotated[str, Field(description="The call's id, like pnd_0190a1b2c3d4e5f6a7b8c9d0.")],
-    ) -> dict[str, Any]:
-        return _call(lambda: client.get_pending(pending_id))
+    ) -> Annotated[CallToolResult, dict[str, Any]]:
+        return _with_images(_call(lambda: client.get_pending(pending_id)))
 
     @server.tool(
         description=CLAIM_NEXT,
@@ -147,13 +173,15 @@ def build(client: Client | None = None) -> MCPServer:
         worker: Annotated[
             str | None, Field(description="Your name, shown to others as claimed_by (optional).")
         ] = None,
-    ) -> dict[str, Any]:
+    ) -> Annotated[CallToolResult, dict[str, Any]]:
         claimed = _call(
             lambda: client.claim_next(project=project, lease_seconds=lease_seconds, worker=worker)
         )
         if claimed is None:
-            return {"claimed": False, "message": "Nothing to claim: no parked call is waiting right now."}
-        return {"claimed": True, **claimed}
+            return _with_images(
+                {"claimed": False, "message": "Nothing to claim: no parked call is waiting right now."}
+            )
+        return _with_images({"claimed": True, **claimed})
 
     @server.tool(
         description=ANSWER_PENDING,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,6 +30,25 @@ WEATHER_TOOL = {
 }
 
 
+# A 1x1 transparent PNG, as an app sends it in a data URL.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+)
+PNG_URL = "data:image/png;base64," + base64.b64encode(PNG).decode()
+REMOTE_IMAGE = "https://example.com/cat.png"
+
+
+def image_messages(text: str, *, remote: bool = False) -> list[dict[str, Any]]:
+    """One user message with text and the PNG (and a remote image, if asked)."""
+    parts: list[dict[str, Any]] = [
+        {"type": "text", "text": text},
+        {"type": "image_url", "image_url": {"url": PNG_URL}},
+    ]
+    if remote:
+        parts.append({"type": "image_url", "image_url": {"url": REMOTE_IMAGE}})
+    return [{"role": "user", "content": parts}]
+
+
 def chat_request(text: str, *, tools: bool = False, model: str = "gpt-4o-mini") -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": text}]}
     if tools:
@@ -36,11 +56,24 @@ def chat_request(text: str, *, tools: bool = False, model: str = "gpt-4o-mini") 
     return body
 
 
-def park(ctx: Context, project: str, text: str, *, tools: bool = False) -> str:
-    """Park a call as the proxy would on a miss (without anyone holding it); its pending id."""
+def park(
+    ctx: Context, project: str, text: str, *, tools: bool = False, image: bool = False, api: str = "chat"
+) -> str:
+    """Park a call as the proxy would on a miss (without anyone holding it); its pending id.
+
+    With image, the message is text, the PNG and a remote image; api "responses" asks it of the
+    Responses API (input_text and input_image parts) instead of Chat Completions."""
     row = projects_service.get_row(ctx, project)
+    request = chat_request(text, tools=tools)
+    if image:
+        request["messages"] = image_messages(text, remote=True)
+    if api == "responses":
+        parts = [{"type": "input_text", "text": text}]
+        if image:
+            parts += [{"type": "input_image", "image_url": u} for u in (PNG_URL, REMOTE_IMAGE)]
+        request = {"model": request["model"], "input": [{"role": "user", "content": parts}]}
     pending_id = pending_service.park(
-        ctx, row, f"v1:test:{project}:{text}", chat_request(text, tools=tools), False
+        ctx, row, f"v1:test:{project}:{text}", request, False, api=f"openai.{api}"
     )
     assert pending_id is not None
     return pending_id

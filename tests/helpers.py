@@ -7,10 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
@@ -115,6 +118,60 @@ class Server:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         self._log.close()
+
+
+class CountingProxy:
+    """An HTTP proxy in front of a server that records every request sent through it (method, path).
+
+    Point an agent's SEMULA_URL at `url` to count its round trips to the REST API.
+    """
+
+    FORWARDED = ("Authorization", "Content-Type", "Accept")
+
+    def __init__(self, target: str):
+        self.target = target.rstrip("/")
+        self.requests: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                with proxy._lock:
+                    proxy.requests.append((self.command, urlsplit(self.path).path))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {k: self.headers[k] for k in proxy.FORWARDED if self.headers.get(k)}
+                upstream = requests.request(
+                    self.command, proxy.target + self.path, data=body, headers=headers, timeout=60
+                )
+                self.send_response(upstream.status_code)
+                self.send_header("Content-Type", upstream.headers.get("Content-Type", "application/json"))
+                self.send_header("Content-Length", str(len(upstream.content)))
+                self.end_headers()
+                self.wfile.write(upstream.content)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _forward
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+                pass
+
+        return Handler
+
+    def take(self) -> list[tuple[str, str]]:
+        """The requests recorded since the last take()."""
+        with self._lock:
+            taken, self.requests = self.requests, []
+        return taken
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
 
 
 # One function tool, as Chat Completions nests it and as the Responses API flattens it.

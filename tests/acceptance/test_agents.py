@@ -1,17 +1,23 @@
 """Issue 4 acceptance: agents answer a held openai SDK call through `semula mcp` and the `semula` CLI.
 
 A real gunicorn + gevent server holds the application's request; the agent surfaces run as real
-processes and talk to it over REST with SEMULA_URL and SEMULA_TOKEN.
+processes and talk to it over REST with SEMULA_URL and SEMULA_TOKEN. Issue #23: each kind of call
+(text, tool, json_schema, stream, image) takes the agent two round trips, claim and answer, counted
+by a proxy between the agent and the server.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import select
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import openai
@@ -21,8 +27,8 @@ from mcp.client.stdio import stdio_client
 
 from semula.client import Client
 from semula.service import projects, tokens
-from tests.agent_helpers import WEATHER_TOOL
-from tests.helpers import wait_for
+from tests.agent_helpers import PNG, PNG_URL, WEATHER_TOOL, image_messages
+from tests.helpers import CountingProxy, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -48,7 +54,10 @@ def held_call(shop, **request) -> tuple[threading.Thread, dict]:
 
     def run():
         try:
-            out["completion"] = client.chat.completions.create(model="gpt-4o-mini", **request)
+            response = client.chat.completions.create(model="gpt-4o-mini", **request)
+            out["chunks" if request.get("stream") else "completion"] = (
+                list(response) if request.get("stream") else response
+            )
         except openai.OpenAIError as exc:  # reported by the test's assertions
             out["error"] = exc
 
@@ -57,14 +66,21 @@ def held_call(shop, **request) -> tuple[threading.Thread, dict]:
     return thread, out
 
 
-def agent_env(shop, token: str | None = None) -> dict[str, str]:
-    return {**os.environ, "SEMULA_URL": shop["server"].url, "SEMULA_TOKEN": token or shop["agent_token"]}
+def agent_env(shop, token: str | None = None, url: str | None = None) -> dict[str, str]:
+    """The agent's environment; url (default: the server's) is where its REST requests go."""
+    return {
+        **os.environ,
+        "SEMULA_URL": url or shop["server"].url,
+        "SEMULA_TOKEN": token or shop["agent_token"],
+    }
 
 
-def semula(shop, *args: str, token: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+def semula(
+    shop, *args: str, token: str | None = None, url: str | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "semula", *args],
-        env=agent_env(shop, token),
+        env=agent_env(shop, token, url),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -188,42 +204,162 @@ ORDER = {
 }
 
 
-def test_a_json_schema_call_takes_two_round_trips_with_the_cli_and_with_mcp(shop, tmp_path):
-    ask = {"messages": [{"role": "user", "content": "Total of order 7?"}], "response_format": ORDER}
+@dataclass
+class Kind:
+    """One kind of call: the app's request, the skeleton its claim shows, the agent's filled-in answer,
+    and what the app's SDK call returns then."""
 
-    # The CLI: claim shows the skeleton (the object itself); the agent fills it in and sends it.
-    thread, out = held_call(shop, **ask)
-    claimed = semula(shop, "claim", "--wait", "--timeout", "20", "--json")
-    assert claimed.returncode == 0, claimed.stderr
-    call = json.loads(claimed.stdout)
-    skeleton = call["shape"]["skeleton"]
-    assert skeleton == {"total": 0, "currency": ""}
-    answered = semula(
-        shop, "answer", call["id"], "--json", json.dumps({**skeleton, "total": 7, "currency": "EUR"})
-    )
-    assert answered.returncode == 0, answered.stderr
-    thread.join(30)
-    assert json.loads(out["completion"].choices[0].message.content) == {"total": 7, "currency": "EUR"}
+    request: dict[str, Any]
+    skeleton: Any
+    answer: Any
+    reply: Callable[[dict[str, Any]], Any]
+    expected: Any
 
-    # MCP: claim_next, then answer_pending with the filled skeleton.
-    thread, out = held_call(shop, **{**ask, "messages": [{"role": "user", "content": "Total of order 8?"}]})
+
+def _content(out: dict[str, Any]) -> Any:
+    return out["completion"].choices[0].message.content
+
+
+def _tool_call(out: dict[str, Any]) -> Any:
+    call = out["completion"].choices[0].message.tool_calls[0].function
+    return call.name, json.loads(call.arguments)
+
+
+def _streamed(out: dict[str, Any]) -> Any:
+    return "".join(chunk.choices[0].delta.content or "" for chunk in out["chunks"] if chunk.choices)
+
+
+KINDS = {
+    "text": Kind(
+        {"messages": [{"role": "user", "content": "Say hello"}]},
+        {"content": ""},
+        {"content": "Hello!"},
+        _content,
+        "Hello!",
+    ),
+    "tool": Kind(
+        {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER_TOOL]},
+        {"tool_calls": [{"name": "get_weather", "arguments": {"city": ""}}]},
+        {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+        _tool_call,
+        ("get_weather", {"city": "Paris"}),
+    ),
+    "json_schema": Kind(
+        {"messages": [{"role": "user", "content": "Total of order 7?"}], "response_format": ORDER},
+        {"total": 0, "currency": ""},
+        {"total": 7, "currency": "EUR"},
+        lambda out: json.loads(_content(out)),
+        {"total": 7, "currency": "EUR"},
+    ),
+    "stream": Kind(
+        {"messages": [{"role": "user", "content": "Count to three"}], "stream": True},
+        {"content": ""},
+        {"content": "One, two, three."},
+        _streamed,
+        "One, two, three.",
+    ),
+    "image": Kind(
+        {"messages": image_messages("What is in this picture?")},
+        {"content": ""},
+        {"content": "A transparent pixel."},
+        _content,
+        "A transparent pixel.",
+    ),
+}
+
+
+def form(value: Any) -> Any:
+    """A JSON value's form: its keys and lengths, with the type of each leaf instead of its value."""
+    if isinstance(value, dict):
+        return {key: form(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [form(item) for item in value]
+    return type(value).__name__
+
+
+@pytest.fixture
+def counted(shop):
+    """A proxy in front of the server: the agent's requests to the REST API, by method and path."""
+    proxy = CountingProxy(shop["server"].url)
+    yield proxy
+    proxy.close()
+
+
+def park_and_wait(shop, kind: Kind) -> tuple[threading.Thread, dict]:
+    """The app's call, held by the server; returns once it is parked (polled past the proxy)."""
+    thread, out = held_call(shop, **kind.request)
     rest = Client(shop["server"].url, shop["agent_token"])
-    wait_for(lambda: rest.list_pending()["data"], what="the call to park")
+    wait_for(lambda: rest.list_pending()["data"] or "error" in out, what="the call to park")
+    assert "error" not in out, out["error"]
+    return thread, out
+
+
+def assert_answered(name: str, kind: Kind, thread: threading.Thread, out: dict) -> None:
+    thread.join(30)
+    assert not thread.is_alive(), f"{name}: the app's call is still held"
+    assert "error" not in out, f"{name}: {out.get('error')}"
+    assert kind.reply(out) == kind.expected, name
+
+
+def two_round_trips(pending_id: str) -> list[tuple[str, str]]:
+    return [("POST", "/api/v1/pending/claim"), ("POST", f"/api/v1/pending/{pending_id}/answer")]
+
+
+def test_every_call_kind_takes_two_round_trips_with_the_cli(shop, counted, tmp_path):
+    for name, kind in KINDS.items():
+        thread, out = park_and_wait(shop, kind)
+        counted.take()
+        # The agent claims once and reads the call as printed; it saves images where it can open them.
+        images = tmp_path / name
+        claimed = semula(shop, "claim", "--save-images", str(images), url=counted.url)
+        assert claimed.returncode == 0, f"{name}: {claimed.stderr}"
+        pending_id = claimed.stdout.split()[0]
+        skeleton = json.loads(claimed.stdout.partition("answer skeleton:\n")[2].splitlines()[0])
+        assert skeleton == kind.skeleton, name
+        assert form(kind.answer) == form(skeleton), f"{name}: the answer fills the skeleton in"
+        answered = semula(shop, "answer", pending_id, "--json", json.dumps(kind.answer), url=counted.url)
+        assert answered.returncode == 0, f"{name}: {answered.stderr}"
+        assert counted.take() == two_round_trips(pending_id), name
+        assert_answered(name, kind, thread, out)
+        if name == "image":
+            saved = images / f"{pending_id}-0-1.png"
+            assert saved.read_bytes() == PNG and f"messages[0].content[1]: {saved}" in claimed.stdout
+            assert f"[image image/png {len(PNG)} B]" in claimed.stdout
+            assert PNG_URL.partition(",")[2] not in claimed.stdout
+        else:
+            assert not images.exists(), name
+
+
+def test_every_call_kind_takes_two_round_trips_with_mcp(shop, counted, tmp_path):
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "semula", "mcp"], env=agent_env(shop), cwd=str(tmp_path)
+        command=sys.executable,
+        args=["-m", "semula", "mcp"],
+        env=agent_env(shop, url=counted.url),
+        cwd=str(tmp_path),
     )
 
     async def agent():
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
-            call = (await session.call_tool("claim_next", {})).structured_content
-            answer = {**call["shape"]["skeleton"], "total": 8, "currency": "EUR"}
-            return await session.call_tool("answer_pending", {"pending_id": call["id"], "answer": answer})
+            for name, kind in KINDS.items():
+                thread, out = await anyio.to_thread.run_sync(park_and_wait, shop, kind)
+                counted.take()
+                claimed = await session.call_tool("claim_next", {})
+                call = claimed.structured_content
+                skeleton = call["shape"]["skeleton"]
+                assert call["claimed"] and skeleton == kind.skeleton, name
+                assert form(kind.answer) == form(skeleton), f"{name}: the answer fills the skeleton in"
+                answered = await session.call_tool(
+                    "answer_pending", {"pending_id": call["id"], "answer": kind.answer}
+                )
+                assert answered.is_error is False, f"{name}: {answered.content}"
+                assert counted.take() == two_round_trips(call["id"]), name
+                await anyio.to_thread.run_sync(assert_answered, name, kind, thread, out)
+                seen = [base64.b64decode(c.data) for c in claimed.content if c.type == "image"]
+                assert seen == ([PNG] if name == "image" else []), name
+                assert PNG_URL.partition(",")[2] not in json.dumps(call), name
 
-    result = anyio.run(agent)
-    assert result.is_error is False, result.content
-    thread.join(30)
-    assert json.loads(out["completion"].choices[0].message.content) == {"total": 8, "currency": "EUR"}
+    anyio.run(agent)
 
 
 def test_set_up_errors_name_the_variables(shop):

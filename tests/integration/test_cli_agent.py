@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from semula.cli import main
 from semula.service import pending as pending_service
-from tests.agent_helpers import in_process_client, park, two_project_queue
+from semula.service import projects as projects_service
+from tests.agent_helpers import PNG, PNG_URL, REMOTE_IMAGE, in_process_client, park, two_project_queue
 
 
 @pytest.fixture
@@ -51,6 +52,51 @@ def test_show_prints_the_messages_tools_and_skeleton(cli, queue):
     assert f"semula answer {queue['b1']} --json" in shown.stdout
     as_json = json.loads(cli("show", queue["b1"], "--json").stdout)
     assert as_json["request"]["tools"][0]["function"]["name"] == "get_weather"
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_images_show_as_placeholders_and_save_images_writes_them(cli, ctx, tmp_path, api):
+    projects_service.create(ctx, {"name": "pics"})
+    pid = park(ctx, "pics", "What is in this picture?", image=True, api=api)
+    label = f"[image image/png {len(PNG)} B]"
+
+    shown = cli("show", pid)
+    assert shown.exit_code == 0, shown.stderr
+    assert f"[user] What is in this picture?\n{label}\n[image {REMOTE_IMAGE}]" in shown.stdout
+    assert PNG_URL.partition(",")[2] not in shown.stdout  # never the base64
+    assert f"semula show {pid} --save-images DIR" in shown.stdout
+
+    saved = cli("show", pid, "--save-images", str(tmp_path / "imgs"))
+    assert saved.exit_code == 0, saved.stderr
+    path = tmp_path / "imgs" / f"{pid}-0-1.png"
+    assert path.read_bytes() == PNG
+    assert f"messages[0].content[1]: {path}  {label}" in saved.stdout
+    assert f"messages[0].content[2]: [image {REMOTE_IMAGE}] (remote: not fetched)" in saved.stdout
+    assert sorted(p.name for p in (tmp_path / "imgs").iterdir()) == [path.name]
+
+    claimed = cli("claim", "--json", "--save-images", str(tmp_path / "claimed"))
+    assert claimed.exit_code == 0, claimed.stderr
+    assert json.loads(claimed.stdout)["id"] == pid  # stdout stays the API's JSON
+    assert str(tmp_path / "claimed" / f"{pid}-0-1.png") in claimed.stderr
+    assert (tmp_path / "claimed" / f"{pid}-0-1.png").read_bytes() == PNG
+
+
+def test_save_images_refuses_what_is_not_an_image(cli, ctx, tmp_path):
+    projects_service.create(ctx, {"name": "pics"})
+    row = projects_service.get_row(ctx, "pics")
+    html = "data:text/html;base64,PHNjcmlwdD4="
+    parts = [{"type": "text", "text": "Look"}, {"type": "image_url", "image_url": {"url": html}}]
+    request = {"model": "m", "messages": [{"role": "user", "content": parts}]}
+    pid = pending_service.park(ctx, row, "v1:test:html", request, False)
+
+    shown = cli("show", pid, "--save-images", str(tmp_path / "imgs"))
+    assert shown.exit_code == 0, shown.stderr
+    assert "[user] Look\n[data text/html 8 B]" in shown.stdout
+    why = "text/html is not an image media type: not decoded"
+    assert f"messages[0].content[1]: [data text/html 8 B] ({why})" in shown.stdout
+    assert not (tmp_path / "imgs").exists()
+    none = cli("show", park(ctx, "pics", "no image"), "--save-images", str(tmp_path / "imgs"))
+    assert "images: none" in none.stdout
 
 
 def test_answer_with_text_stdin_file_and_json(cli, queue, ctx, tmp_path):

@@ -5,6 +5,7 @@ tests/acceptance/test_agents.py runs `semula mcp` over stdio against a real serv
 
 from __future__ import annotations
 
+import base64
 import json
 
 import anyio
@@ -12,7 +13,8 @@ import pytest
 from mcp import Client
 
 from semula.mcp_server import build
-from tests.agent_helpers import in_process_client, two_project_queue
+from semula.service import projects as projects_service
+from tests.agent_helpers import PNG, PNG_URL, REMOTE_IMAGE, in_process_client, park, two_project_queue
 
 TOOLS = {"list_pending", "get_pending", "claim_next", "answer_pending", "release_claim", "cancel_pending"}
 
@@ -95,6 +97,39 @@ def test_get_and_answer_with_plain_text(mcp_call, queue):
     assert got.structured_content["request"]["messages"][0]["content"] == "What is 2+2?"
     assert answered.structured_content["entry_id"].startswith("ent_")
     assert error_of(again)["code"] == "pending_resolved"
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_images_come_as_image_content_and_placeholders_in_the_json(mcp_call, ctx, api):
+    projects_service.create(ctx, {"name": "pics"})
+    pid = park(ctx, "pics", "What is in this picture?", image=True, api=api)
+    got, claimed = mcp_call(("get_pending", {"pending_id": pid}), ("claim_next", {}))
+    label = f"[image image/png {len(PNG)} B]"
+    for result in (got, claimed):
+        assert result.is_error is False
+        call = result.structured_content
+        assert call["id"] == pid
+        parts = call["conversation"]["messages"][0]["content"]
+        assert [p.get("image_url", {}).get("url") for p in parts] == [None, label, REMOTE_IMAGE]
+        assert label in json.dumps(call["request"])  # the app's request, in its own API's terms
+        text, caption, image, remote = result.content
+        assert json.loads(text.text) == call and PNG_URL.partition(",")[2] not in text.text
+        assert caption.text == f"messages[0].content[1]: {label}"
+        assert (image.type, image.mime_type, base64.b64decode(image.data)) == ("image", "image/png", PNG)
+        assert remote.text == f"messages[0].content[2]: [image {REMOTE_IMAGE}] (remote: not fetched)"
+    assert claimed.structured_content["claimed"] is True
+
+
+def test_a_call_without_images_is_its_json_alone(mcp_call, queue):
+    got, claimed, empty = mcp_call(
+        ("get_pending", {"pending_id": queue["a1"]}),
+        ("claim_next", {"project": "alpha"}),
+        ("claim_next", {"project": "alpha"}),
+    )
+    assert [c.type for c in got.content] == ["text"]
+    assert json.loads(got.content[0].text) == got.structured_content
+    assert [c.type for c in claimed.content] == ["text"] and claimed.structured_content["claimed"] is True
+    assert empty.structured_content["claimed"] is False
 
 
 # Roles, scopes and binding on every tool (docs/design/product.md §5, §8)
