@@ -42,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "upstream_dry_run": False,
     "answerer": False,
     "restamp": "fresh",
+    "sequences": "off",
+    "after_last": "repeat_last",
 }
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
@@ -71,6 +73,8 @@ class SettingsSchema(Schema):
     upstream_dry_run = StrictBoolean()
     answerer = StrictBoolean()
     restamp = fields.String(validate=validate.OneOf(["fresh", "recorded"]))
+    sequences = fields.String(validate=validate.OneOf(["off", "record"]))
+    after_last = fields.String(validate=validate.OneOf(["repeat_last", "cycle", "fail"]))
 
     @validates("ignore_fields")
     def _ignore_fields(self, value: Any, **_: Any) -> None:

@@ -85,11 +85,13 @@ def test_round_trip_is_byte_identical(ctx, source):
     bundle = json.loads(first)
     assert bundle["bundle"] == {"format": "semula-bundle", "version": 1}
     assert bundle["config"] == {
+        "after_last": "repeat_last",
         "ignore_fields": ["/temperature"],
         "max_misses": 7,
         "normalize": [{"pattern": "\\d{4}-\\d\\d-\\d\\d", "replacement": "DATE"}],
         "record_timeout": 42,
         "restamp": "recorded",
+        "sequences": "off",
     }
     fingerprints = [e["fingerprint"] for e in bundle["entries"]]
     assert fingerprints == sorted(fingerprints) and len(fingerprints) == 4

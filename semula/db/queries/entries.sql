@@ -20,10 +20,11 @@ SELECT e.*, p.name AS project_name FROM entries e JOIN projects p ON p.id = e.pr
 WHERE e.id = :id AND e.workspace_id = :workspace_id
 
 -- name: list_revisions
-SELECT * FROM entry_revisions WHERE entry_id = :entry_id ORDER BY number
+-- Every answer's revisions: by answer, then number.
+SELECT * FROM entry_revisions WHERE entry_id = :entry_id ORDER BY seq, number
 
 -- name: get_revision
-SELECT * FROM entry_revisions WHERE entry_id = :entry_id AND number = :number
+SELECT * FROM entry_revisions WHERE entry_id = :entry_id AND seq = :seq AND number = :number
 
 -- name: replace_entry_response
 -- A human edit or revert: a new response is a new revision and has not been reviewed yet.
