@@ -184,3 +184,33 @@ def test_an_answer_out_of_order_is_refused(ctx, shop):
     assert (
         stored["answers"] == 1 and json.loads(stored["response"])["choices"][0]["message"]["content"] == "one"
     )
+
+
+def test_a_sequence_is_exported_imported_and_replayed(ctx, client, admin, three):
+    from semula.service import bundles
+    from tests.integration.test_bundles import export, import_
+
+    first = export(ctx, "shop")
+    assert export(ctx, "shop") == first  # byte-stable
+    [item] = json.loads(first)["entries"]
+    assert item["response"]["choices"][0]["message"]["content"] == "one"
+    later = [a["response"]["choices"][0]["message"]["content"] for a in item["later_answers"]]
+    assert later == ["two", "three"] and [sorted(a) for a in item["later_answers"]] == [
+        ["chunks", "pinned", "response"]
+    ] * 2
+
+    projects.create(ctx, {"name": "copy", "mode": "replay"})
+    assert import_(ctx, "copy", first)["created"] == 1
+    assert export(ctx, "copy") == first
+    assert import_(ctx, "copy", first)["unchanged"] == 1
+    url = "/p/copy/s/x/v1/chat/completions"
+    assert texts(client, admin, url, 4) == ["one", "two", "three", "three"]
+
+    # A bundle from before sequences (no later_answers) makes it a sequence of one again.
+    older = json.loads(first)
+    del older["entries"][0]["later_answers"]
+    report = import_(ctx, "copy", json.dumps(older))
+    assert report["updated"] == 1
+    client.post("/api/v1/projects/copy/sessions/x/reset", headers=admin)
+    assert texts(client, admin, url, 2) == ["one", "one"]
+    assert bundles.VERSION == 1

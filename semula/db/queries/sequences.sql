@@ -74,3 +74,24 @@ SELECT entry_id AS id, revision FROM answer
 
 -- name: session_call_count
 SELECT calls FROM session_calls WHERE project_id = :project_id AND session = :session AND fingerprint = :fingerprint
+
+-- name: import_answer
+-- Answer :seq of an imported sequence: new, or a new revision of the one there.
+INSERT INTO entry_answers (workspace_id, entry_id, seq, response, chunks, revision, pinned, created_at,
+    updated_at)
+VALUES (:workspace_id, :entry_id, :seq, :response, :chunks, 1, :pinned, :now, :now)
+ON CONFLICT (entry_id, seq) DO UPDATE SET
+    response = excluded.response, chunks = excluded.chunks, revision = entry_answers.revision + 1,
+    pinned = excluded.pinned, updated_at = excluded.updated_at
+RETURNING revision
+
+-- name: drop_answers_after
+DELETE FROM entry_answers WHERE entry_id = :entry_id AND seq > :answers
+
+-- name: drop_revisions_after
+DELETE FROM entry_revisions WHERE entry_id = :entry_id AND seq > :answers
+
+-- name: insert_answer_revision
+INSERT INTO entry_revisions (id, workspace_id, entry_id, seq, number, response, chunks, actor, summary,
+    created_at)
+VALUES (:id, :workspace_id, :entry_id, :seq, :number, :response, :chunks, :actor, :summary, :now)
