@@ -7,6 +7,12 @@ The plugin starts `semula replay` before collection and points OPENAI_BASE_URL (
 placeholder OPENAI_API_KEY) at it for the whole session; the session fixture `semula_server`
 yields its URL. A replay miss is the SDK's 424 error, whose message names the closest recorded
 entry and the first field that differs.
+
+Each process of the run (each pytest-xdist worker, or the one process without xdist) replays in a
+replay session of its own, named in its base URL (`/p/default/s/<worker>/v1`), and every test starts
+by resetting it: a test's first, second and third identical call get answers 1, 2 and 3 of the
+request's sequence, whatever ran before it (docs/decisions/0036-sequences-and-sessions.md). With
+`--semula-record` a call past the last answer records the next one.
 """
 
 from __future__ import annotations
@@ -20,8 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 START_TIMEOUT = 60
+# The server's base URL, handed from the process that started it to pytest-xdist's workers.
+URL_VARIABLE = "SEMULA_REPLAY_URL"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -64,7 +73,7 @@ class ReplayServer:
                 f"semula replay did not start: {self.proc.stderr.read().strip() or self.url}"
             )
         self.patch = pytest.MonkeyPatch()
-        self.patch.setenv("OPENAI_BASE_URL", self.url)
+        self.patch.setenv(URL_VARIABLE, self.url)
         self.patch.setenv("OPENAI_API_KEY", "semula-replay")
 
     def stop(self) -> None:
@@ -82,13 +91,39 @@ class ReplayServer:
             )
 
 
+class Session:
+    """This process's replay session on the server: its base URL, and a reset before each test."""
+
+    def __init__(self, url: str, name: str):
+        root, _, rest = url.partition("/p/")
+        project = rest.split("/")[0]
+        self.url = f"{root}/p/{project}/s/{name}/v1"
+        self.reset_url = f"{root}/api/v1/projects/{project}/sessions/{name}/reset"
+        self.patch = pytest.MonkeyPatch()
+        self.patch.setenv("OPENAI_BASE_URL", self.url)
+
+    def reset(self) -> None:
+        response = requests.post(self.reset_url, timeout=30)
+        response.raise_for_status()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     bundle = _bundle_path(config)
-    if bundle is not None and not hasattr(config, "workerinput"):
+    if bundle is None:
+        return
+    worker = getattr(config, "workerinput", None)
+    if worker is None:
         config._semula = ReplayServer(bundle, config.getoption("semula_record"))  # type: ignore[attr-defined]
+    url = os.environ.get(URL_VARIABLE)
+    if url:  # a worker whose controller started no server (no bundle there) has none to use
+        name = worker["workerid"] if worker else "main"
+        config._semula_session = Session(url, name)  # type: ignore[attr-defined]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    session = getattr(config, "_semula_session", None)
+    if session is not None:
+        session.patch.undo()
     server = getattr(config, "_semula", None)
     if server is not None:
         server.stop()
@@ -96,9 +131,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def semula_server(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """The base URL of the session's replay server (None when no bundle is configured)."""
-    server = getattr(request.config, "_semula", None)
-    yield server.url if server else None
+    """The base URL this process replays through (None when no bundle is configured)."""
+    session = getattr(request.config, "_semula_session", None)
+    yield session.url if session else None
+
+
+@pytest.fixture(autouse=True)
+def _semula_session_reset(request: pytest.FixtureRequest) -> None:
+    """Every test starts its replay session over: its calls count from one, like a cassette."""
+    session = getattr(request.config, "_semula_session", None)
+    if session is not None:
+        session.reset()
 
 
 def _first_line(proc: subprocess.Popen) -> str:

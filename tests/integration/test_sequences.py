@@ -195,9 +195,10 @@ def test_a_sequence_is_exported_imported_and_replayed(ctx, client, admin, three)
     [item] = json.loads(first)["entries"]
     assert item["response"]["choices"][0]["message"]["content"] == "one"
     later = [a["response"]["choices"][0]["message"]["content"] for a in item["later_answers"]]
-    assert later == ["two", "three"] and [sorted(a) for a in item["later_answers"]] == [
-        ["chunks", "pinned", "response"]
-    ] * 2
+    assert (
+        later == ["two", "three"]
+        and [sorted(a) for a in item["later_answers"]] == [["chunks", "pinned", "response"]] * 2
+    )
 
     projects.create(ctx, {"name": "copy", "mode": "replay"})
     assert import_(ctx, "copy", first)["created"] == 1
