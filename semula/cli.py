@@ -224,6 +224,22 @@ def project_upstream(name: str, reset: bool) -> None:
 
 
 @main.group()
+def session() -> None:
+    """Replay sessions: the k-th identical call of a session gets answer k of its sequence."""
+
+
+@session.command("reset")
+@click.argument("project")
+@click.argument("name")
+def session_reset(project: str, name: str) -> None:
+    """Start replay session NAME of PROJECT over: its next call of each request is call 1."""
+    from semula.service import sequences
+
+    with local_context() as ctx:
+        emit(sequences.reset(ctx, project, name))
+
+
+@main.group()
 def workspace() -> None:
     """Workspaces, the tenants of hosted mode (operator only; run with the owner's database URL)."""
 

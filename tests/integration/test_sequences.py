@@ -215,3 +215,16 @@ def test_a_sequence_is_exported_imported_and_replayed(ctx, client, admin, three)
     client.post("/api/v1/projects/copy/sessions/x/reset", headers=admin)
     assert texts(client, admin, url, 2) == ["one", "one"]
     assert bundles.VERSION == 1
+
+
+def test_cli_session_reset(ctx, client, admin, three, db_url, monkeypatch):
+    from click.testing import CliRunner
+
+    from semula.cli import main
+
+    assert texts(client, admin, session_url("a"), 2) == ["one", "two"]
+    monkeypatch.setenv("SEMULA_DATABASE_URL", db_url)
+    result = CliRunner().invoke(main, ["session", "reset", "shop", "a"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["reset"] is True
+    assert texts(client, admin, session_url("a"), 1) == ["one"]
