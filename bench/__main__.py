@@ -1,4 +1,4 @@
-"""`python -m bench [replay|hold|dialects] [options]`: run semula's benchmarks and print a report."""
+"""`python -m bench [replay|hold|dialects|sessions] [options]`: run semula's benchmarks and print a report."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from bench import dialects, hold, replay
+from bench import dialects, hold, replay, sessions
 from bench.common import OUT, BenchError, machine
 
 
@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     which = args.which or ["replay", "hold"]
-    if set(which) - {"replay", "hold", "dialects"}:
-        parser.error("choose among: replay, hold, dialects")
+    if set(which) - {"replay", "hold", "dialects", "sessions"}:
+        parser.error("choose among: replay, hold, dialects, sessions")
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
     sections = [
         f"# semula benchmarks, {time.strftime('%Y-%m-%d %H:%M')}",
@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
             dbs = tuple(d.strip() for d in args.db.split(",") if d.strip())
             text = dialects.run(duration=args.duration, rounds=args.rounds, warmup=args.warmup, dbs=dbs)
             sections += ["", "## Replay hits per API", "", text]
+        if "sessions" in which:
+            dbs = tuple(d.strip() for d in args.db.split(",") if d.strip())
+            text = sessions.run(duration=args.duration, rounds=args.rounds, warmup=args.warmup, dbs=dbs)
+            sections += ["", "## Replay hits in sessions", "", text]
         if "hold" in which:
             for db in (d.strip() for d in args.db.split(",") if d.strip()):
                 try:

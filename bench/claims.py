@@ -44,6 +44,7 @@ def fill(store: Store, project_id: str, calls: int) -> None:
                 request=request,
                 stream=0,
                 api="openai.chat",
+                seq=1,
                 max_misses=calls + 1,
                 now=time.time(),
             )

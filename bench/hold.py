@@ -93,6 +93,7 @@ def pending_id(ctx: Any, project_id: str, number: int) -> str:
         "pending_by_fingerprint",
         project_id=project_id,
         fingerprint=fp.fingerprint(holdclient.request_body(number)),
+        seq=1,
     )
     if row is None:
         raise BenchError(f"held call {number} has no pending row")

@@ -316,6 +316,8 @@ SETTING_MEANINGS = {
     "restamp": "fresh: a replay gets a new id and created; recorded: the ones recorded",
     "stream_pacing": "none: streams replay at once; recorded: with recorded gaps; a number: gaps times it",
     "embeddings": "synthetic: a missed embeddings call is answered at once with made-up vectors; off: parked",
+    "sequences": "record: in a session, the k-th identical call with fewer than k answers records answer k",
+    "after_last": "past a sequence's last answer: repeat_last, cycle, or fail (424)",
 }
 
 
@@ -386,6 +388,22 @@ def project_upstream(name: str, reset: bool) -> None:
 
     with local_context() as ctx:
         emit(upstream.reset(ctx, name) if reset else upstream.usage(ctx, name))
+
+
+@main.group()
+def session() -> None:
+    """Replay sessions: the k-th identical call of a session gets answer k of its sequence."""
+
+
+@session.command("reset")
+@click.argument("project")
+@click.argument("name")
+def session_reset(project: str, name: str) -> None:
+    """Start replay session NAME of PROJECT over: its next call of each request is call 1."""
+    from semula.service import sequences
+
+    with local_context() as ctx:
+        emit(sequences.reset(ctx, project, name))
 
 
 @main.group()

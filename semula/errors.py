@@ -108,6 +108,14 @@ class ReplayMiss(SemulaError):
     type = "invalid_request_error"
 
 
+class SequenceExhausted(SemulaError):
+    """This call in its session is past the last recorded answer, and the project has after_last: fail."""
+
+    status = 424
+    code = "semula_sequence_exhausted"
+    type = "invalid_request_error"
+
+
 class RecordTimeout(SemulaError):
     """Nobody answered this call within the project's record_timeout; it stays pending."""
 

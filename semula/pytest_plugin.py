@@ -8,6 +8,12 @@ The plugin starts `semula replay` before collection and points OPENAI_BASE_URL (
 placeholder OPENAI_API_KEY) at it for the whole session; the session fixture `semula_server`
 yields its URL. A replay miss is the SDK's 424 error, whose message names the closest recorded
 entry and the values that differ; the plugin adds the command that records the test's calls.
+
+Each process of the run (each pytest-xdist worker, or the one process without xdist) replays in a
+replay session of its own, named in its base URL (`/p/default/s/<worker>/v1`), and every test starts
+by resetting it: a test's first, second and third identical call get answers 1, 2 and 3 of the
+request's sequence, whatever ran before it (docs/decisions/0036-sequences-and-sessions.md). With
+`--semula-record` a call past the last answer records the next one.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ START_TIMEOUT = 60
 WATCH_INTERVAL = 0.5
 # The start of every replay miss message (semula/service/proxy.py), as the SDK's error shows it.
 MISS = "No recorded entry matches this request"
+# The server's base URL, handed from the process that started it to pytest-xdist's workers.
+URL_VARIABLE = "SEMULA_REPLAY_URL"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -90,7 +98,7 @@ class ReplayServer:
         if self.record:
             threading.Thread(target=self._watch, daemon=True).start()
         self.patch = pytest.MonkeyPatch()
-        self.patch.setenv("OPENAI_BASE_URL", self.url)
+        self.patch.setenv(URL_VARIABLE, self.url)
         self.patch.setenv("OPENAI_API_KEY", "semula-replay")
 
     def claim_line(self) -> str:
@@ -155,16 +163,42 @@ class ReplayServer:
             sys.stderr.write(wrote[-1].removeprefix("semula replay: ").join(("semula: ", "\n")))
 
 
+class Session:
+    """This process's replay session on the server: its base URL, and a reset before each test."""
+
+    def __init__(self, url: str, name: str):
+        root, _, rest = url.partition("/p/")
+        project = rest.split("/")[0]
+        self.url = f"{root}/p/{project}/s/{name}/v1"
+        self.reset_url = f"{root}/api/v1/projects/{project}/sessions/{name}/reset"
+        self.patch = pytest.MonkeyPatch()
+        self.patch.setenv("OPENAI_BASE_URL", self.url)
+
+    def reset(self) -> None:
+        response = requests.post(self.reset_url, timeout=30)
+        response.raise_for_status()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # --help and --version must work whatever the ini says (a bundle not recorded yet included).
     if config.getoption("help", False) or config.getoption("version", 0):
         return
     bundle = _bundle_path(config)
-    if bundle is not None and not hasattr(config, "workerinput"):
+    if bundle is None:
+        return
+    worker = getattr(config, "workerinput", None)
+    if worker is None:
         config._semula = ReplayServer(config, bundle)  # type: ignore[attr-defined]
+    url = os.environ.get(URL_VARIABLE)
+    if url:  # a worker whose controller started no server (no bundle there) has none to use
+        name = worker["workerid"] if worker else "main"
+        config._semula_session = Session(url, name)  # type: ignore[attr-defined]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    session = getattr(config, "_semula_session", None)
+    if session is not None:
+        session.patch.undo()
     server = getattr(config, "_semula", None)
     if server is not None:
         server.stop()
@@ -196,9 +230,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture(scope="session")
 def semula_server(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """The base URL of the session's replay server (None when no bundle is configured)."""
-    server = getattr(request.config, "_semula", None)
-    yield server.url if server else None
+    """The base URL this process replays through (None when no bundle is configured)."""
+    session = getattr(request.config, "_semula_session", None)
+    yield session.url if session else None
+
+
+@pytest.fixture(autouse=True)
+def _semula_session_reset(request: pytest.FixtureRequest) -> None:
+    """Every test starts its replay session over: its calls count from one, like a cassette."""
+    session = getattr(request.config, "_semula_session", None)
+    if session is not None:
+        session.reset()
 
 
 def _first_line(proc: subprocess.Popen) -> str:

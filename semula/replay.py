@@ -60,9 +60,9 @@ def serve(
         elif not (record or missing_ok):
             raise FileNotFoundError(f"no bundle at {bundle}")
         # An import resets operator fields (mode among them): set the mode after it.
-        projects.update(
-            ctx, project, {"mode": "record" if record else "replay", "record_timeout": record_timeout}
-        )
+        # Recording records sequences: a test's k-th identical call past the last answer records answer k.
+        changes = {"mode": "record" if record else "replay", "record_timeout": record_timeout}
+        projects.update(ctx, project, changes | ({"sequences": "record"} if record else {}))
         server = make_server(host, port, create_app(settings, store), threaded=True)
         print(f"http://{host}:{server.server_port}/p/{project}/v1", file=out, flush=True)
         stop = lambda *_: threading.Thread(target=server.shutdown, daemon=True).start()  # noqa: E731

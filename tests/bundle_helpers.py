@@ -15,7 +15,8 @@ from semula.service import CLI, Context, bundles, entries, projects
 
 def write_bundle(path: Path, recorded: Iterable[tuple[Any, ...]]) -> None:
     """Record (request, answer) pairs, or (request, answer, api) for an API other than Chat Completions,
-    in a scratch SQLite database beside `path` and export them to `path`."""
+    in a scratch SQLite database beside `path` and export them to `path`. A list of answers is a
+    sequence: answers 1..n of the request."""
     settings = Settings.from_env({"SEMULA_DATABASE_URL": f"sqlite:///{path.parent}/source.db"})
     store = connect(settings.database_url, pool_size=1)
     migrate(store)
@@ -24,18 +25,20 @@ def write_bundle(path: Path, recorded: Iterable[tuple[Any, ...]]) -> None:
     with store.transaction() as tx:
         for request, answer, *api in recorded:
             dialect = dialects.get(api[0] if api else None)
-            response, chunks = dialect.accept(answer, request, dialect.conversation(request))
-            entries.save(
-                tx,
-                ctx,
-                project_id=project["id"],
-                fingerprint=dialect.fingerprint(request, [], []),
-                request=request,
-                response=response,
-                chunks=chunks,
-                actor="agent",
-                summary="recorded for a bundle",
-                api=dialect.name,
-            )
+            for seq, one in enumerate(answer if isinstance(answer, list) else [answer], start=1):
+                response, chunks = dialect.accept(one, request, dialect.conversation(request))
+                entries.save(
+                    tx,
+                    ctx,
+                    project_id=project["id"],
+                    fingerprint=dialect.fingerprint(request, [], []),
+                    request=request,
+                    response=response,
+                    chunks=chunks,
+                    actor="agent",
+                    summary="recorded for a bundle",
+                    api=dialect.name,
+                    seq=seq,
+                )
     path.write_bytes(b"".join(bundles.export_bundle(ctx, "source")))
     store.close()

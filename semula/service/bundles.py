@@ -11,6 +11,10 @@ bundle kept in git diffs line by line and the same entries always export to the 
       "entries": [{"chunks", "fingerprint", "pinned", "request", "response", "review_status"}, ...]
     }
 
+An entry whose request has a sequence of answers (docs/decisions/0036-sequences-and-sessions.md)
+keeps answer 1 where it always was and adds `later_answers`: answers 2..n, each
+{"chunks", "pinned", "response"}. An entry without it is a sequence of one, as every older bundle's.
+
 The key names sort so that the header comes before the entries, which lets an import read a
 bundle of any size in one streaming pass (ijson) without holding it in memory.
 """
@@ -43,6 +47,7 @@ FORMAT = "semula-bundle"
 VERSION = 1
 CONFIG_FIELDS = tuple(k for k in projects_service.DEFAULTS if k not in projects_service.OPERATOR_FIELDS)
 BATCH = 500
+MAX_ANSWERS = 999  # answers 2..n of one request's sequence in a bundle entry
 FINGERPRINT_PATTERN = r"^v[0-9]+:[0-9a-f]{64}$"
 TOP_LEVEL = ("bundle", "config", "entries")
 WRAPPING = 3  # levels a bundle adds around a request: the root object, entries and the entry
@@ -106,6 +111,15 @@ def _export_pieces(ctx: Context, row: dict[str, Any], secrets: tuple[str, ...]) 
             item["api"] = entry["api"]
         if entry.get("meta"):  # headers and stream timing recorded from a provider
             item["meta"] = redacted(json.loads(entry["meta"]), secrets)
+        if entry["answers"] > 1:  # a sequence; an entry of one answer stays as it was
+            item["later_answers"] = [
+                {
+                    "chunks": redacted(json.loads(a["chunks"]), secrets) if a["chunks"] else None,
+                    "pinned": bool(a["pinned"]),
+                    "response": redacted(json.loads(a["response"]), secrets),
+                }
+                for a in ctx.store.all("list_entry_answers", entry_id=entry["id"])
+            ]
         yield _encode(('  "entries": [\n    ' if first else ",\n    ") + _nested(item, 4))
         first = False
     yield _encode('  "entries": []\n}\n' if first else "\n  ]\n}\n")
@@ -259,9 +273,19 @@ class EntrySchema(Schema):
     review_status = fields.String(
         load_default="unreviewed", validate=validate.OneOf(entries_service.REVIEW_STATUSES)
     )
+    later_answers = fields.List(fields.Dict(), load_default=list, validate=validate.Length(max=MAX_ANSWERS))
 
 
-_HEADER, _ENTRY = HeaderSchema(), EntrySchema()
+class AnswerSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    response = fields.Raw(required=True, allow_none=False)
+    chunks = fields.List(fields.Dict(), load_default=None, allow_none=True)
+    pinned = fields.Boolean(load_default=False, truthy={True}, falsy={False})
+
+
+_HEADER, _ENTRY, _ANSWER = HeaderSchema(), EntrySchema(), AnswerSchema()
 
 
 def _first_error(exc: ValidationError) -> tuple[str, str]:
@@ -327,6 +351,7 @@ class _Prepared:
         "meta",
         "pinned",
         "review_status",
+        "later",
     )
 
     def __init__(self, **values: Any):
@@ -383,6 +408,9 @@ def _prepare(
     for name, text in (("request", request_json), ("response", response_json), ("chunks", chunks_json)):
         if text is not None and len(text) > limit:
             raise fail(name, f"longer than {limit} characters (SEMULA_MAX_BODY_BYTES).")
+    later = [
+        _prepare_answer(i, a, request, dialect, limit, fail) for i, a in enumerate(data["later_answers"])
+    ]
     # The fingerprint is taken before redaction, so a recorded request that held a secret is stored
     # redacted and cannot reproduce it: keep the bundle's then. Otherwise the request as written wins,
     # so a hand-edited request replays for what it now says.
@@ -404,8 +432,38 @@ def _prepare(
         chunks=chunks_json,
         pinned=int(data["pinned"]),
         review_status=data["review_status"],
+        later=later,
     )
     return prepared, recomputed
+
+
+def _prepare_answer(
+    index: int,
+    value: dict[str, Any],
+    request: dict[str, Any],
+    dialect: dialects.Dialect,
+    limit: int,
+    fail: Callable[[str, str], InvalidBundle],
+) -> tuple[str, str | None, int]:
+    """One of answers 2..n of an entry's sequence, checked as answer 1 is: (response, chunks, pinned)."""
+    where = f"later_answers[{index}]"
+    try:
+        data = _ANSWER.load(value)
+    except ValidationError as exc:
+        path, text = _first_error(exc)
+        raise fail(f"{where}.{path}", text) from None
+    try:
+        response, chunks = dialect.accept_recorded(
+            data["response"], data["chunks"], request, dialect.conversation(request)
+        )
+    except SemulaError as exc:
+        raise fail(
+            f"{where}.response.{exc.param}" if exc.param else f"{where}.response", exc.message
+        ) from None
+    response_json, chunks_json = dumps(response), dumps(chunks) if chunks is not None else None
+    if len(response_json) + len(chunks_json or "") > limit:
+        raise fail(where, f"longer than {limit} characters (SEMULA_MAX_BODY_BYTES).")
+    return response_json, chunks_json, int(data["pinned"])
 
 
 # --- import -----------------------------------------------------------------------------------------
@@ -590,9 +648,11 @@ def _write(
             )
             existing = {r["fingerprint"]: r for r in found}
             inserts, updates, revisions = [], [], []
+            sequences: list[tuple[str, _Prepared]] = []  # entries written whose answers 2..n change
             for item in batch:
                 old = existing.get(item.fingerprint)
                 values_ = {
+                    "answers": 1 + len(item.later),
                     "api": item.api,
                     "response_id": item.response_id,
                     "meta": item.meta,
@@ -619,13 +679,15 @@ def _write(
                 elif old["pinned"]:
                     report["skipped"] += 1
                     continue
-                elif _same(old, item):
+                elif _same(tx, old, item):
                     report["unchanged"] += 1
                     continue
                 else:
                     entry_id, number = old["id"], old["revision"] + 1
                     updates.append({"id": entry_id, "revision": number, **values_})
                     report["updated"] += 1
+                if item.later or (old is not None and old["answers"] > 1):
+                    sequences.append((entry_id, item))
                 revisions.append(
                     {
                         "id": new_id("revision"),
@@ -642,6 +704,8 @@ def _write(
             tx.many("import_insert_entry", inserts)
             tx.many("import_update_entry", updates)
             tx.many("insert_revision", revisions)
+            for entry_id, item in sequences:
+                _write_answers(tx, workspace, entry_id, item, stamp)
             if progress:
                 progress("write", len(batch), count)
         # Counted inside the transaction, after the writes: a breach undoes the whole import.
@@ -650,15 +714,60 @@ def _write(
     return {"object": "import_report", "project": row["name"], "entries": count, **report}
 
 
-def _same(old: dict[str, Any], item: _Prepared) -> bool:
+def _write_answers(tx: Any, workspace: str, entry_id: str, item: _Prepared, stamp: float) -> None:
+    """Answers 2..n of an imported entry as the bundle has them; answers past them go."""
+    answers = 1 + len(item.later)
+    tx.run("drop_answers_after", entry_id=entry_id, answers=answers)
+    tx.run("drop_revisions_after", entry_id=entry_id, answers=answers)
+    for seq, (response, chunks, pinned) in enumerate(item.later, start=2):
+        row = tx.one(
+            "import_answer",
+            workspace_id=workspace,
+            entry_id=entry_id,
+            seq=seq,
+            response=response,
+            chunks=chunks,
+            pinned=pinned,
+            now=stamp,
+        )
+        tx.run(
+            "insert_answer_revision",
+            id=new_id("revision"),
+            workspace_id=workspace,
+            entry_id=entry_id,
+            seq=seq,
+            number=row["revision"],
+            response=response,
+            chunks=chunks,
+            actor="import",
+            summary="imported from a bundle",
+            now=stamp,
+        )
+
+
+def _same_json(mine: str | None, theirs: str | None) -> bool:
+    # Text first (bundles imported before compare equal); else as JSON, which ignores key order.
+    return mine == theirs or (
+        mine is not None and theirs is not None and json.loads(mine) == json.loads(theirs)
+    )
+
+
+def _same(tx: Any, old: dict[str, Any], item: _Prepared) -> bool:
     if old["review_status"] != item.review_status or bool(old["pinned"]) != bool(item.pinned):
         return False
-    for name in ("request", "response", "chunks"):
-        mine, theirs = getattr(item, name), old[name]
-        # Text first (bundles imported before compare equal); else as JSON, which ignores key order.
-        if mine != theirs and (mine is None or theirs is None or json.loads(mine) != json.loads(theirs)):
-            return False
-    return True
+    if not all(_same_json(getattr(item, name), old[name]) for name in ("request", "response", "chunks")):
+        return False
+    if old["answers"] != 1 + len(item.later):
+        return False
+    if not item.later:
+        return True
+    stored = tx.all("list_entry_answers", entry_id=old["id"])
+    return all(
+        _same_json(mine[0], theirs["response"])
+        and _same_json(mine[1], theirs["chunks"])
+        and mine[2] == theirs["pinned"]
+        for mine, theirs in zip(item.later, stored, strict=True)
+    )
 
 
 # --- checking a bundle for credentials --------------------------------------------------------------

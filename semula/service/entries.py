@@ -45,8 +45,12 @@ def save(
     tokens: tuple[int, int] = (0, 0),
     api: str = dialects.CHAT,
     meta: dict[str, Any] | None = None,
+    seq: int = 1,
 ) -> dict[str, Any]:
     """Insert the entry or add a revision to it; a pinned entry refuses re-recording (409).
+
+    `seq` above 1 saves that answer of the entry's sequence instead (its predecessor must exist: 409
+    otherwise).
 
     `tokens` (prompt, completion) are what a provider spent on the answer, counted against the
     project's record-through budget in the same statement. On a Store rather than a transaction it
@@ -55,15 +59,11 @@ def save(
     """
     response_json = dumps(response)
     chunks_json = dumps(chunks) if chunks is not None else None
-    row = tx.one(
-        "save_entry",
-        id=new_id("entry"),
+    params = dict(
         revision_id=new_id("revision"),
         workspace_id=ctx.principal.workspace_id,
         project_id=project_id,
         fingerprint=fingerprint,
-        model=request.get("model"),
-        request=dumps(request),
         response=response_json,
         chunks=chunks_json,
         actor=actor,
@@ -71,13 +71,40 @@ def save(
         now=now(),
         prompt_tokens=tokens[0],
         completion_tokens=tokens[1],
+    )
+    if seq > 1:
+        row = tx.one("save_answer", seq=seq, **params)
+        if row is None:
+            raise _answer_refused(tx, project_id, fingerprint, seq)
+        return {**row, "response": response_json, "chunks": chunks_json, "seq": seq}
+    row = tx.one(
+        "save_entry",
+        id=new_id("entry"),
+        model=request.get("model"),
+        request=dumps(request),
         api=api,
         response_id=dialects.get(api).response_id(response),
         meta=dumps(meta) if meta else None,
+        **params,
     )
     if row is None:
         raise Conflict("The entry for this request is pinned; unpin it to re-record.", code="entry_pinned")
     return {**row, "response": response_json, "chunks": chunks_json}
+
+
+def _answer_refused(tx: Tx | Store, project_id: str, fingerprint: str, seq: int) -> Conflict:
+    """Why answer `seq` of a sequence was not saved: it is pinned, or its predecessor is missing."""
+    entry = tx.one("entry_by_fingerprint", project_id=project_id, fingerprint=fingerprint)
+    if entry is not None and entry["answers"] >= seq:
+        return Conflict(
+            f"Answer {seq} of this request's sequence is pinned; unpin it to re-record.", code="entry_pinned"
+        )
+    have = entry["answers"] if entry is not None else 0
+    return Conflict(
+        f"This call records answer {seq} of its request's sequence, which has {have} answer"
+        f"{'s' if have != 1 else ''}: answer {have + 1} first.",
+        code="sequence_out_of_order",
+    )
 
 
 def _add_revision(
@@ -149,6 +176,7 @@ def present(row: dict[str, Any], *, full: bool = False) -> dict[str, Any]:
         "fingerprint": row["fingerprint"],
         "model": row["model"],
         "revision": row["revision"],
+        "answers": row.get("answers") or 1,
         "pinned": bool(row["pinned"]),
         "review_status": row["review_status"],
         "created": int(row["created_at"]),
@@ -280,7 +308,7 @@ def revert(ctx: Context, entry_id: str, number: int, *, summary: str = "") -> di
     if isinstance(number, bool) or not isinstance(number, int) or number < 1:
         raise BadRequest("revision must be a whole number from 1.", param="revision")
     row = get_row(ctx, entry_id)
-    old = ctx.store.one("get_revision", entry_id=row["id"], number=number)
+    old = ctx.store.one("get_revision", entry_id=row["id"], seq=1, number=number)
     if old is None:
         raise NotFound(f"Entry {entry_id} has no revision {number}.", code="revision_not_found")
     response, chunks = decode(old)

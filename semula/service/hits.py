@@ -25,12 +25,25 @@ from semula.service.proxy import Call, replay_headers, templated
 # Bounds the memory: at most SIZE requests of at most MAX_BODY bytes each (64 MiB in all).
 SIZE = 2048
 MAX_BODY = 32 * 1024
-Key = tuple[str, str, str | None, str | None, str | None, bytes]
+Key = tuple[str, str, str | None, str | None, str | None, bool, bytes]
 
 
-def key(ctx: Context, api: str, path_project: str | None, header_project: str | None, raw: bytes) -> Key:
-    """What decides the answer to a request, besides the rows store.version() covers."""
-    return (api, ctx.principal.workspace_id, ctx.principal.project_id, path_project, header_project, raw)
+def key(
+    ctx: Context,
+    api: str,
+    path_project: str | None,
+    header_project: str | None,
+    raw: bytes,
+    session: str | None = None,
+) -> Key:
+    """What decides the answer to a request, besides the rows store.version() covers.
+
+    In a session only whether there is one: a session call is kept only when its answer does not
+    depend on its call number (one answer; decided by the entry and project rows, which the version
+    covers), and then every session gets the same answer.
+    """
+    workspace, bound = ctx.principal.workspace_id, ctx.principal.project_id
+    return (api, workspace, bound, path_project, header_project, session is not None, raw)
 
 
 @dataclass
@@ -71,6 +84,8 @@ class HitCache:
         """Keep a hit that `find()` read `version` for; a first sight only notes where it led."""
         if call.stream or call.entry is None or templated(call.entry) or len(key[-1]) > self.max_body:
             return
+        if call.session is not None and (call.call_number or call.project["sequences"] == "record"):
+            return  # its answer depends on its number in the session, or would for a caller who may record
         kept = self._kept.get(key)
         found = (call.project["id"], call.fingerprint)
         if kept is None or version is None or (kept.project_id, kept.fingerprint) != found:

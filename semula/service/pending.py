@@ -46,9 +46,13 @@ def park(
     stream: bool,
     *,
     api: str = dialects.CHAT,
+    seq: int = 1,
 ) -> str | None:
-    """The id of the pending row for this miss (new or shared), or None when max_misses is reached."""
-    params = dict(project_id=project["id"], fingerprint=fingerprint)
+    """The id of the pending row for this miss (new or shared), or None when max_misses is reached.
+
+    `seq` is the answer of the request's sequence it records (docs/decisions/0036-sequences-and-sessions.md).
+    """
+    params = dict(project_id=project["id"], fingerprint=fingerprint, seq=seq)
     for _ in range(2):
         inserted = ctx.store.one(
             "insert_pending",
@@ -121,6 +125,7 @@ def present(row: dict[str, Any], *, full: bool = False, ctx: Context | None = No
         "claimed_by": row["claimed_by"] if claimed else None,
         "claimed_until": int(row["claim_expires_at"]) if claimed else None,
         "entry_id": row["entry_id"],
+        "seq": row.get("seq") or 1,
     }
     if full:
         request = json.loads(row["request"])
@@ -182,6 +187,7 @@ def answer(
             actor=actor,
             summary=summary or f"answered by {ctx.principal.actor}",
             api=dialect.name,
+            seq=row.get("seq") or 1,
         )
         resolved_at = now()
         if not tx.run(

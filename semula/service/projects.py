@@ -44,6 +44,8 @@ DEFAULTS: dict[str, Any] = {
     "restamp": "fresh",
     "stream_pacing": "none",
     "embeddings": "off",
+    "sequences": "off",
+    "after_last": "repeat_last",
 }
 MAX_PACING_FACTOR = 100
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -91,6 +93,8 @@ class SettingsSchema(Schema):
             )
 
     embeddings = fields.String(validate=validate.OneOf(["off", "synthetic"]))
+    sequences = fields.String(validate=validate.OneOf(["off", "record"]))
+    after_last = fields.String(validate=validate.OneOf(["repeat_last", "cycle", "fail"]))
 
     @validates("ignore_fields")
     def _ignore_fields(self, value: Any, **_: Any) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 from semula import dialects, redact
 from semula import fingerprint as fp
 from semula.dialects import CHAT, RESPONSES, Dialect, Request
-from semula.errors import BadRequest, NotFound, ReplayMiss, TooManyMisses
-from semula.service import Context, quotas
+from semula.errors import BadRequest, NotFound, ReplayMiss, SequenceExhausted, TooManyMisses
+from semula.service import Context, quotas, sequences
 from semula.service import entries as entries_service
 from semula.service import pending as pending_service
 from semula.service import projects as projects_service
@@ -36,6 +36,10 @@ class Call:
     entry: dict[str, Any] | None = None
     pending_id: str | None = None
     live: Any = None  # a record-through stream (upstream.Relay), passed on as the provider sends it
+    session: str | None = None  # the replay session the call belongs to (docs/decisions/0036-…)
+    seq: int = 1  # the answer of the fingerprint's sequence this call replays or records
+    call_number: int | None = None  # this call's number in its session, when its answer depended on it
+    exhausted: SequenceExhausted | None = None  # past the last answer, with after_last: fail
 
     @property
     def model(self) -> str:
@@ -69,8 +73,15 @@ def check_body(body: Any) -> tuple[str, bool, bool]:
     return req.model, req.stream, req.include_usage
 
 
-def start(ctx: Context, project: dict[str, Any], body: Any, dialect: Dialect | None = None) -> Call:
-    """Check the request as its API does, fingerprint it and look for its entry."""
+def start(
+    ctx: Context,
+    project: dict[str, Any],
+    body: Any,
+    dialect: Dialect | None = None,
+    session: str | None = None,
+) -> Call:
+    """Check the request as its API does, fingerprint it and look for its entry (in a session: the
+    answer of its sequence this call gets)."""
     require(ctx, role="viewer", scope="replay")
     dialect = dialect or dialects.get(CHAT)
     req = dialect.check(body)
@@ -79,8 +90,10 @@ def start(ctx: Context, project: dict[str, Any], body: Any, dialect: Dialect | N
     fingerprint = dialect.fingerprint(
         body, json.loads(project["ignore_fields"]), json.loads(project["normalize"])
     )
-    call = Call(project, body, fingerprint, req, time.monotonic(), dialect)
+    call = Call(project, body, fingerprint, req, time.monotonic(), dialect, session=session)
     call.entry = entries_service.lookup(ctx, project["id"], fingerprint)
+    if session is not None:
+        sequences.pick(ctx, call, project["sequences"] == "record" and may_park(ctx, call))
     return call
 
 
@@ -104,14 +117,14 @@ def park(ctx: Context, call: Call) -> None:
     """Park a miss (or join the identical one parked already); 429 past max_misses."""
     stored = redact.redact_obj(call.body, ctx.settings.secrets())
     if quotas.limit(ctx, "quota_parked") is not None and not ctx.store.one(
-        "pending_by_fingerprint", project_id=call.project["id"], fingerprint=call.fingerprint
+        "pending_by_fingerprint", project_id=call.project["id"], fingerprint=call.fingerprint, seq=call.seq
     ):
         quotas.check(ctx, "quota_parked")  # joining a row parked already adds nothing
     call.pending_id = pending_service.park(
-        ctx, call.project, call.fingerprint, stored, call.stream, api=call.dialect.name
+        ctx, call.project, call.fingerprint, stored, call.stream, api=call.dialect.name, seq=call.seq
     )
     if call.pending_id is None:
-        call.entry = entries_service.lookup(ctx, call.project["id"], call.fingerprint)
+        call.entry = recorded_answer(ctx, call)
         if call.entry is None:
             raise TooManyMisses(
                 f"Project {call.project['name']!r} has {call.project['max_misses']} calls parked "
@@ -119,9 +132,19 @@ def park(ctx: Context, call: Call) -> None:
             )
 
 
-def answered_entry(ctx: Context, entry_id: str) -> dict[str, Any]:
-    """The entry that answered a held call, read as the caller (row-level security sees it in hosted mode)."""
-    return entries_service.get_row(ctx, entry_id)
+def recorded_answer(ctx: Context, call: Call) -> dict[str, Any] | None:
+    """The answer recorded for the call's place in its sequence since it looked, or None."""
+    entry = entries_service.lookup(ctx, call.project["id"], call.fingerprint)
+    if entry is None or entry["answers"] < call.seq:
+        return None
+    return sequences.with_answer(ctx, entry, call.seq)
+
+
+def answered_entry(ctx: Context, entry_id: str, seq: int = 1) -> dict[str, Any]:
+    """The entry that answered a held call, read as the caller (row-level security sees it in hosted mode),
+    as answer `seq` of its sequence."""
+    entry = entries_service.get_row(ctx, entry_id)
+    return sequences.with_answer(ctx, entry, seq) or entry
 
 
 def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
@@ -139,11 +162,14 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
         theirs = call.dialect.canonical(json.loads(row["request"]), *rules)
         score = fp.closeness(mine, theirs)
         if score > best_score:
-            best, best_score = (row["id"], theirs), score
+            best, best_score = (row, theirs), score
     name = call.project["name"]
+    session = ""
+    if call.session:
+        session = sequences.describe(call, call.call_number or sequences.calls_so_far(ctx, call) + 1)
     if best is None:
         return ReplayMiss(
-            f"No recorded entry matches this request: project {name!r} has no entries to replay."
+            f"No recorded entry matches this request: project {name!r} has no entries to replay.{session}"
             + _scope_note(ctx, call)
         )
     found = fp.difference(best[1], mine)
@@ -152,9 +178,11 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
     else:
         path, recorded, sent = found
         where = f"first difference at {path}: recorded {_short(recorded)}, sent {_short(sent)}"
+    answers = best[0]["answers"]
+    count = f" ({answers} answers)" if answers > 1 else ""
     return ReplayMiss(
         f"No recorded entry matches this request in project {name!r}. "
-        f"Closest entry: {_entry_name(ctx, best[0])}; {where}." + _scope_note(ctx, call)
+        f"Closest entry: {_entry_name(ctx, best[0]['id'])}{count}; {where}.{session}" + _scope_note(ctx, call)
     )
 
 

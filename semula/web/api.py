@@ -10,7 +10,7 @@ from typing import Any
 from flask import Blueprint, request
 
 from semula.errors import BadRequest
-from semula.service import audit, projects, sessions, tokens
+from semula.service import audit, projects, sequences, sessions, tokens
 from semula.web import context, json_body
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
@@ -41,6 +41,11 @@ def get_project(name: str) -> Any:
 @api.patch("/projects/<name>")
 def update_project(name: str) -> Any:
     return projects.update(context(), name, json_body())
+
+
+@api.post("/projects/<name>/sessions/<session>/reset")
+def reset_session(name: str, session: str) -> Any:
+    return sequences.reset(context(), name, session)
 
 
 @api.get("/tokens")

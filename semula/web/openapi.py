@@ -197,6 +197,17 @@ SETTINGS_PROPERTIES: dict[str, Any] = {
         "description": "synthetic: a missed embeddings call in record mode is answered at once with "
         "deterministic vectors and saved as an entry (actor synthetic); off: it is parked like any call.",
     },
+    "sequences": {
+        "type": "string",
+        "enum": ["off", "record"],
+        "description": "record: in a session, the k-th identical call with fewer than k answers records "
+        "answer k.",
+    },
+    "after_last": {
+        "type": "string",
+        "enum": ["repeat_last", "cycle", "fail"],
+        "description": "What a session call past the last answer of a sequence gets.",
+    },
 }
 
 API = {
@@ -234,6 +245,15 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "ProjectSettings": obj(SETTINGS_PROPERTIES, [], additionalProperties=False),
+    "SessionReset": obj(
+        {
+            "object": {"type": "string", "enum": ["session"]},
+            "project": {"type": "string"},
+            "session": {"type": "string"},
+            "reset": {"type": "boolean"},
+        },
+        ["object", "project", "session", "reset"],
+    ),
     "ProjectCreate": obj(
         {"name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,62}$"}, **SETTINGS_PROPERTIES},
         ["name"],
@@ -473,6 +493,16 @@ PATHS: dict[str, Any] = {
             {200: ("Spend after the reset.", ref("UpstreamUsage"))},
             errors=(404,),
             parameters=[PROJECT_NAME],
+            tag="projects",
+        ),
+    },
+    "/api/v1/projects/{name}/sessions/{session}/reset": {
+        "post": operation(
+            "resetSession",
+            "Start a replay session over: its next call of each request is call 1 (replay scope)",
+            {200: ("The session was reset.", ref("SessionReset"))},
+            errors=(400, 404),
+            parameters=[PROJECT_NAME, path_param("session", "The session's name: `[A-Za-z0-9_.-]{1,64}`.")],
             tag="projects",
         ),
     },

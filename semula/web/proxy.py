@@ -20,7 +20,7 @@ from semula import dialects, errors, jsonio, logs, metrics
 from semula.config import Settings
 from semula.db import DatabaseError, Store
 from semula.parking import Parking
-from semula.service import Context, Principal, hits, synthetic, upstream
+from semula.service import Context, Principal, hits, sequences, synthetic, upstream
 from semula.service import proxy as proxy_service
 from semula.service.auth import authenticate
 from semula.service.calllog import CallLog
@@ -29,13 +29,14 @@ from semula.web import access
 logger = logging.getLogger("semula.proxy")
 
 ROUTE = re.compile(
-    r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62}))?/v1/(?P<what>chat/completions|responses|models"
+    r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62})(?:/s/(?P<session>[A-Za-z0-9_.-]{1,64}))?)?"
+    r"/v1/(?P<what>chat/completions|responses|models"
     r"|responses/(?P<response_id>[A-Za-z0-9_.:-]{1,200})(?P<items>/input_items)?"
     r"|embeddings"
     r"|models/(?P<model_id>[^?#]{1,200}))$"
 )
 # Any other path under /v1 is an API this server does not speak: say so, in the API's error shape.
-API_PREFIX = re.compile(r"^(?:/p/[^/]*)?/v1(?:/|$)")
+API_PREFIX = re.compile(r"^(?:/p/[^/]*(?:/s/[^/]*)?)?/v1(?:/|$)")
 # The POST routes that replay or record, by their path under /v1: the dialect that speaks each.
 APIS = {"chat/completions": dialects.CHAT, "responses": "openai.responses", "embeddings": dialects.EMBEDDINGS}
 JSON_HEADERS = [("Content-Type", "application/json")]
@@ -66,6 +67,7 @@ ERROR_OUTCOMES = {
     "semula_max_misses": "max_misses",
     "semula_upstream_budget": "budget",
     "semula_upstream_dry_run": "dry_run",
+    "semula_sequence_exhausted": "sequence_exhausted",
 }
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # How long the proxy trusts a token it has checked (docs/decisions/0012-proxy-hot-path.md).
@@ -159,8 +161,9 @@ class ProxyApp:
             what = match["what"]
             api = APIS.get(what)
             key, version = None, None
+            session = match["session"] or self._session(environ)
             if api is not None and environ.get("REQUEST_METHOD") == "POST":
-                key = hits.key(ctx, api, match["project"], header_project, self._read(environ))
+                key = hits.key(ctx, api, match["project"], header_project, self._read(environ), session)
                 kept, version = self.hits.find(ctx, key)
                 if kept is not None:
                     self._log(ctx, kept.call, "hit", 200, started)
@@ -176,7 +179,7 @@ class ProxyApp:
                 return self._stored_response(ctx, project, match, environ, start_response)
             self._method(environ, "POST")
             assert key is not None
-            call = proxy_service.start(ctx, project, self._parse(key[-1]), dialects.get(api))
+            call = proxy_service.start(ctx, project, self._parse(key[-1]), dialects.get(api), session)
             outcome = "hit" if call.entry else self._miss(ctx, call)
             if call.live is not None:
                 self._log(ctx, call, outcome, 200, started)
@@ -220,6 +223,8 @@ class ProxyApp:
 
     def _miss(self, ctx: Context, call: proxy_service.Call) -> str:
         """Park and hold a miss in record mode; returns the outcome, or raises the right error."""
+        if call.exhausted is not None:
+            raise call.exhausted
         metrics.MISSES.inc()
         proxy_service.check_previous(ctx, call)
         if not proxy_service.may_park(ctx, call):
@@ -258,8 +263,14 @@ class ProxyApp:
             raise errors.Conflict(
                 f"Pending call {call.pending_id} was {status}.", code="semula_pending_cancelled"
             )
-        call.entry = proxy_service.answered_entry(ctx, entry_id)
+        call.entry = proxy_service.answered_entry(ctx, entry_id, call.seq)
         return "answered"
+
+    @staticmethod
+    def _session(environ: dict[str, Any]) -> str | None:
+        """The replay session named by X-Semula-Session (the path's /s/<session> wins)."""
+        header = environ.get("HTTP_X_SEMULA_SESSION")
+        return sequences.check_session(header, param="X-Semula-Session") if header is not None else None
 
     def _read(self, environ: dict[str, Any]) -> bytes:
         limit = self.settings.max_body_bytes

@@ -141,6 +141,44 @@ def test_replayed():
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+AGENT_LOOP = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Next step?"}]}
+CASSETTE_TESTS = """
+from openai import OpenAI
+
+def ask():
+    client = OpenAI(max_retries=0)
+    question = [{"role": "user", "content": "Next step?"}]
+    reply = client.chat.completions.create(model="gpt-4o", messages=question)
+    client.close()
+    return reply.choices[0].message.content
+
+def test_once():
+    assert ask() == "look"
+
+def test_twice():
+    assert [ask(), ask()] == ["look", "act"]
+
+def test_past_the_last():
+    assert [ask(), ask(), ask(), ask()] == ["look", "act", "done", "done"]
+
+def test_once_more():
+    assert ask() == "look"
+"""
+
+
+def test_each_test_replays_its_own_calls_in_parallel_workers(pytester, tmp_path):
+    """Two xdist workers, each in its own session; every test counts its calls from one."""
+    bundle = tmp_path / "llm.json"
+    make_bundle(bundle, [(AGENT_LOOP, [{"content": "look"}, {"content": "act"}, {"content": "done"}])])
+    pytester.makepyfile(test_loop=CASSETTE_TESTS)
+    for args in (["-n", "2"], []):
+        result = pytester.runpytest_subprocess(
+            "--semula-bundle", str(bundle), "-p", "no:cacheprovider", *args
+        )
+        result.assert_outcomes(passed=4)
+        assert ("2 workers" in result.stdout.str()) == bool(args)
+
+
 def test_replay_command_prints_its_url_first_and_serves_a_hit(tmp_path):
     bundle = tmp_path / "llm.json"
     make_bundle(bundle)

@@ -87,12 +87,14 @@ def test_round_trip_is_byte_identical(ctx, source):
     bundle = json.loads(first)
     assert bundle["bundle"] == {"format": "semula-bundle", "version": 1}
     assert bundle["config"] == {
+        "after_last": "repeat_last",
         "embeddings": "synthetic",
         "ignore_fields": ["/temperature"],
         "max_misses": 7,
         "normalize": [{"pattern": "\\d{4}-\\d\\d-\\d\\d", "replacement": "DATE"}],
         "record_timeout": 42,
         "restamp": "recorded",
+        "sequences": "off",
         "stream_pacing": 1.5,
     }
     fingerprints = [e["fingerprint"] for e in bundle["entries"]]

@@ -41,6 +41,7 @@ def insert_pending_rows(store: Store, project_id: str, count: int) -> list[str]:
                 request=request,
                 stream=0,
                 api="openai.chat",
+                seq=1,
                 max_misses=count + 1,
                 now=time.time(),
             )

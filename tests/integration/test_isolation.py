@@ -40,6 +40,7 @@ PARAMETERS = {
     "entry_id": "entry",
     "token_id": "token",
     "session_id": "session",
+    "session": "replay_session",  # a replay session's name, in B's project
 }
 # Routes that hold no tenant data at all.
 NO_TENANT_DATA = {
@@ -86,6 +87,7 @@ def world(hosted):  # noqa: F811 - the fixture imported above
         "entry": entry_id,
         "token": b_token["id"],
         "session": b_session["id"],
+        "replay_session": "b-session",
     }
     return {
         "operator": operator,
@@ -234,6 +236,7 @@ NO_OBJECT = {
     "entries.decode",
     "entries.meta",
     "proxy.pacing",
+    "proxy.recorded_answer",
     "proxy.replay_headers",
     "entries.present",
     "entries.check_quota",
@@ -326,6 +329,7 @@ def test_project_binding_matrix_inside_one_workspace(world):
         "entry": entry_id,
         "token": "tok_nope",
         "session": "ses_nope",
+        "replay_session": "ant-session",
     }
     for rule, method in routes(world["app"]):
         if rule.rule in NO_TENANT_DATA or rule.rule.startswith("/ui/") or not rule.arguments:

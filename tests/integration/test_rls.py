@@ -38,6 +38,16 @@ def filled(hosted, db_url):  # noqa: F811 - the fixture imported above
         )
         answered = pending.park(ctx, row, fingerprint(REQUEST), REQUEST, False)
         pending.answer(ctx, answered, {"content": "x"})
+        second = pending.park(ctx, row, fingerprint(REQUEST), REQUEST, False, seq=2)
+        pending.answer(ctx, second, {"content": "y"})  # answer 2 of the sequence: an entry_answers row
+        ctx.store.one(
+            "count_session_call",
+            workspace_id=ctx.principal.workspace_id,
+            project_id=row["id"],
+            session="s",
+            fingerprint="v1:x",
+            now=0,
+        )
         pending.park(ctx, row, "v1:parked", REQUEST, False)
         ctx.store.run("ensure_upstream_usage", project_id=row["id"], workspace_id=ctx.principal.workspace_id)
         ctx.store.run(

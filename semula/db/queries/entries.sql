@@ -20,10 +20,11 @@ SELECT e.*, p.name AS project_name FROM entries e JOIN projects p ON p.id = e.pr
 WHERE e.id = :id AND e.workspace_id = :workspace_id
 
 -- name: list_revisions
-SELECT * FROM entry_revisions WHERE entry_id = :entry_id ORDER BY number
+-- Every answer's revisions: by answer, then number.
+SELECT * FROM entry_revisions WHERE entry_id = :entry_id ORDER BY seq, number
 
 -- name: get_revision
-SELECT * FROM entry_revisions WHERE entry_id = :entry_id AND number = :number
+SELECT * FROM entry_revisions WHERE entry_id = :entry_id AND seq = :seq AND number = :number
 
 -- name: replace_entry_response
 -- A human edit or revert: a new response is a new revision and has not been reviewed yet.
@@ -40,35 +41,35 @@ DELETE FROM entries WHERE id = :id
 
 -- name: export_entries
 -- Bundle order: by fingerprint, byte order, so the same entries always export the same way.
-SELECT fingerprint, request, response, chunks, pinned, review_status, api, meta FROM entries
+SELECT id, fingerprint, request, response, chunks, pinned, review_status, api, meta, answers FROM entries
 WHERE project_id = :project_id
 ORDER BY fingerprint
 
 -- name: export_entries.postgresql
-SELECT fingerprint, request, response, chunks, pinned, review_status, api, meta FROM entries
+SELECT id, fingerprint, request, response, chunks, pinned, review_status, api, meta, answers FROM entries
 WHERE project_id = :project_id
 ORDER BY fingerprint COLLATE "C"
 
 -- name: entries_by_fingerprints
 -- :fingerprints is a JSON array: one query per import batch, whatever its size.
-SELECT id, fingerprint, request, response, chunks, revision, pinned, review_status FROM entries
+SELECT id, fingerprint, request, response, chunks, revision, pinned, review_status, answers FROM entries
 WHERE project_id = :project_id AND fingerprint IN (SELECT value FROM json_each(:fingerprints))
 
 -- name: entries_by_fingerprints.postgresql
-SELECT id, fingerprint, request, response, chunks, revision, pinned, review_status FROM entries
+SELECT id, fingerprint, request, response, chunks, revision, pinned, review_status, answers FROM entries
 WHERE project_id = :project_id
   AND fingerprint IN (SELECT jsonb_array_elements_text(CAST(:fingerprints AS jsonb)))
 
 -- name: import_insert_entry
 INSERT INTO entries (id, workspace_id, project_id, fingerprint, model, request, response, chunks, revision,
-    pinned, review_status, created_at, updated_at, api, response_id, meta)
+    pinned, review_status, created_at, updated_at, api, response_id, meta, answers)
 VALUES (:id, :workspace_id, :project_id, :fingerprint, :model, :request, :response, :chunks, 1,
-    :pinned, :review_status, :now, :now, :api, :response_id, :meta)
+    :pinned, :review_status, :now, :now, :api, :response_id, :meta, :answers)
 
 -- name: import_update_entry
 UPDATE entries SET model = :model, request = :request, response = :response, chunks = :chunks,
     revision = :revision, pinned = :pinned, review_status = :review_status, updated_at = :now,
-    api = :api, response_id = :response_id, meta = :meta
+    api = :api, response_id = :response_id, meta = :meta, answers = :answers
 WHERE id = :id AND pinned = 0
 
 -- name: list_call_log

@@ -3,7 +3,7 @@
 -- name: list_pending
 -- Oldest first, the order claims take; the request text is left out, a list never needs it.
 SELECT pd.id, pd.project_id, pd.model, pd.stream, pd.status, pd.entry_id, pd.claimed_by,
-    pd.claim_expires_at, pd.created_at, pd.resolved_at, pd.api, p.name AS project_name
+    pd.claim_expires_at, pd.created_at, pd.resolved_at, pd.api, pd.seq, p.name AS project_name
 FROM pending pd JOIN projects p ON p.id = pd.project_id
 WHERE pd.workspace_id = :workspace_id
   AND (CAST(:project_id AS TEXT) IS NULL OR pd.project_id = :project_id)

@@ -1,7 +1,7 @@
 -- Statements of the proxy: entries lookup and save, parking, the call log.
 
 -- name: entry_by_fingerprint
-SELECT id, response, chunks, review_status, model, meta FROM entries
+SELECT id, response, chunks, review_status, model, meta, answers FROM entries
 WHERE project_id = :project_id AND fingerprint = :fingerprint
 
 -- name: replay_versions.postgresql
@@ -24,7 +24,7 @@ ORDER BY id DESC
 LIMIT 1
 
 -- name: entry_candidates
-SELECT id, request FROM entries
+SELECT id, request, answers FROM entries
 WHERE project_id = :project_id AND api = :api AND review_status <> 'rejected'
 ORDER BY CASE WHEN model = :model THEN 0 ELSE 1 END, id DESC
 LIMIT :limit
@@ -84,14 +84,17 @@ VALUES (:id, :workspace_id, :entry_id, :number, :response, :chunks, :actor, :sum
 -- name: insert_pending
 -- Parks a miss unless the project already has max_misses parked; the partial unique index makes
 -- identical concurrent misses share one row.
-INSERT INTO pending (id, workspace_id, project_id, fingerprint, model, request, stream, status, created_at, api)
-SELECT :id, :workspace_id, :project_id, :fingerprint, :model, :request, :stream, 'pending', :now, :api
+INSERT INTO pending (id, workspace_id, project_id, fingerprint, model, request, stream, status, created_at, api,
+    seq)
+SELECT :id, :workspace_id, :project_id, :fingerprint, :model, :request, :stream, 'pending', :now, :api, :seq
 WHERE (SELECT COUNT(*) FROM pending WHERE project_id = :project_id AND status = 'pending') < :max_misses
-ON CONFLICT (project_id, fingerprint) WHERE status = 'pending' DO NOTHING
+ON CONFLICT (project_id, fingerprint, seq) WHERE status = 'pending' DO NOTHING
 RETURNING id
 
 -- name: pending_by_fingerprint
-SELECT id FROM pending WHERE project_id = :project_id AND fingerprint = :fingerprint AND status = 'pending'
+-- The parked call for one answer of a request's sequence (answer 1 outside sessions).
+SELECT id FROM pending
+WHERE project_id = :project_id AND fingerprint = :fingerprint AND seq = :seq AND status = 'pending'
 
 -- name: get_pending
 SELECT pd.*, p.name AS project_name FROM pending pd JOIN projects p ON p.id = pd.project_id

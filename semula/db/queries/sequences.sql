@@ -1,0 +1,97 @@
+-- Statements of sequences and replay sessions (docs/decisions/0036-sequences-and-sessions.md).
+
+-- name: count_session_call
+-- The call number of this request in its session: one atomic statement on both databases, so two
+-- identical calls in flight at once, in any processes, get distinct numbers.
+INSERT INTO session_calls (workspace_id, project_id, session, fingerprint, calls, updated_at)
+VALUES (:workspace_id, :project_id, :session, :fingerprint, 1, :now)
+ON CONFLICT (project_id, session, fingerprint) DO UPDATE SET
+    calls = session_calls.calls + 1, updated_at = excluded.updated_at
+RETURNING calls
+
+-- name: reset_session
+DELETE FROM session_calls WHERE project_id = :project_id AND session = :session
+
+-- name: entry_answer
+SELECT seq, response, chunks, revision, pinned FROM entry_answers WHERE entry_id = :entry_id AND seq = :seq
+
+-- name: list_entry_answers
+SELECT * FROM entry_answers WHERE entry_id = :entry_id ORDER BY seq
+
+-- name: save_answer
+-- Answer :seq (2 or more) of an entry's sequence as its newest revision, the entry's answer count
+-- raised to it, the provider tokens counted as save_entry does; nothing for a pinned answer, a missing
+-- entry or an answer whose predecessor is missing (sequences have no gaps).
+INSERT INTO entry_answers (workspace_id, entry_id, seq, response, chunks, revision, pinned, created_at,
+    updated_at)
+SELECT :workspace_id, id, :seq, :response, :chunks, 1, 0, :now, :now FROM entries
+WHERE project_id = :project_id AND fingerprint = :fingerprint AND answers >= :seq - 1
+ON CONFLICT (entry_id, seq) DO UPDATE SET
+    response = excluded.response, chunks = excluded.chunks, revision = entry_answers.revision + 1,
+    updated_at = excluded.updated_at
+WHERE entry_answers.pinned = 0;
+INSERT INTO entry_revisions (id, workspace_id, entry_id, seq, number, response, chunks, actor, summary,
+    created_at)
+SELECT :revision_id, :workspace_id, a.entry_id, a.seq, a.revision, :response, :chunks, :actor, :summary, :now
+FROM entry_answers a JOIN entries e ON e.id = a.entry_id
+WHERE e.project_id = :project_id AND e.fingerprint = :fingerprint AND a.seq = :seq AND changes() > 0;
+UPDATE entries SET answers = MAX(answers, :seq), updated_at = :now
+WHERE project_id = :project_id AND fingerprint = :fingerprint
+  AND EXISTS (SELECT 1 FROM entry_revisions WHERE id = :revision_id);
+UPDATE upstream_usage SET prompt_tokens = prompt_tokens + :prompt_tokens,
+    completion_tokens = completion_tokens + :completion_tokens
+WHERE project_id = :project_id AND :prompt_tokens + :completion_tokens > 0
+  AND EXISTS (SELECT 1 FROM entry_revisions WHERE id = :revision_id);
+SELECT entry_id AS id, number AS revision FROM entry_revisions WHERE id = :revision_id
+
+-- name: save_answer.postgresql
+WITH answer AS (
+    INSERT INTO entry_answers (workspace_id, entry_id, seq, response, chunks, revision, pinned, created_at,
+        updated_at)
+    SELECT :workspace_id, id, :seq, :response, :chunks, 1, 0, :now, :now FROM entries
+    WHERE project_id = :project_id AND fingerprint = :fingerprint AND answers >= CAST(:seq AS INTEGER) - 1
+    ON CONFLICT (entry_id, seq) DO UPDATE SET
+        response = excluded.response, chunks = excluded.chunks, revision = entry_answers.revision + 1,
+        updated_at = excluded.updated_at
+    WHERE entry_answers.pinned = 0
+    RETURNING entry_id, seq, revision
+), revision AS (
+    INSERT INTO entry_revisions (id, workspace_id, entry_id, seq, number, response, chunks, actor, summary,
+        created_at)
+    SELECT :revision_id, :workspace_id, entry_id, seq, revision, :response, :chunks, :actor, :summary, :now
+    FROM answer
+), bump AS (
+    UPDATE entries SET answers = GREATEST(answers, CAST(:seq AS INTEGER)), updated_at = :now
+    WHERE id IN (SELECT entry_id FROM answer)
+), tokens AS (
+    UPDATE upstream_usage SET prompt_tokens = prompt_tokens + :prompt_tokens,
+        completion_tokens = completion_tokens + :completion_tokens
+    WHERE project_id = :project_id
+      AND CAST(:prompt_tokens AS BIGINT) + CAST(:completion_tokens AS BIGINT) > 0
+      AND EXISTS (SELECT 1 FROM answer)
+)
+SELECT entry_id AS id, revision FROM answer
+
+-- name: session_call_count
+SELECT calls FROM session_calls WHERE project_id = :project_id AND session = :session AND fingerprint = :fingerprint
+
+-- name: import_answer
+-- Answer :seq of an imported sequence: new, or a new revision of the one there.
+INSERT INTO entry_answers (workspace_id, entry_id, seq, response, chunks, revision, pinned, created_at,
+    updated_at)
+VALUES (:workspace_id, :entry_id, :seq, :response, :chunks, 1, :pinned, :now, :now)
+ON CONFLICT (entry_id, seq) DO UPDATE SET
+    response = excluded.response, chunks = excluded.chunks, revision = entry_answers.revision + 1,
+    pinned = excluded.pinned, updated_at = excluded.updated_at
+RETURNING revision
+
+-- name: drop_answers_after
+DELETE FROM entry_answers WHERE entry_id = :entry_id AND seq > :answers
+
+-- name: drop_revisions_after
+DELETE FROM entry_revisions WHERE entry_id = :entry_id AND seq > :answers
+
+-- name: insert_answer_revision
+INSERT INTO entry_revisions (id, workspace_id, entry_id, seq, number, response, chunks, actor, summary,
+    created_at)
+VALUES (:id, :workspace_id, :entry_id, :seq, :number, :response, :chunks, :actor, :summary, :now)
