@@ -117,6 +117,39 @@ class Server:
         self._log.close()
 
 
+def parked(ctx: Any, project: dict[str, Any]) -> list[dict[str, Any]]:
+    """The calls parked in `project`, once there are some."""
+    return wait_for(
+        lambda: ctx.store.all("parked_in_project", project_id=project["id"]), what="a parked call"
+    )
+
+
+def answered_post(ctx: Any, project: dict[str, Any], post: Callable[[], Any], payload: Any) -> Any:
+    """Make the request `post` sends, answer the one call it parks with `payload`, return its response."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from semula.service import pending
+
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(post)
+        [row] = parked(ctx, project)
+        pending.answer(ctx, row["id"], payload)
+        return future.result(10)
+
+
+def typed_events(text: str) -> list[dict[str, Any]]:
+    """The events of an `event: TYPE` + `data: JSON` stream; each event line must name its data's type."""
+    import json
+
+    events = []
+    for block in text.strip().split("\n\n"):
+        kind, data = block.split("\n")
+        event = json.loads(data.removeprefix("data: "))
+        assert kind == f"event: {event['type']}"
+        events.append(event)
+    return events
+
+
 # One function tool, as Chat Completions nests it and as the Responses API flattens it.
 WEATHER_FUNCTION = {
     "name": "get_weather",

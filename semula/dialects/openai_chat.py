@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from semula import answers, chat_requests, stream, templates
+from semula import chat_requests, stream, templates
 from semula import fingerprint as fp
 from semula.dialects import CHAT, Dialect, Request
 from semula.errors import BadRequest
@@ -66,11 +66,6 @@ class OpenAIChat(Dialect):
         if not response.get("choices") and chunks:
             return stream.assemble_chunks(chunks)
         return response
-
-    def accept(self, payload, request, view):
-        completion = answers.parse_answer(payload, view)
-        answers.validate_tool_calls(completion, view)
-        return completion, None
 
     def accept_recorded(self, response, chunks, request, view):
         return self.accept(response, request, view)[0], chunks

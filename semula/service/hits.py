@@ -25,12 +25,28 @@ from semula.service.proxy import Call, templated
 # Bounds the memory: at most SIZE requests of at most MAX_BODY bytes each (64 MiB in all).
 SIZE = 2048
 MAX_BODY = 32 * 1024
-Key = tuple[str, str, str | None, str | None, str | None, bytes]
+Key = tuple[str, str, str | None, str | None, str | None, tuple[str | None, ...], bytes]
 
 
-def key(ctx: Context, api: str, path_project: str | None, header_project: str | None, raw: bytes) -> Key:
-    """What decides the answer to a request, besides the rows store.version() covers."""
-    return (api, ctx.principal.workspace_id, ctx.principal.project_id, path_project, header_project, raw)
+def key(
+    ctx: Context,
+    api: str,
+    path_project: str | None,
+    header_project: str | None,
+    raw: bytes,
+    headers: tuple[str | None, ...] = (),
+) -> Key:
+    """What decides the answer to a request, besides the rows store.version() covers: `headers` are
+    the values of the request headers its API reads into the request (Anthropic's betas)."""
+    return (
+        api,
+        ctx.principal.workspace_id,
+        ctx.principal.project_id,
+        path_project,
+        header_project,
+        headers,
+        raw,
+    )
 
 
 @dataclass

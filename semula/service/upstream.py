@@ -2,9 +2,10 @@
 
 The design is docs/design/record-through.md.
 
-The key is server configuration only; it goes into the Authorization header of the upstream
-request and nowhere else. The app's headers are never copied. A provider's error text is
-shown only after redaction, and an unreachable upstream is named by exception type only.
+The key is server configuration only; it goes into the Authorization header (x-api-key for
+Anthropic) of the upstream request and nowhere else. The app's headers are never copied. A
+provider's error text is shown only after redaction, and an unreachable upstream is named by
+exception type only.
 """
 
 from __future__ import annotations
@@ -302,9 +303,10 @@ def call_provider(
     if model:
         payload["model"] = model
     streaming = payload.get("stream") is True
-    headers = {"Authorization": f"Bearer {settings.upstream_key}", "Content-Type": "application/json"}
+    url, key = dialect.upstream(settings)
+    headers = dialect.upstream_headers(key or "", body)
     try:
-        status, raw = _provider(settings.upstream_url, dialect.upstream_path).post(
+        status, raw = _provider(url, dialect.upstream_path).post(
             json.dumps(payload).encode(), headers, settings.upstream_timeout
         )
     except (http.client.HTTPException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:

@@ -29,12 +29,15 @@ logger = logging.getLogger("semula.proxy")
 
 ROUTE = re.compile(
     r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62}))?/v1/(?P<what>chat/completions|responses|models"
+    r"|messages|messages/count_tokens"
     r"|responses/(?P<response_id>[A-Za-z0-9_.:-]{1,200})(?P<items>/input_items)?)$"
 )
 # Any other path under /v1 is an API this server does not speak: say so, in the API's error shape.
 API_PREFIX = re.compile(r"^(?:/p/[^/]*)?/v1(?:/|$)")
 # The POST routes that replay or record, by their path under /v1: the dialect that speaks each.
-APIS = {"chat/completions": dialects.CHAT, "responses": "openai.responses"}
+APIS = {"chat/completions": dialects.CHAT, "responses": dialects.RESPONSES, "messages": dialects.ANTHROPIC}
+# Every route's errors are in its API's envelope, from the first (a 401) on.
+ERRORS_IN = {**APIS, "messages/count_tokens": dialects.ANTHROPIC}
 JSON_HEADERS = [("Content-Type", "application/json")]
 SSE_HEADERS = [
     ("Content-Type", "text/event-stream"),
@@ -74,8 +77,9 @@ def unknown_path(environ: dict[str, Any]) -> errors.NotFound:
     method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
     return errors.NotFound(
         f"semula does not serve {method} {path[:200]}. It speaks: POST /v1/chat/completions (Chat "
-        "Completions), POST /v1/responses and GET /v1/responses/{id} (Responses), GET /v1/models; each also "
-        "under /p/<project>/v1/.",
+        "Completions), POST /v1/responses and GET /v1/responses/{id} (Responses), POST /v1/messages and "
+        "POST /v1/messages/count_tokens (Anthropic Messages), GET /v1/models; each also under "
+        "/p/<project>/v1/.",
         code="unknown_path",
     )
 
@@ -130,14 +134,16 @@ class ProxyApp:
         started = time.monotonic()
         ctx: Context | None = None
         call: proxy_service.Call | None = None
+        what = match["what"]
+        speaks = dialects.get(ERRORS_IN.get(what))
         try:
-            ctx = self.base.as_(self.principals.authenticate(self.base, environ.get("HTTP_AUTHORIZATION")))
+            ctx = self.base.as_(self.principals.authenticate(self.base, _authorization(environ, speaks)))
             header_project = environ.get("HTTP_X_SEMULA_PROJECT")
-            what = match["what"]
             api = APIS.get(what)
             key, version = None, None
             if api is not None and environ.get("REQUEST_METHOD") == "POST":
-                key = hits.key(ctx, api, match["project"], header_project, self._read(environ))
+                headers = tuple(environ.get(name) for name in speaks.answer_headers)
+                key = hits.key(ctx, api, match["project"], header_project, self._read(environ), headers)
                 kept, version = self.hits.find(ctx, key)
                 if kept is not None:
                     self._log(ctx, kept.call, "hit", 200, started)
@@ -146,11 +152,16 @@ class ProxyApp:
             if what == "models":
                 self._method(environ, "GET")
                 return self._json(start_response, 200, proxy_service.models(ctx, project))
+            if what == "messages/count_tokens":
+                self._method(environ, "POST")
+                body = speaks.with_headers(self._parse(self._read(environ)), _header(environ))
+                return self._json(start_response, 200, proxy_service.count_tokens(ctx, body))
             if api is None:
                 return self._stored_response(ctx, project, match, environ, start_response)
             self._method(environ, "POST")
             assert key is not None
-            call = proxy_service.start(ctx, project, self._parse(key[-1]), dialects.get(api))
+            body = speaks.with_headers(self._parse(key[-1]), _header(environ))
+            call = proxy_service.start(ctx, project, body, speaks)
             outcome = "hit" if call.entry else self._miss(ctx, call)
             body, events = proxy_service.render(call, call.entry)
             self._log(ctx, call, outcome, 200, started)
@@ -162,10 +173,10 @@ class ProxyApp:
                 self.hits.keep(key, call, body, version)
             return self._json(start_response, 200, body)
         except errors.SemulaError as exc:
-            return self._error(start_response, exc, ctx, call, started)
+            return self._error(start_response, exc, ctx, call, started, speaks)
         except DatabaseError as exc:
             logger.warning("database error", extra={"error": type(exc).__name__, "detail": exc.describe()})
-            return self._error(start_response, errors.from_database(exc), ctx, call, started)
+            return self._error(start_response, errors.from_database(exc), ctx, call, started, speaks)
 
     def _stored_response(
         self,
@@ -193,9 +204,9 @@ class ProxyApp:
         if not proxy_service.may_park(ctx, call):
             raise proxy_service.replay_miss(ctx, call)
         if call.project["record_through"]:
-            if not self.settings.upstream_key:
+            if not call.dialect.upstream(self.settings)[1]:
                 raise errors.UpstreamError(
-                    "record_through is on but this server has no upstream key.",
+                    f"record_through is on but this server has no upstream key for {call.dialect.name}.",
                     code="upstream_not_configured",
                 )
             call.entry = upstream.forward(ctx, call.project, call.fingerprint, call.body, call.dialect)
@@ -254,14 +265,27 @@ class ProxyApp:
         ctx: Context | None,
         call: proxy_service.Call | None,
         started: float,
+        speaks: dialects.Dialect,
     ) -> list[bytes]:
         if ctx is not None and (call is not None or exc.status != 401):
             outcome = ERROR_OUTCOMES.get(exc.code, "error")
             self._log(ctx, call, outcome, exc.status, started)
-        return self._json(start_response, exc.status, exc.to_dict())
+        return self._json(start_response, exc.status, speaks.error_body(exc))
 
     def _log(
         self, ctx: Context, call: proxy_service.Call | None, outcome: str, status: int, started: float
     ) -> None:
         metrics.count_call(outcome)
         self.calllog.record(proxy_service.log_row(ctx, call, outcome=outcome, status=status, started=started))
+
+
+def _header(environ: dict[str, Any]) -> Callable[[str], str | None]:
+    return lambda name: environ.get("HTTP_" + name.upper().replace("-", "_"))
+
+
+def _authorization(environ: dict[str, Any], speaks: dialects.Dialect) -> str | None:
+    """The Authorization header; on the Anthropic routes an `x-api-key` token stands for one."""
+    authorization = environ.get("HTTP_AUTHORIZATION")
+    if authorization is None and speaks.name == dialects.ANTHROPIC and environ.get("HTTP_X_API_KEY"):
+        return "Bearer " + environ["HTTP_X_API_KEY"]
+    return authorization

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from semula.service import bundles, entries, pending, projects
-from tests.helpers import RESPONSES_WEATHER_TOOL, wait_for
+from tests.helpers import RESPONSES_WEATHER_TOOL, answered_post, parked, typed_events, wait_for
 
 URL = "/p/shop/v1/responses"
 WEATHER = RESPONSES_WEATHER_TOOL
@@ -25,17 +25,9 @@ def admin(make_token):
     return make_token("admin")
 
 
-def parked(ctx, shop):
-    return wait_for(lambda: ctx.store.all("parked_in_project", project_id=shop["id"]), what="a parked call")
-
-
 def record(ctx, shop, client, headers, body, payload):
     """Post `body`, answer the call it parks with `payload` through the service, return the response."""
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(client.post, URL, json=body, headers=headers)
-        [row] = parked(ctx, shop)
-        pending.answer(ctx, row["id"], payload)
-        return future.result(10)
+    return answered_post(ctx, shop, lambda: client.post(URL, json=body, headers=headers), payload)
 
 
 def test_plain_text_recorded_then_replayed_with_its_id(ctx, shop, client, admin):
@@ -164,12 +156,7 @@ def test_stream_replays_typed_events(ctx, shop, client, admin):
     record(ctx, shop, client, admin, body, "Once upon a time there was a server that remembered everything.")
     r = client.post(URL, json={**body, "stream": True}, headers=admin)
     assert r.status_code == 200 and r.mimetype == "text/event-stream"
-    events = []
-    for block in r.get_data(as_text=True).strip().split("\n\n"):
-        kind, data = block.split("\n")
-        event = json.loads(data.removeprefix("data: "))
-        assert kind == f"event: {event['type']}"
-        events.append(event)
+    events = typed_events(r.get_data(as_text=True))
     kinds = [e["type"] for e in events]
     assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
     assert kinds[-1] == "response.completed" and "response.output_text.delta" in kinds
