@@ -137,6 +137,21 @@ def answered_post(ctx: Any, project: dict[str, Any], post: Callable[[], Any], pa
         return future.result(10)
 
 
+def dashboard_text_answer(client: Any, secret: str, pending_id: str, text: str) -> str:
+    """Sign in to the dashboard with a token, as a person would, and answer a parked call with text;
+    returns the call's page as shown before the answer."""
+    import re
+
+    page = client.get("/ui/login").get_data(as_text=True)
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    assert client.post("/ui/login", data={"token": secret, "csrf": csrf}).status_code == 302
+    shown = client.get(f"/ui/pending/{pending_id}").get_data(as_text=True)
+    csrf = re.search(r'name="csrf" value="([^"]+)"', shown).group(1)
+    posted = client.post(f"/ui/pending/{pending_id}", data={"csrf": csrf, "kind": "text", "content": text})
+    assert posted.status_code == 302, posted.get_data(as_text=True)
+    return shown
+
+
 def typed_events(text: str) -> list[dict[str, Any]]:
     """The events of an `event: TYPE` + `data: JSON` stream; each event line must name its data's type."""
     import json

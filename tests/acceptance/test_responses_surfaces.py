@@ -138,22 +138,6 @@ def test_the_answerer_daemon_answers_a_responses_call(
     assert doc["request"]["tools"][0]["function"]["name"] == "get_weather"
 
 
-@pytest.fixture
-def start_answerer_process(db_url, tmp_path):
-    from tests.answerer_helpers import AnswererProcess
-
-    started = []
-
-    def start(argv, **env):
-        proc = AnswererProcess(db_url, tmp_path / f"answerer{len(started)}.log", argv, **env)
-        started.append(proc)
-        return proc.start()
-
-    yield start
-    for proc in started:
-        proc.stop()
-
-
 def test_record_through_responses_keeps_what_the_provider_sent(start_server, ctx, token):
     fake = FakeUpstream()
     try:

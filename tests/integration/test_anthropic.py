@@ -13,10 +13,17 @@ from semula.errors import InvalidAnswer
 from semula.service import Context, bundles, entries, pending, projects, tokens, upstream
 from semula.web import create_app
 from tests.fake_upstream import FakeUpstream
-from tests.helpers import WEATHER_FUNCTION, answered_post, parked, typed_events, wait_for
+from tests.helpers import (
+    WEATHER_FUNCTION,
+    answered_post,
+    dashboard_text_answer,
+    parked,
+    typed_events,
+    wait_for,
+)
 
 URL = "/p/shop/v1/messages"
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-sonnet-4-6"
 WEATHER = {
     "name": "get_weather",
     "description": WEATHER_FUNCTION["description"],
@@ -275,3 +282,16 @@ def test_record_through_posts_to_anthropic_with_its_key_only(ctx, store, setting
         assert len(fake.calls) == 2
     finally:
         fake.close()
+
+
+def test_the_dashboard_answers_an_anthropic_call_as_text(ctx, shop, client, key):
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(client.post, URL, json=body("Greet me", system="Be kind."), headers=key)
+        [row] = parked(ctx, shop)
+        shown = dashboard_text_answer(client, key["x-api-key"], row["id"], "Hello, you.")
+        assert "Greet me" in shown and "Be kind." in shown
+        message = future.result(10).json
+    assert message["content"] == [{"type": "text", "text": "Hello, you."}]
+    [entry] = entries.list_entries(ctx, "shop")["data"]
+    page = client.get(f"/ui/entries/{entry['id']}")
+    assert page.status_code == 200 and "Hello, you." in page.get_data(as_text=True)

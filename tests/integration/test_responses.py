@@ -9,7 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from semula.service import bundles, entries, pending, projects
-from tests.helpers import RESPONSES_WEATHER_TOOL, answered_post, parked, typed_events, wait_for
+from tests.helpers import (
+    RESPONSES_WEATHER_TOOL,
+    answered_post,
+    dashboard_text_answer,
+    parked,
+    typed_events,
+    wait_for,
+)
 
 URL = "/p/shop/v1/responses"
 WEATHER = RESPONSES_WEATHER_TOOL
@@ -188,8 +195,6 @@ def test_unknown_api_paths_name_the_path_and_what_is_spoken(client, admin):
 
 
 def test_the_dashboard_answers_a_responses_call_as_text(ctx, shop, client, make_token):
-    import re
-
     secret = make_token("admin")["Authorization"].split()[1]
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(
@@ -199,17 +204,7 @@ def test_the_dashboard_answers_a_responses_call_as_text(ctx, shop, client, make_
             headers={"Authorization": f"Bearer {secret}"},
         )
         [row] = parked(ctx, shop)
-        # The dashboard signs in with a token, as a person would.
-        page = client.get("/ui/login").get_data(as_text=True)
-        csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
-        assert client.post("/ui/login", data={"token": secret, "csrf": csrf}).status_code == 302
-        shown = client.get(f"/ui/pending/{row['id']}").get_data(as_text=True)
-        assert "Greet me" in shown
-        csrf = re.search(r'name="csrf" value="([^"]+)"', shown).group(1)
-        posted = client.post(
-            f"/ui/pending/{row['id']}", data={"csrf": csrf, "kind": "text", "content": "Hello, you."}
-        )
-        assert posted.status_code == 302, posted.get_data(as_text=True)
+        assert "Greet me" in dashboard_text_answer(client, secret, row["id"], "Hello, you.")
         response = future.result(10).json
     assert response["output"][0]["content"][0]["text"] == "Hello, you."
     [entry] = entries.list_entries(ctx, "shop")["data"]
