@@ -73,13 +73,13 @@ def anthropic_client(token):
 
 
 @pytest.fixture
-def start_answerer_process(db_url, tmp_path):
-    """Start answerer daemons on the test database; all are stopped afterwards."""
+def start_answerer(db_url, tmp_path):
+    """Start real `semula-answerer` processes on the test database; all are stopped afterwards."""
     from tests.answerer_helpers import AnswererProcess
 
-    started = []
+    started: list[AnswererProcess] = []
 
-    def start(argv, **env):
+    def start(argv, **env: str) -> AnswererProcess:
         proc = AnswererProcess(db_url, tmp_path / f"answerer{len(started)}.log", argv, **env)
         started.append(proc)
         return proc.start()

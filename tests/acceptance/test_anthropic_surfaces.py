@@ -5,20 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 from dataclasses import replace
 
 import anthropic
-import anyio
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
 from semula.client import Client
 from semula.service import Context, projects, tokens
 from tests.acceptance.test_anthropic_api import MODEL, WEATHER
+from tests.agent_helpers import cli_claim_and_answer, mcp_claim_and_answer
 from tests.answerer_helpers import command
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import wait_for
@@ -62,42 +58,18 @@ def test_cli_and_mcp_answer_anthropic_calls(ctx, start_server, tmp_path):
     # The CLI: claim shows the conversation view; the answer is the skeleton, filled in.
     thread, out = held(client, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER])
     wait_for(lambda: rest.list_pending()["data"], what="the call to park")
-    shown = subprocess.run(
-        [sys.executable, "-m", "semula", "claim"], env=env, capture_output=True, text=True, timeout=30
+    shown = cli_claim_and_answer(
+        env, {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
     )
-    assert shown.returncode == 0, shown.stderr
-    assert "api anthropic.messages" in shown.stdout and "[user] Weather in Paris?" in shown.stdout
-    assert "get_weather" in shown.stdout
-    pending_id = shown.stdout.split()[0]
-    answer = json.dumps({"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]})
-    done = subprocess.run(
-        [sys.executable, "-m", "semula", "answer", pending_id, "--json", answer],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert done.returncode == 0, done.stderr
+    assert "api anthropic.messages" in shown and "[user] Weather in Paris?" in shown
+    assert "get_weather" in shown
     [use] = finished(thread, out).content
     assert use.type == "tool_use" and use.input == {"city": "Paris"}
 
     # MCP: claim_next returns the view; a text answer releases the held call.
     thread, out = held(client, system="Be brief.", messages=[{"role": "user", "content": "Say hi"}])
     wait_for(lambda: rest.list_pending()["data"], what="the second call to park")
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "semula", "mcp"], env=env, cwd=str(tmp_path)
-    )
-
-    async def agent():
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            claimed = (await session.call_tool("claim_next", {"worker": "mcp-agent"})).structured_content
-            answered = await session.call_tool(
-                "answer_pending", {"pending_id": claimed["id"], "answer": "Hi!"}
-            )
-            return claimed, answered
-
-    claimed, answered = anyio.run(agent)
+    claimed, answered = mcp_claim_and_answer(env, str(tmp_path), "Hi!")
     assert claimed["api"] == "anthropic.messages"
     assert claimed["conversation"]["messages"] == [
         {"role": "system", "content": "Be brief."},
@@ -108,9 +80,7 @@ def test_cli_and_mcp_answer_anthropic_calls(ctx, start_server, tmp_path):
     client.close()
 
 
-def test_the_answerer_daemon_answers_an_anthropic_call(
-    start_server, start_answerer_process, ctx, token, tmp_path
-):
+def test_the_answerer_daemon_answers_an_anthropic_call(start_server, start_answerer, ctx, token, tmp_path):
     argv = command("json")
     server = start_server(SEMULA_ANSWERER_COMMAND=json.dumps(argv))
     projects.create(
@@ -119,7 +89,7 @@ def test_the_answerer_daemon_answers_an_anthropic_call(
     )
     out = tmp_path / "out"
     out.mkdir()
-    start_answerer_process(argv, ANSWERER_TEST_DIR=str(out))
+    start_answerer(argv, ANSWERER_TEST_DIR=str(out))
     client = anthropic.Anthropic(base_url=server.url + "/p/shop", api_key=token, timeout=60, max_retries=0)
     with client.messages.stream(
         model=MODEL,
