@@ -1,12 +1,12 @@
-"""A pytest plugin: replay recorded OpenAI calls from a bundle file, with no server to set up.
+"""A pytest plugin: replay recorded OpenAI and Anthropic calls from a bundle file, no server to set up.
 
     pytest --semula-bundle tests/llm.json          # or `semula_bundle = tests/llm.json` in the ini
     pytest --semula-bundle tests/llm.json --semula-record   # misses park; the bundle is updated
 
-The plugin starts `semula replay` before collection and points OPENAI_BASE_URL (and a
-placeholder OPENAI_API_KEY) at it for the whole session; the session fixture `semula_server`
-yields its URL. A replay miss is the SDK's 424 error, whose message names the closest recorded
-entry and the first field that differs.
+The plugin starts `semula replay` before collection and points OPENAI_BASE_URL and
+ANTHROPIC_BASE_URL (and placeholder OPENAI_API_KEY and ANTHROPIC_API_KEY) at it for the whole
+session; the session fixture `semula_server` yields its URL. A replay miss is the SDK's 424 error,
+whose message names the closest recorded entry and the first field that differs.
 """
 
 from __future__ import annotations
@@ -66,6 +66,9 @@ class ReplayServer:
         self.patch = pytest.MonkeyPatch()
         self.patch.setenv("OPENAI_BASE_URL", self.url)
         self.patch.setenv("OPENAI_API_KEY", "semula-replay")
+        # The Anthropic SDK appends /v1/messages to its base URL itself.
+        self.patch.setenv("ANTHROPIC_BASE_URL", self.url.removesuffix("/v1"))
+        self.patch.setenv("ANTHROPIC_API_KEY", "semula-replay")
 
     def stop(self) -> None:
         self.patch.undo()

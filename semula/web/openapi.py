@@ -169,7 +169,7 @@ SETTINGS_PROPERTIES: dict[str, Any] = {
 
 API = {
     "type": "string",
-    "enum": ["openai.chat", "openai.responses"],
+    "enum": ["openai.chat", "openai.responses", "anthropic.messages"],
     "description": "The API the call was made in (docs/decisions/0030-dialects.md).",
 }
 CONVERSATION = {
