@@ -1,8 +1,9 @@
-"""Replay hits per API: the recorded pair as a Chat Completions request and as a Responses API request
-of the same size, served by one semula process, measured side by side in interleaved rounds.
+"""Replay hits per API: the recorded pair as a Chat Completions request and as a Responses API and an
+Anthropic Messages request of the same size, served by one semula process, measured side by side in
+interleaved rounds.
 
-The target (issue #17): a Responses hit at >= 0.9 x the Chat Completions hit rate, on SQLite and
-PostgreSQL. `python -m bench dialects [--db sqlite,postgres]`.
+The targets (issues #17 and #18): a Responses hit and a Messages hit at >= 0.9 x the Chat Completions
+hit rate, on SQLite and PostgreSQL. `python -m bench dialects [--db sqlite,postgres]`.
 """
 
 from __future__ import annotations
@@ -18,10 +19,22 @@ from bench import pair, replay
 from bench.common import OUT, BenchError, PostgresDatabase, median, require_tool
 
 TARGET = 0.9
+# The other APIs measured against Chat Completions: label, dialect, route under /v1, the pair's body,
+# where the recorded text is in the response.
+OTHERS = (
+    (
+        "Responses",
+        "openai.responses",
+        "/responses",
+        pair.responses_body,
+        lambda d: d["output"][0]["content"][0],
+    ),
+    ("Messages", "anthropic.messages", "/messages", pair.messages_body, lambda d: d["content"][0]),
+)
 
 
 def load(db_url: str) -> str:
-    """Record both forms of the pair (the chat one as bench.replay does) and return a replay token."""
+    """Record every form of the pair (the chat one as bench.replay does) and return a replay token."""
     from semula import dialects
     from semula.config import Settings
     from semula.db import connect
@@ -33,25 +46,25 @@ def load(db_url: str) -> str:
         ctx = Context(store, Settings(database_url=db_url), CLI)
         projects.update(ctx, replay.PROJECT, {"mode": "record"})
         row = projects.get_row(ctx, replay.PROJECT)
-        body = pair.responses_body()
-        responses = dialects.get(dialects.RESPONSES)
-        fingerprint = responses.fingerprint(body, [], [])
-        pending_id = pending.park(ctx, row, fingerprint, body, False, api=responses.name)
-        assert pending_id is not None
-        pending.answer(ctx, pending_id, {"content": pair.ANSWER_TEXT}, actor="import", summary="bench pair")
+        for _, api, _, make_body, _ in OTHERS:
+            body, dialect = make_body(), dialects.get(api)
+            fingerprint = dialect.fingerprint(body, [], [])
+            pending_id = pending.park(ctx, row, fingerprint, body, False, api=dialect.name)
+            assert pending_id is not None
+            pending.answer(
+                ctx, pending_id, {"content": pair.ANSWER_TEXT}, actor="import", summary="bench pair"
+            )
         projects.update(ctx, replay.PROJECT, {"mode": "replay"})
     finally:
         store.close()
     return token
 
 
-def check(target: replay.Target, responses: bool) -> None:
+def check(target: replay.Target, text_of) -> None:
     got = requests.post(target.url, data=target.body, headers=target.headers, timeout=10)
     if got.status_code != 200:
         raise BenchError(f"{target.name} answered {got.status_code}: {got.text[:300]}")
-    data = got.json()
-    text = data["output"][0]["content"][0]["text"] if responses else data["choices"][0]["message"]["content"]
-    if text != pair.ANSWER_TEXT:
+    if text_of(got.json())["text"] != pair.ANSWER_TEXT:
         raise BenchError(f"{target.name} answered something else than the recorded answer")
 
 
@@ -76,18 +89,21 @@ def run(
             )
             chat.body = pair.request_bytes()
             chat.headers["Content-Type"] = "application/json"
-            responses = replay.Target(
-                f"{db}: Responses",
-                chat.url.replace("/chat/completions", "/responses"),
-                dict(chat.headers),
-                process=None,
-                database=None,
-                body=json.dumps(pair.responses_body()).encode(),
-            )
-            responses.process = chat.process  # one server answers both: the CPU of each run is its own
-            responses.database = chat.database
-            for target, is_responses in ((chat, False), (responses, True)):
-                check(target, is_responses)
+            measured = [(chat, lambda d: {"text": d["choices"][0]["message"]["content"]})]
+            for label, _, path, make_body, text_of in OTHERS:
+                other = replay.Target(
+                    f"{db}: {label}",
+                    chat.url.replace("/chat/completions", path),
+                    {**chat.headers, "anthropic-version": "2023-06-01"}
+                    if path == "/messages"
+                    else dict(chat.headers),
+                    body=json.dumps(make_body()).encode(),
+                )
+                # One server answers all: the CPU of each run is its own.
+                other.process, other.database = chat.process, chat.database
+                measured.append((other, text_of))
+            for target, text_of in measured:
+                check(target, text_of)
                 if warmup:
                     replay.warm_up(target, warmup)
                 targets.append(target)
@@ -110,11 +126,13 @@ def run(
 
 
 def report(targets: list[replay.Target], duration: int, rounds: int) -> str:
+    sizes = ", ".join(
+        f"a {len(json.dumps(make_body()))} B {label} request" for label, _, _, make_body, _ in OTHERS
+    )
     lines = [
         f"Replay hits per API: wrk -t{replay.THREADS} -c{replay.CONNECTIONS} -d{duration}s --latency; the "
-        f"pair as a {len(pair.request_bytes())} B Chat Completions request and a "
-        f"{len(json.dumps(pair.responses_body()))} B Responses request; medians of {rounds} interleaved "
-        "rounds.",
+        f"pair as a {len(pair.request_bytes())} B Chat Completions request, {sizes}; medians of {rounds} "
+        "interleaved rounds.",
         "",
         "| server and API | req/s | p50 ms | p99 ms | server CPU µs/req | × Chat Completions |",
         "|---|---:|---:|---:|---:|---:|",
@@ -130,7 +148,8 @@ def report(targets: list[replay.Target], duration: int, rounds: int) -> str:
         p50, p99 = median([r["p50_ms"] for r in t.rounds]), median([r["p99_ms"] for r in t.rounds])
         cpu = median([r["cpu_us"] for r in t.rounds])
         lines.append(f"| {t.name} | {rps:,.0f} | {p50:.2f} | {p99:.1f} | {cpu:.0f} | {ratio:.2f} |")
-        if api == "Responses":
+        if api != "Chat Completions":
             verdict = "met" if ratio >= TARGET else "NOT met"
-            verdicts.append(f"- {db}: Responses at {ratio:.2f} × Chat Completions: {verdict}")
-    return "\n".join([*lines, "", f"Target: a Responses hit ≥ {TARGET} × a Chat Completions hit.", *verdicts])
+            verdicts.append(f"- {db}: {api} at {ratio:.2f} × Chat Completions: {verdict}")
+    target = f"Target: a Responses and a Messages hit ≥ {TARGET} × a Chat Completions hit."
+    return "\n".join([*lines, "", target, *verdicts])

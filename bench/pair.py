@@ -76,6 +76,19 @@ def responses_body() -> dict[str, Any]:
     }
 
 
+def messages_body() -> dict[str, Any]:
+    """The same conversation as an Anthropic Messages request (system and messages)."""
+    return {
+        "model": MODEL,
+        "system": SYSTEM,
+        "messages": [{"role": role, "content": text} for role, text in HISTORY],
+        "temperature": 0.2,
+        "max_tokens": 400,
+        "top_p": 1,
+        "metadata": {"user_id": "customer-7781"},
+    }
+
+
 def completion() -> dict[str, Any]:
     """The recorded answer as an OpenAI chat.completion (id and created are replaced at replay)."""
     return {

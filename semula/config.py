@@ -203,6 +203,11 @@ class Settings:
     upstream_url: str = setting("SEMULA_UPSTREAM_URL", "https://api.openai.com/v1", _http_url, secret=True)
     upstream_timeout: float = setting("SEMULA_UPSTREAM_TIMEOUT", 120.0, _number(float, 1, 3600))
     upstream_tenants: bool = setting("SEMULA_UPSTREAM_TENANTS", False, _bool)
+    # Record-through for the Anthropic Messages API (sent as x-api-key); the OpenAI ones use UPSTREAM_*.
+    anthropic_key: str | None = setting("SEMULA_ANTHROPIC_KEY", None, secret=True)
+    anthropic_url: str = setting(
+        "SEMULA_ANTHROPIC_URL", "https://api.anthropic.com/v1", _http_url, secret=True
+    )
     answerer_command: list[str] | None = setting("SEMULA_ANSWERER_COMMAND", None, _argv, secret=True)
     answerer_url: str | None = setting("SEMULA_ANSWERER_URL", None, _http_url, secret=True)
     answerer_bearer: str | None = setting("SEMULA_ANSWERER_BEARER", None, secret=True)
@@ -237,6 +242,7 @@ class Settings:
         """Values that must never reach a response, a log line or the database."""
         values = [
             self.upstream_key,
+            self.anthropic_key,
             self.answerer_url,
             self.answerer_bearer,
             self.secret_key,
@@ -245,6 +251,11 @@ class Settings:
         if self.answerer_command:
             values += [json.dumps(self.answerer_command), " ".join(self.answerer_command)]
         return tuple(v for v in values if v and len(v) >= 8)
+
+    @property
+    def upstream_configured(self) -> bool:
+        """Whether some provider key is set, so a project may turn record-through on."""
+        return bool(self.upstream_key or self.anthropic_key)
 
     @property
     def answerer_configured(self) -> bool:

@@ -137,15 +137,22 @@ def canonical_request(
     *,
     transport: frozenset[str] = TRANSPORT_FIELDS,
     texts: Texts = message_texts,
+    dropped: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """A fresh copy of the request as hashed: no transport fields, ignored fields removed, text normalised.
 
     `transport` and `texts` are the API's (semula.dialects); the defaults are Chat Completions'.
+    `dropped` names keys left out at every depth (Anthropic's `cache_control` hints).
     """
     if not isinstance(body, Mapping):
         raise BadRequest("the request body must be a JSON object")
     try:
-        canonical = {key: _copy(value) for key, value in body.items() if key not in transport}
+        if dropped:
+            canonical = {
+                key: _copy_without(value, dropped) for key, value in body.items() if key not in transport
+            }
+        else:
+            canonical = {key: _copy(value) for key, value in body.items() if key not in transport}
     except RecursionError:
         raise BadRequest("the request body is nested too deeply") from None
     for pointer in ignore_fields:
@@ -169,13 +176,16 @@ def fingerprint(
     transport: frozenset[str] = TRANSPORT_FIELDS,
     texts: Texts = message_texts,
     api: str | None = None,
+    dropped: frozenset[str] = frozenset(),
 ) -> str:
     """`v1:` + SHA-256 of the canonical request's canonical JSON.
 
     Chat Completions requests hash as they always have; another API's requests hash together with the
     API's name, so the same JSON sent to two APIs is two requests.
     """
-    canonical: Any = canonical_request(body, ignore_fields, normalize, transport=transport, texts=texts)
+    canonical: Any = canonical_request(
+        body, ignore_fields, normalize, transport=transport, texts=texts, dropped=dropped
+    )
     if api is not None and api != CHAT_API:
         canonical = {"api": api, "request": canonical}
     text = canonical_json(canonical)
@@ -235,6 +245,15 @@ def _copy(value: Any) -> Any:
     if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) < 2**53:
         return int(value)
     return value
+
+
+def _copy_without(value: Any, dropped: frozenset[str]) -> Any:
+    # _copy, leaving out `dropped` keys wherever they are; a second function keeps _copy's loop lean.
+    if isinstance(value, dict):
+        return {key: _copy_without(item, dropped) for key, item in value.items() if key not in dropped}
+    if isinstance(value, list):
+        return [_copy_without(item, dropped) for item in value]
+    return _copy(value)
 
 
 def _remove_pointer(document: dict[str, Any], pointer: str) -> None:

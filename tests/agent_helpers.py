@@ -128,3 +128,47 @@ def in_process_client(app: Any, headers: dict[str, str] | None = None) -> Client
     session = requests.Session()
     session.mount("http://semula.test", FlaskAdapter(app))
     return Client("http://semula.test", secret(headers) if headers else "", session=session)
+
+
+def cli_claim_and_answer(env: dict[str, str], answer: Any) -> str:
+    """`semula claim`, then `semula answer ID --json ANSWER`, as an agent at a shell would; returns
+    what claim showed."""
+    import json
+    import subprocess
+    import sys
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "semula", "claim"], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert shown.returncode == 0, shown.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "semula", "answer", shown.stdout.split()[0], "--json", json.dumps(answer)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return shown.stdout
+
+
+def mcp_claim_and_answer(env: dict[str, str], cwd: str, answer: Any) -> tuple[dict[str, Any], Any]:
+    """Through `semula mcp` over stdio: claim_next, then answer_pending; returns both results."""
+    import sys
+
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "semula", "mcp"], env=env, cwd=cwd)
+
+    async def agent():
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            claimed = (await session.call_tool("claim_next", {"worker": "mcp-agent"})).structured_content
+            answered = await session.call_tool(
+                "answer_pending", {"pending_id": claimed["id"], "answer": answer}
+            )
+            return claimed, answered
+
+    return anyio.run(agent)

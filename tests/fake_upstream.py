@@ -20,9 +20,10 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeUpstream:
-    """Answers POST /v1/chat/completions (over TLS given a server context); `mode` is ok, error
-    (echoes the key back), invalid, redirect (307 to itself) or "hang up" (answers, then closes the
-    connection without saying so). Through a proxy, `calls` shows the absolute URL it was asked for."""
+    """Answers POST /v1/chat/completions, /v1/responses and /v1/messages (over TLS given a server
+    context); `mode` is ok, error (echoes the key back), invalid, redirect (307 to itself) or "hang up"
+    (answers, then closes the connection without saying so). Through a proxy, `calls` shows the
+    absolute URL it was asked for."""
 
     def __init__(self, delay: float = 0.0, tls: ssl.SSLContext | None = None):
         self.delay = delay
@@ -55,11 +56,14 @@ class FakeUpstream:
                 if fake.delay:
                     time.sleep(fake.delay)
                 respond = fake.respond_responses if self.path.endswith("/responses") else fake.respond
+                credential = self.headers.get("Authorization", "")
+                if self.path.endswith("/messages"):
+                    respond, credential = fake.respond_messages, self.headers.get("x-api-key", "")
                 if self.path.endswith("/embeddings"):
                     respond = fake.respond_embeddings
                 if fake.mode == "rich":
                     respond = fake.respond_rich
-                status, content_type, data = respond(body, self.headers.get("Authorization", ""))
+                status, content_type, data = respond(body, credential)
                 if fake.chunk_delay and content_type == "text/event-stream":
                     self.send_response(status)
                     for name, value in fake.headers.items():
@@ -330,6 +334,60 @@ class FakeUpstream:
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
         return 200, "application/json", json.dumps(response).encode()
+
+    def respond_messages(self, body: dict[str, Any], api_key: str) -> tuple[int, str, bytes]:
+        """POST /v1/messages as Anthropic answers it, written out by hand (not with semula's own code)."""
+        if self.mode == "error":
+            error = {
+                "type": "error",
+                "error": {"type": "authentication_error", "message": f"bad key {api_key}"},
+            }
+            return 401, "application/json", json.dumps(error).encode()
+        last = body["messages"][-1]["content"]
+        text = f"upstream says: {last if isinstance(last, str) else last[-1].get('text')}"
+        usage = {
+            "input_tokens": 14,
+            "output_tokens": 7,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
+        message = {
+            "id": f"msg_upstream{len(self.calls)}",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"] + "-20250929",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": usage,
+            "provider_extra": {"kept": True},
+        }
+        if not body.get("stream"):
+            return 200, "application/json", json.dumps(message).encode()
+        events = [
+            {
+                "type": "message_start",
+                "message": {
+                    **message,
+                    "content": [],
+                    "stop_reason": None,
+                    "usage": {**usage, "output_tokens": 1},
+                },
+            },
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            {"type": "ping"},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text[:8]}},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text[8:]}},
+            {"type": "content_block_stop", "index": 0},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 7},
+            },
+            {"type": "message_stop"},
+        ]
+        data = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+        return 200, "text/event-stream", data.encode()
 
     def close(self) -> None:
         self.server.shutdown()

@@ -174,6 +174,54 @@ class CountingProxy:
         self._httpd.server_close()
 
 
+def parked(ctx: Any, project: dict[str, Any]) -> list[dict[str, Any]]:
+    """The calls parked in `project`, once there are some."""
+    return wait_for(
+        lambda: ctx.store.all("parked_in_project", project_id=project["id"]), what="a parked call"
+    )
+
+
+def answered_post(ctx: Any, project: dict[str, Any], post: Callable[[], Any], payload: Any) -> Any:
+    """Make the request `post` sends, answer the one call it parks with `payload`, return its response."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from semula.service import pending
+
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(post)
+        [row] = parked(ctx, project)
+        pending.answer(ctx, row["id"], payload)
+        return future.result(10)
+
+
+def dashboard_text_answer(client: Any, secret: str, pending_id: str, text: str) -> str:
+    """Sign in to the dashboard with a token, as a person would, and answer a parked call with text;
+    returns the call's page as shown before the answer."""
+    import re
+
+    page = client.get("/ui/login").get_data(as_text=True)
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    assert client.post("/ui/login", data={"token": secret, "csrf": csrf}).status_code == 302
+    shown = client.get(f"/ui/pending/{pending_id}").get_data(as_text=True)
+    csrf = re.search(r'name="csrf" value="([^"]+)"', shown).group(1)
+    posted = client.post(f"/ui/pending/{pending_id}", data={"csrf": csrf, "kind": "text", "content": text})
+    assert posted.status_code == 302, posted.get_data(as_text=True)
+    return shown
+
+
+def typed_events(text: str) -> list[dict[str, Any]]:
+    """The events of an `event: TYPE` + `data: JSON` stream; each event line must name its data's type."""
+    import json
+
+    events = []
+    for block in text.strip().split("\n\n"):
+        kind, data = block.split("\n")
+        event = json.loads(data.removeprefix("data: "))
+        assert kind == f"event: {event['type']}"
+        events.append(event)
+    return events
+
+
 # One function tool, as Chat Completions nests it and as the Responses API flattens it.
 WEATHER_FUNCTION = {
     "name": "get_weather",

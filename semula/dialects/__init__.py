@@ -16,12 +16,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from semula import answers
 from semula import fingerprint as fp
 from semula.errors import BadRequest, SemulaError
 
 CHAT = "openai.chat"
 RESPONSES = "openai.responses"
 EMBEDDINGS = "openai.embeddings"
+ANTHROPIC = "anthropic.messages"
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,18 @@ class Dialect:
     upstream_path: ClassVar[str]
     transport_fields: ClassVar[frozenset[str]]
     upstream_model_applies: ClassVar[bool] = True  # whether a project's upstream_model replaces the model
+    # Keys left out of the canonical request at every depth.
+    dropped_fields: ClassVar[frozenset[str]] = frozenset()
+    # WSGI environ keys of the request headers that change the answer (part of a kept hit's key).
+    answer_headers: ClassVar[tuple[str, ...]] = ()
+
+    def with_headers(self, body: Any, header: Callable[[str], str | None]) -> Any:
+        """The body with what the API carries in headers and a recording must keep (Anthropic's betas)."""
+        return body
+
+    def error_body(self, exc: SemulaError) -> dict[str, Any]:
+        """The error as this API's envelope."""
+        return exc.to_dict()
 
     def check(self, body: Any) -> Request:
         """Refuse, with the API's own 400, a request the real API would refuse."""
@@ -67,12 +81,23 @@ class Dialect:
 
     def fingerprint(self, body: Mapping[str, Any], ignore_fields: Iterable[str], normalize: Any) -> str:
         return fp.fingerprint(
-            body, ignore_fields, normalize, transport=self.transport_fields, texts=self.texts, api=self.name
+            body,
+            ignore_fields,
+            normalize,
+            transport=self.transport_fields,
+            texts=self.texts,
+            api=self.name,
+            dropped=self.dropped_fields,
         )
 
     def canonical(self, body: Mapping[str, Any], ignore_fields: Iterable[str], normalize: Any) -> Any:
         return fp.canonical_request(
-            body, ignore_fields, normalize, transport=self.transport_fields, texts=self.texts
+            body,
+            ignore_fields,
+            normalize,
+            transport=self.transport_fields,
+            texts=self.texts,
+            dropped=self.dropped_fields,
         )
 
     def conversation(
@@ -108,7 +133,15 @@ class Dialect:
         self, payload: Any, request: dict[str, Any], view: dict[str, Any]
     ) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
         """An answer in any accepted form, validated against the view: the response (and chunks) to store."""
-        raise NotImplementedError
+        if self.pasted(payload):
+            return self.accept_recorded(payload, None, request, view)
+        completion = answers.parse_answer(payload, view)
+        answers.validate_tool_calls(completion, view)
+        return self.respond(completion, request), None
+
+    def pasted(self, payload: Any) -> bool:
+        """Whether an answer is this API's own response object, pasted whole."""
+        return False
 
     def accept_recorded(
         self,
@@ -153,6 +186,14 @@ class Dialect:
         """The events as server-sent events on the wire, as the API frames them."""
         raise NotImplementedError
 
+    def upstream(self, settings: Any) -> tuple[str, str | None]:
+        """The provider's base URL and key for this API (server configuration only)."""
+        return settings.upstream_url, settings.upstream_key
+
+    def upstream_headers(self, key: str, body: dict[str, Any]) -> dict[str, str]:
+        """The headers of the provider request: the server's key, never anything of the app's."""
+        return {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+
     def upstream_body(self, body: dict[str, Any]) -> dict[str, Any]:
         """The JSON sent to the provider for this request (the app's own, adjusted where the API needs)."""
         return body
@@ -174,12 +215,22 @@ class Dialect:
         return b"data: " + json.dumps(exc.to_dict(), separators=(",", ":")).encode() + b"\n\n"
 
 
+def typed_sse(events: list[dict[str, Any]]) -> Iterator[bytes]:
+    """`event: TYPE` + `data: JSON` server-sent events, as the Responses and Anthropic APIs frame them."""
+    for event in events:
+        kind = str(event.get("type", "message")).encode("ascii", "replace")
+        # ensure_ascii keeps a lone surrogate in an answer from turning into invalid UTF-8 on the wire.
+        data = json.dumps(event, separators=(",", ":")).encode("ascii")
+        yield b"event: " + kind + b"\ndata: " + data + b"\n\n"
+
+
 def _registry() -> dict[str, Dialect]:
+    from semula.dialects.anthropic_messages import AnthropicMessages
     from semula.dialects.openai_chat import OpenAIChat
     from semula.dialects.openai_embeddings import OpenAIEmbeddings
     from semula.dialects.openai_responses import OpenAIResponses
 
-    return {d.name: d for d in (OpenAIChat(), OpenAIResponses(), OpenAIEmbeddings())}
+    return {d.name: d for d in (OpenAIChat(), OpenAIResponses(), OpenAIEmbeddings(), AnthropicMessages())}
 
 
 DIALECTS: dict[str, Dialect] = {}

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from semula import answers, stream, templates
-from semula.dialects import Dialect, Request
+from semula.dialects import RESPONSES, Dialect, Request, typed_sse
 from semula.errors import BadRequest, InvalidAnswer
 
-NAME = "openai.responses"
+NAME = RESPONSES
 ROLES = ("assistant", "system", "developer", "user")
 PART_TYPES = ("input_text", "input_image", "input_file", "input_audio", "output_text", "refusal")
 TEXT_FORMATS = ("text", "json_object", "json_schema")
@@ -255,12 +255,8 @@ class OpenAIResponses(Dialect):
             },
         }
 
-    def accept(self, payload, request, view):
-        if isinstance(payload, dict) and ("output" in payload or payload.get("object") == "response"):
-            return self.accept_recorded(payload, None, request, view)
-        completion = answers.parse_answer(payload, view)
-        answers.validate_tool_calls(completion, view)
-        return self.respond(completion, request), None
+    def pasted(self, payload):
+        return isinstance(payload, dict) and ("output" in payload or payload.get("object") == "response")
 
     def accept_recorded(self, response, chunks, request, view):
         if not isinstance(response, dict) and chunks:
@@ -330,10 +326,7 @@ class OpenAIResponses(Dialect):
         return {**body, "created_at": int(now)}
 
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
-        for event in events:
-            kind = str(event.get("type", "message")).encode("ascii", "replace")
-            data = json.dumps(event, separators=(",", ":")).encode("ascii")
-            yield b"event: " + kind + b"\ndata: " + data + b"\n\n"
+        return typed_sse(events)
 
     def upstream_body(self, body: dict[str, Any]) -> dict[str, Any]:
         return body

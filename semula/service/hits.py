@@ -25,7 +25,7 @@ from semula.service.proxy import Call, replay_headers, templated
 # Bounds the memory: at most SIZE requests of at most MAX_BODY bytes each (64 MiB in all).
 SIZE = 2048
 MAX_BODY = 32 * 1024
-Key = tuple[str, str, str | None, str | None, str | None, bool, bytes]
+Key = tuple[str, str, str | None, str | None, str | None, bool, tuple[str | None, ...], bytes]
 
 
 def key(
@@ -35,15 +35,17 @@ def key(
     header_project: str | None,
     raw: bytes,
     session: str | None = None,
+    headers: tuple[str | None, ...] = (),
 ) -> Key:
     """What decides the answer to a request, besides the rows store.version() covers.
 
     In a session only whether there is one: a session call is kept only when its answer does not
     depend on its call number (one answer; decided by the entry and project rows, which the version
-    covers), and then every session gets the same answer.
+    covers), and then every session gets the same answer. `headers` are the values of the request
+    headers its API reads into the request (Anthropic's betas).
     """
     workspace, bound = ctx.principal.workspace_id, ctx.principal.project_id
-    return (api, workspace, bound, path_project, header_project, session is not None, raw)
+    return (api, workspace, bound, path_project, header_project, session is not None, headers, raw)
 
 
 @dataclass

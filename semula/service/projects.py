@@ -153,7 +153,7 @@ def _check_switches(ctx: Context, changes: dict[str, Any]) -> None:
     if changes.get("record_through"):
         if settings.hosted and not settings.upstream_tenants:
             raise Forbidden("Record-through is not available to tenants on this server.")
-        if not settings.upstream_key:
+        if not settings.upstream_configured:
             raise Unprocessable(
                 "The server has no upstream key configured.",
                 code="upstream_not_configured",

@@ -204,12 +204,13 @@ def _unreachable(exc: BaseException, *, sent: bool) -> UpstreamError:
 
 def _request(
     settings: Any, body: dict[str, Any], model: str | None, dialect: Dialect
-) -> tuple[bytes, dict[str, str]]:
+) -> tuple[str, bytes, dict[str, str]]:
+    """The provider's base URL for this API, the JSON to send and the headers (its key, never the app's)."""
     payload = dialect.upstream_body(dict(body))
     if model and dialect.upstream_model_applies:
         payload["model"] = model
-    headers = {"Authorization": f"Bearer {settings.upstream_key}", "Content-Type": "application/json"}
-    return json.dumps(payload).encode(), headers
+    url, key = dialect.upstream(settings)
+    return url, json.dumps(payload).encode(), dialect.upstream_headers(key or "", body)
 
 
 def call_provider(
@@ -219,9 +220,9 @@ def call_provider(
     Chat Completions with usage forced on), with the response's headers. An UpstreamError says whether
     the request left (`sent`)."""
     dialect = dialect or dialects.get(dialects.CHAT)
-    data, headers = _request(settings, body, model, dialect)
+    url, data, headers = _request(settings, body, model, dialect)
     try:
-        status, raw, received = _provider(settings.upstream_url, dialect.upstream_path).post(
+        status, raw, received = _provider(url, dialect.upstream_path).post(
             data, headers, settings.upstream_timeout
         )
     except NotSent as exc:
@@ -279,9 +280,9 @@ class Stream:
 
 def open_stream(settings: Any, body: dict[str, Any], model: str | None, dialect: Dialect) -> Stream:
     """Send a stream request; its events are read as they arrive (errors as call_provider's)."""
-    data, headers = _request(settings, body, model, dialect)
+    url, data, headers = _request(settings, body, model, dialect)
     try:
-        status, response, done = _provider(settings.upstream_url, dialect.upstream_path).open(
+        status, response, done = _provider(url, dialect.upstream_path).open(
             data, headers, settings.upstream_timeout
         )
     except NotSent as exc:

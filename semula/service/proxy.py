@@ -10,7 +10,7 @@ from typing import Any
 
 from semula import dialects, redact
 from semula import fingerprint as fp
-from semula.dialects import CHAT, RESPONSES, Dialect, Request
+from semula.dialects import ANTHROPIC, CHAT, RESPONSES, Dialect, Request
 from semula.errors import BadRequest, NotFound, ReplayMiss, SequenceExhausted, TooManyMisses
 from semula.service import Context, quotas, sequences
 from semula.service import entries as entries_service
@@ -322,6 +322,12 @@ def model(ctx: Context, project: dict[str, Any], model_id: str) -> dict[str, Any
         param="model",
         code="model_not_found",
     )
+
+
+def count_tokens(ctx: Context, body: Any) -> dict[str, Any]:
+    """POST /v1/messages/count_tokens: an estimate of the request's input tokens (nothing is recorded)."""
+    require(ctx, role="viewer", scope="replay")
+    return dialects.get(ANTHROPIC).count_tokens(body)
 
 
 def models(ctx: Context, project: dict[str, Any]) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 
 The design is docs/design/record-through.md.
 
-The key is server configuration only; it goes into the Authorization header of the upstream
-request and nowhere else. The app's headers are never copied. A provider's error text is
-shown only after redaction, and an unreachable upstream is named by exception type only.
+The key is server configuration only; it goes into the Authorization header (x-api-key for
+Anthropic) of the upstream request and nowhere else. The app's headers are never copied. A
+provider's error text is shown only after redaction, and an unreachable upstream is named by
+exception type only.
 """
 
 from __future__ import annotations

@@ -212,7 +212,7 @@ SETTINGS_PROPERTIES: dict[str, Any] = {
 
 API = {
     "type": "string",
-    "enum": ["openai.chat", "openai.responses", "openai.embeddings"],
+    "enum": ["openai.chat", "openai.responses", "openai.embeddings", "anthropic.messages"],
     "description": "The API the call was made in (docs/decisions/0030-dialects.md).",
 }
 CONVERSATION = {

@@ -30,7 +30,7 @@ logger = logging.getLogger("semula.proxy")
 
 ROUTE = re.compile(
     r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62})(?:/s/(?P<session>[A-Za-z0-9_.-]{1,64}))?)?"
-    r"/v1/(?P<what>chat/completions|responses|models"
+    r"/v1/(?P<what>chat/completions|responses|models|messages|messages/count_tokens"
     r"|responses/(?P<response_id>[A-Za-z0-9_.:-]{1,200})(?P<items>/input_items)?"
     r"|embeddings"
     r"|models/(?P<model_id>[^?#]{1,200}))$"
@@ -38,7 +38,14 @@ ROUTE = re.compile(
 # Any other path under /v1 is an API this server does not speak: say so, in the API's error shape.
 API_PREFIX = re.compile(r"^(?:/p/[^/]*(?:/s/[^/]*)?)?/v1(?:/|$)")
 # The POST routes that replay or record, by their path under /v1: the dialect that speaks each.
-APIS = {"chat/completions": dialects.CHAT, "responses": "openai.responses", "embeddings": dialects.EMBEDDINGS}
+APIS = {
+    "chat/completions": dialects.CHAT,
+    "responses": dialects.RESPONSES,
+    "embeddings": dialects.EMBEDDINGS,
+    "messages": dialects.ANTHROPIC,
+}
+# Every route's errors are in its API's envelope, from the first (a 401) on.
+ERRORS_IN = {**APIS, "messages/count_tokens": dialects.ANTHROPIC}
 JSON_HEADERS = [("Content-Type", "application/json")]
 SSE_HEADERS = [
     ("Content-Type", "text/event-stream"),
@@ -79,9 +86,9 @@ def unknown_path(environ: dict[str, Any]) -> errors.NotFound:
     method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
     return errors.NotFound(
         f"semula does not serve {method} {path[:200]}. It speaks: POST /v1/chat/completions (Chat "
-        "Completions), POST /v1/responses and GET /v1/responses/{id} (Responses), "
-        "POST /v1/embeddings (Embeddings), GET /v1/models; each also "
-        "under /p/<project>/v1/.",
+        "Completions), POST /v1/responses and GET /v1/responses/{id} (Responses), POST /v1/embeddings "
+        "(Embeddings), POST /v1/messages and POST /v1/messages/count_tokens (Anthropic Messages), "
+        "GET /v1/models; each also under /p/<project>/v1/.",
         code="unknown_path",
     )
 
@@ -155,15 +162,18 @@ class ProxyApp:
         started = time.monotonic()
         ctx: Context | None = None
         call: proxy_service.Call | None = None
+        what = match["what"]
+        speaks = dialects.get(ERRORS_IN.get(what))
         try:
-            ctx = self.base.as_(self.principals.authenticate(self.base, environ.get("HTTP_AUTHORIZATION")))
+            ctx = self.base.as_(self.principals.authenticate(self.base, _authorization(environ, speaks)))
             header_project = environ.get("HTTP_X_SEMULA_PROJECT")
-            what = match["what"]
             api = APIS.get(what)
             key, version = None, None
             session = match["session"] or self._session(environ)
             if api is not None and environ.get("REQUEST_METHOD") == "POST":
-                key = hits.key(ctx, api, match["project"], header_project, self._read(environ), session)
+                headers = tuple(environ.get(name) for name in speaks.answer_headers)
+                raw = self._read(environ)
+                key = hits.key(ctx, api, match["project"], header_project, raw, session, headers)
                 kept, version = self.hits.find(ctx, key)
                 if kept is not None:
                     self._log(ctx, kept.call, "hit", 200, started)
@@ -175,11 +185,16 @@ class ProxyApp:
             if match["model_id"]:
                 self._method(environ, "GET")
                 return self._json(start_response, 200, proxy_service.model(ctx, project, match["model_id"]))
+            if what == "messages/count_tokens":
+                self._method(environ, "POST")
+                body = speaks.with_headers(self._parse(self._read(environ)), _header(environ))
+                return self._json(start_response, 200, proxy_service.count_tokens(ctx, body))
             if api is None:
                 return self._stored_response(ctx, project, match, environ, start_response)
             self._method(environ, "POST")
             assert key is not None
-            call = proxy_service.start(ctx, project, self._parse(key[-1]), dialects.get(api), session)
+            body = speaks.with_headers(self._parse(key[-1]), _header(environ))
+            call = proxy_service.start(ctx, project, body, speaks, session)
             outcome = "hit" if call.entry else self._miss(ctx, call)
             if call.live is not None:
                 self._log(ctx, call, outcome, 200, started)
@@ -197,10 +212,10 @@ class ProxyApp:
                 self.hits.keep(key, call, body, version)
             return self._json(start_response, 200, body, extra)
         except errors.SemulaError as exc:
-            return self._error(start_response, exc, ctx, call, started)
+            return self._error(start_response, exc, ctx, call, started, speaks)
         except DatabaseError as exc:
             logger.warning("database error", extra={"error": type(exc).__name__, "detail": exc.describe()})
-            return self._error(start_response, errors.from_database(exc), ctx, call, started)
+            return self._error(start_response, errors.from_database(exc), ctx, call, started, speaks)
 
     def _stored_response(
         self,
@@ -233,9 +248,9 @@ class ProxyApp:
             call.entry = synthetic.answer(ctx, call)
             return "synthetic"
         if call.project["record_through"]:
-            if not self.settings.upstream_key:
+            if not call.dialect.upstream(self.settings)[1]:
                 raise errors.UpstreamError(
-                    "record_through is on but this server has no upstream key.",
+                    f"record_through is on but this server has no upstream key for {call.dialect.name}.",
                     code="upstream_not_configured",
                 )
             if call.stream:
@@ -316,11 +331,12 @@ class ProxyApp:
         ctx: Context | None,
         call: proxy_service.Call | None,
         started: float,
+        speaks: dialects.Dialect,
     ) -> list[bytes]:
         if ctx is not None and (call is not None or exc.status != 401):
             outcome = ERROR_OUTCOMES.get(exc.code, "error")
             self._log(ctx, call, outcome, exc.status, started)
-        return self._json(start_response, exc.status, exc.to_dict())
+        return self._json(start_response, exc.status, speaks.error_body(exc))
 
     def _log(
         self, ctx: Context, call: proxy_service.Call | None, outcome: str, status: int, started: float
@@ -332,3 +348,15 @@ class ProxyApp:
         if req is not None:
             req.outcome, req.token_id, req.pending_id = outcome, row["token_id"], row["pending_id"]
             req.project = call.project["name"] if call is not None else None
+
+
+def _header(environ: dict[str, Any]) -> Callable[[str], str | None]:
+    return lambda name: environ.get("HTTP_" + name.upper().replace("-", "_"))
+
+
+def _authorization(environ: dict[str, Any], speaks: dialects.Dialect) -> str | None:
+    """The Authorization header; on the Anthropic routes an `x-api-key` token stands for one."""
+    authorization = environ.get("HTTP_AUTHORIZATION")
+    if authorization is None and speaks.name == dialects.ANTHROPIC and environ.get("HTTP_X_API_KEY"):
+        return "Bearer " + environ["HTTP_X_API_KEY"]
+    return authorization

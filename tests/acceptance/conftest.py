@@ -50,3 +50,40 @@ def openai_client(token):
     yield make
     for client in made:
         client.close()
+
+
+@pytest.fixture
+def anthropic_client(token):
+    """An official Anthropic SDK client for a server and project (ANTHROPIC_BASE_URL as Claude Code sets
+    it: the SDK appends /v1/messages); the token goes as x-api-key; no retries."""
+    from anthropic import Anthropic
+
+    made = []
+
+    def make(server, project: str = "shop", *, api_key: str | None = None, timeout: float = 120):
+        client = Anthropic(
+            base_url=f"{server.url}/p/{project}", api_key=api_key or token, max_retries=0, timeout=timeout
+        )
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()
+
+
+@pytest.fixture
+def start_answerer(db_url, tmp_path):
+    """Start real `semula-answerer` processes on the test database; all are stopped afterwards."""
+    from tests.answerer_helpers import AnswererProcess
+
+    started: list[AnswererProcess] = []
+
+    def start(argv, **env: str) -> AnswererProcess:
+        proc = AnswererProcess(db_url, tmp_path / f"answerer{len(started)}.log", argv, **env)
+        started.append(proc)
+        return proc.start()
+
+    yield start
+    for proc in started:
+        proc.stop()

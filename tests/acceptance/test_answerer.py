@@ -17,7 +17,6 @@ import requests
 
 from semula.service import audit, pending, projects
 from tests.answerer_helpers import (
-    AnswererProcess,
     alive,
     answerer_project,
     command,
@@ -30,21 +29,6 @@ from tests.answerer_helpers import (
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.acceptance
-
-
-@pytest.fixture
-def start_answerer(db_url, tmp_path):
-    """Start real `semula-answerer` processes on the test database; all are stopped afterwards."""
-    started: list[AnswererProcess] = []
-
-    def start(argv, **env: str) -> AnswererProcess:
-        proc = AnswererProcess(db_url, tmp_path / f"answerer{len(started)}.log", argv, **env)
-        started.append(proc)
-        return proc.start()
-
-    yield start
-    for proc in started:
-        proc.stop()
 
 
 def pid_of(out, pending_id: str) -> int:

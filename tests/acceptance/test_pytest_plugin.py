@@ -36,6 +36,15 @@ RECORDED = [
         {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
     ),
     ({"model": "gpt-4.1", "input": "Say hello"}, {"content": "Hello from Responses!"}, "openai.responses"),
+    (
+        {
+            "model": "claude-haiku-4-5",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "Say hello"}],
+        },
+        {"content": "Hello from Claude!"},
+        "anthropic.messages",
+    ),
 ]
 
 SAMPLE_TESTS = """
@@ -65,6 +74,13 @@ def test_tool_call():
 def test_responses():
     assert client.responses.create(model="gpt-4.1", input="Say hello").output_text == "Hello from Responses!"
 
+def test_anthropic():
+    from anthropic import Anthropic
+
+    claude = Anthropic(max_retries=0)
+    r = claude.messages.create(model="claude-haiku-4-5", max_tokens=64, messages=HELLO)
+    assert r.content[0].text == "Hello from Claude!"
+
 def test_miss():
     client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Say hellO"}])
 """.replace("%(tool)s", repr(WEATHER))
@@ -80,7 +96,7 @@ def test_sample_project_replays_and_a_miss_explains_itself(pytester, tmp_path):
     make_bundle(bundle)
     pytester.makepyfile(test_app=SAMPLE_TESTS)
     result = pytester.runpytest_subprocess("--semula-bundle", str(bundle), "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=4, failed=1)
+    result.assert_outcomes(passed=5, failed=1)
     output = result.stdout.str()
     assert "semula: replay from" in output and "at http://127.0.0.1:" in output
     assert "Error code: 424 - No recorded entry matches this request" in output

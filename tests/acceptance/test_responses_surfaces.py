@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 from dataclasses import replace
 
-import anyio
 import openai
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
 from semula.client import Client
 from semula.service import Context, projects, tokens
+from tests.agent_helpers import cli_claim_and_answer, mcp_claim_and_answer
 from tests.answerer_helpers import command
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import RESPONSES_WEATHER_TOOL, wait_for
@@ -68,42 +64,18 @@ def test_cli_and_mcp_answer_responses_calls(agents, ctx, tmp_path):
     # The CLI: claim shows the conversation view; the answer is the skeleton, filled in.
     thread, out = held(client, model="gpt-4.1", input="Weather in Paris?", tools=[RESPONSES_WEATHER_TOOL])
     wait_for(lambda: agents["rest"].list_pending()["data"], what="the call to park")
-    shown = subprocess.run(
-        [sys.executable, "-m", "semula", "claim"], env=env, capture_output=True, text=True, timeout=30
+    shown = cli_claim_and_answer(
+        env, {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
     )
-    assert shown.returncode == 0, shown.stderr
-    assert "api openai.responses" in shown.stdout and "[user] Weather in Paris?" in shown.stdout
-    assert "get_weather" in shown.stdout
-    pending_id = shown.stdout.split()[0]
-    answer = json.dumps({"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]})
-    done = subprocess.run(
-        [sys.executable, "-m", "semula", "answer", pending_id, "--json", answer],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert done.returncode == 0, done.stderr
+    assert "api openai.responses" in shown and "[user] Weather in Paris?" in shown
+    assert "get_weather" in shown
     [item] = finished(thread, out).output
     assert item.type == "function_call" and json.loads(item.arguments) == {"city": "Paris"}
 
     # MCP: claim_next returns the view; a text answer releases the held call.
     thread, out = held(client, model="gpt-4.1-mini", instructions="Be brief.", input="Say hi")
     wait_for(lambda: agents["rest"].list_pending()["data"], what="the second call to park")
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "semula", "mcp"], env=env, cwd=str(tmp_path)
-    )
-
-    async def agent():
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            claimed = (await session.call_tool("claim_next", {"worker": "mcp-agent"})).structured_content
-            answered = await session.call_tool(
-                "answer_pending", {"pending_id": claimed["id"], "answer": "Hi!"}
-            )
-            return claimed, answered
-
-    claimed, answered = anyio.run(agent)
+    claimed, answered = mcp_claim_and_answer(env, str(tmp_path), "Hi!")
     assert claimed["api"] == "openai.responses"
     assert claimed["conversation"]["messages"] == [
         {"role": "system", "content": "Be brief."},
@@ -113,9 +85,7 @@ def test_cli_and_mcp_answer_responses_calls(agents, ctx, tmp_path):
     assert finished(thread, out).output_text == "Hi!"
 
 
-def test_the_answerer_daemon_answers_a_responses_call(
-    start_server, start_answerer_process, ctx, token, tmp_path
-):
+def test_the_answerer_daemon_answers_a_responses_call(start_server, start_answerer, ctx, token, tmp_path):
     argv = command("json")
     server = start_server(SEMULA_ANSWERER_COMMAND=json.dumps(argv))
     projects.create(
@@ -124,7 +94,7 @@ def test_the_answerer_daemon_answers_a_responses_call(
     )
     out = tmp_path / "out"
     out.mkdir()
-    start_answerer_process(argv, ANSWERER_TEST_DIR=str(out))
+    start_answerer(argv, ANSWERER_TEST_DIR=str(out))
     client = openai.OpenAI(base_url=server.url + "/p/shop/v1", api_key=token, timeout=60, max_retries=0)
     response = client.responses.create(
         model="gpt-4.1", input="Weather in Paris?", tools=[RESPONSES_WEATHER_TOOL]
@@ -136,22 +106,6 @@ def test_the_answerer_daemon_answers_a_responses_call(
     assert doc["api"] == "openai.responses"
     assert doc["request"]["messages"] == [{"role": "user", "content": "Weather in Paris?"}]
     assert doc["request"]["tools"][0]["function"]["name"] == "get_weather"
-
-
-@pytest.fixture
-def start_answerer_process(db_url, tmp_path):
-    from tests.answerer_helpers import AnswererProcess
-
-    started = []
-
-    def start(argv, **env):
-        proc = AnswererProcess(db_url, tmp_path / f"answerer{len(started)}.log", argv, **env)
-        started.append(proc)
-        return proc.start()
-
-    yield start
-    for proc in started:
-        proc.stop()
 
 
 def test_record_through_responses_keeps_what_the_provider_sent(start_server, ctx, token):

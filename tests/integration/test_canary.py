@@ -69,3 +69,37 @@ def test_canary_is_redacted_everywhere_and_the_request_still_replays(ctx, db_url
         logging.getLogger().handlers.clear()
     err = capsys.readouterr().err
     assert "oops" in err and CANARY not in err
+
+
+ANTHROPIC_CANARY = "sk-ant-api03-canary" + "Xy9" * 12
+
+
+def test_the_anthropic_key_is_a_canary_too(ctx, store, settings, db_url):
+    """The provider echoes the key in its error, and an app puts it in a prompt: neither reaches the
+    response, the database or the log."""
+    from dataclasses import replace
+
+    from semula.service import Context, tokens
+    from semula.web import create_app
+    from tests.fake_upstream import FakeUpstream
+
+    fake = FakeUpstream()
+    fake.mode = "error"
+    try:
+        operator = replace(settings, anthropic_key=ANTHROPIC_CANARY, anthropic_url=fake.url)
+        projects.create(Context(store, operator, ctx.principal), {"name": "shop", "record_through": True})
+        client = create_app(operator, store).test_client()
+        secret = tokens.create(ctx, {"role": "admin", "scope": "full"})["token"]
+        prompt = f"My key is {ANTHROPIC_CANARY}, keep it"
+        request = {
+            "model": "claude-haiku-4-5",
+            "max_tokens": 9,
+            "messages": [{"role": "user", "content": prompt}],
+        }
+        r = client.post("/p/shop/v1/messages", json=request, headers={"x-api-key": secret})
+        assert r.status_code == 502 and r.json["type"] == "error"
+        assert fake.calls[0]["headers"]["x-api-key"] == ANTHROPIC_CANARY
+        assert ANTHROPIC_CANARY not in r.get_data(as_text=True) and "[REDACTED]" in r.json["error"]["message"]
+        assert ANTHROPIC_CANARY not in database_text(db_url)
+    finally:
+        fake.close()

@@ -236,6 +236,7 @@ NO_OBJECT = {
     "entries.decode",
     "entries.meta",
     "proxy.pacing",
+    "proxy.count_tokens",
     "proxy.recorded_answer",
     "proxy.replay_headers",
     "entries.present",

@@ -9,7 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from semula.service import bundles, entries, pending, projects
-from tests.helpers import RESPONSES_WEATHER_TOOL, wait_for
+from tests.helpers import (
+    RESPONSES_WEATHER_TOOL,
+    answered_post,
+    dashboard_text_answer,
+    parked,
+    typed_events,
+    wait_for,
+)
 
 URL = "/p/shop/v1/responses"
 WEATHER = RESPONSES_WEATHER_TOOL
@@ -25,17 +32,9 @@ def admin(make_token):
     return make_token("admin")
 
 
-def parked(ctx, shop):
-    return wait_for(lambda: ctx.store.all("parked_in_project", project_id=shop["id"]), what="a parked call")
-
-
 def record(ctx, shop, client, headers, body, payload):
     """Post `body`, answer the call it parks with `payload` through the service, return the response."""
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(client.post, URL, json=body, headers=headers)
-        [row] = parked(ctx, shop)
-        pending.answer(ctx, row["id"], payload)
-        return future.result(10)
+    return answered_post(ctx, shop, lambda: client.post(URL, json=body, headers=headers), payload)
 
 
 def test_plain_text_recorded_then_replayed_with_its_id(ctx, shop, client, admin):
@@ -164,12 +163,7 @@ def test_stream_replays_typed_events(ctx, shop, client, admin):
     record(ctx, shop, client, admin, body, "Once upon a time there was a server that remembered everything.")
     r = client.post(URL, json={**body, "stream": True}, headers=admin)
     assert r.status_code == 200 and r.mimetype == "text/event-stream"
-    events = []
-    for block in r.get_data(as_text=True).strip().split("\n\n"):
-        kind, data = block.split("\n")
-        event = json.loads(data.removeprefix("data: "))
-        assert kind == f"event: {event['type']}"
-        events.append(event)
+    events = typed_events(r.get_data(as_text=True))
     kinds = [e["type"] for e in events]
     assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
     assert kinds[-1] == "response.completed" and "response.output_text.delta" in kinds
@@ -231,8 +225,6 @@ def test_a_json_schema_call_takes_the_object_itself_and_refusals_show_the_form(c
 
 
 def test_the_dashboard_answers_a_responses_call_as_text(ctx, shop, client, make_token):
-    import re
-
     secret = make_token("admin")["Authorization"].split()[1]
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(
@@ -242,17 +234,7 @@ def test_the_dashboard_answers_a_responses_call_as_text(ctx, shop, client, make_
             headers={"Authorization": f"Bearer {secret}"},
         )
         [row] = parked(ctx, shop)
-        # The dashboard signs in with a token, as a person would.
-        page = client.get("/ui/login").get_data(as_text=True)
-        csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
-        assert client.post("/ui/login", data={"token": secret, "csrf": csrf}).status_code == 302
-        shown = client.get(f"/ui/pending/{row['id']}").get_data(as_text=True)
-        assert "Greet me" in shown
-        csrf = re.search(r'name="csrf" value="([^"]+)"', shown).group(1)
-        posted = client.post(
-            f"/ui/pending/{row['id']}", data={"csrf": csrf, "kind": "text", "content": "Hello, you."}
-        )
-        assert posted.status_code == 302, posted.get_data(as_text=True)
+        assert "Greet me" in dashboard_text_answer(client, secret, row["id"], "Hello, you.")
         response = future.result(10).json
     assert response["output"][0]["content"][0]["text"] == "Hello, you."
     [entry] = entries.list_entries(ctx, "shop")["data"]

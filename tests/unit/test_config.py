@@ -43,6 +43,11 @@ def test_secret_values_never_in_error_or_repr():
     s = Settings.from_env({"SEMULA_UPSTREAM_KEY": canary, "SEMULA_ANSWERER_URL": f"https://x/{canary}"})
     assert canary not in repr(s)
     assert canary in s.secrets()[0]
+    anthropic = Settings.from_env(
+        {"SEMULA_ANTHROPIC_KEY": canary, "SEMULA_ANTHROPIC_URL": "https://a.example/v1"}
+    )
+    assert canary not in repr(anthropic) and canary in anthropic.secrets()
+    assert anthropic.upstream_configured and not Settings().upstream_configured
 
 
 def test_answerer_command_and_url_are_exclusive():

@@ -1,0 +1,297 @@
+"""The Anthropic Messages dialect through Flask's test client, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import io
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import pytest
+
+from semula.errors import InvalidAnswer
+from semula.service import Context, bundles, entries, pending, projects, tokens, upstream
+from semula.web import create_app
+from tests.fake_upstream import FakeUpstream
+from tests.helpers import (
+    WEATHER_FUNCTION,
+    answered_post,
+    dashboard_text_answer,
+    parked,
+    typed_events,
+    wait_for,
+)
+
+URL = "/p/shop/v1/messages"
+MODEL = "claude-sonnet-4-6"
+WEATHER = {
+    "name": "get_weather",
+    "description": WEATHER_FUNCTION["description"],
+    "input_schema": WEATHER_FUNCTION["parameters"],
+}
+CANARY = "sk-ant-CANARY-integration-0123456789abcdef"
+
+
+def body(text: str = "Say hi", **extra) -> dict:
+    return {"model": MODEL, "max_tokens": 256, "messages": [{"role": "user", "content": text}], **extra}
+
+
+@pytest.fixture
+def shop(ctx):
+    return projects.create(ctx, {"name": "shop", "record_timeout": 30})
+
+
+@pytest.fixture
+def key(make_token):
+    """The token as the Anthropic SDK sends it: x-api-key."""
+    return {"x-api-key": make_token("admin")["Authorization"].split()[1], "anthropic-version": "2023-06-01"}
+
+
+def record(ctx, shop, client, headers, request, payload):
+    """Post `request`, answer the call it parks with `payload` through the service, return the response."""
+    return answered_post(ctx, shop, lambda: client.post(URL, json=request, headers=headers), payload)
+
+
+def test_plain_text_recorded_then_replayed(ctx, shop, client, key):
+    hinted = [{"type": "text", "text": "Be terse.", "cache_control": {"type": "ephemeral"}}]
+    first = record(ctx, shop, client, key, body(system=hinted), "Hi!")
+    assert first.status_code == 200, first.json
+    message = first.json
+    assert message["type"] == "message" and message["role"] == "assistant" and message["model"] == MODEL
+    assert message["id"].startswith("msg_") and message["content"] == [{"type": "text", "text": "Hi!"}]
+    assert message["stop_reason"] == "end_turn" and message["stop_sequence"] is None
+    assert {"input_tokens", "output_tokens", "cache_read_input_tokens"} <= set(message["usage"])
+
+    projects.update(ctx, "shop", {"mode": "replay"})
+    # cache_control is a billing hint, not part of what is asked; the id is fresh, as the API's are.
+    plain = [{"type": "text", "text": "Be terse."}]
+    again = client.post(URL, json=body(system=plain), headers=key).json
+    assert again["content"] == message["content"] and again["id"] != message["id"]
+    # The system prompt as a string is another request.
+    assert client.post(URL, json=body(system="Be terse."), headers=key).status_code == 424
+    # x-api-key is a token on the Anthropic routes only.
+    assert client.post("/p/shop/v1/chat/completions", json=body(), headers=key).status_code == 401
+
+
+def test_errors_are_in_anthropics_envelope_with_semulas_code(ctx, shop, client, key):
+    record(ctx, shop, client, key, body("How are you?"), "Fine.")
+    projects.update(ctx, "shop", {"mode": "replay"})
+    miss = client.post(URL, json=body("How are you!"), headers=key)
+    assert miss.status_code == 424
+    assert miss.json["type"] == "error" and miss.json["error"]["type"] == "invalid_request_error"
+    assert miss.json["error"]["message"].startswith("semula_replay_miss: No recorded entry")
+    assert "messages[0].content" in miss.json["error"]["message"]
+
+    anonymous = client.post(URL, json=body())
+    assert anonymous.status_code == 401
+    assert anonymous.json == {
+        "type": "error",
+        "error": {"type": "authentication_error", "message": anonymous.json["error"]["message"]},
+    }
+    wrong = client.post(URL, json=body(), headers={"x-api-key": "smt_nope"})
+    assert wrong.status_code == 401 and "invalid_api_key:" in wrong.json["error"]["message"]
+    bearer = {"Authorization": f"Bearer {key['x-api-key']}"}
+    assert client.post(URL, json=body("How are you?"), headers=bearer).status_code == 200
+    unknown = client.post("/p/nope/v1/messages", json=body(), headers=key)
+    assert unknown.status_code == 404 and unknown.json["error"]["type"] == "not_found_error"
+
+
+@pytest.mark.parametrize(
+    ("request_body", "message"),
+    [
+        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}]}, "max_tokens: Field required"),
+        ({"max_tokens": 5, "messages": []}, "model: Field required"),
+        (
+            body(messages=[{"role": "assistant", "content": "x"}]),
+            'messages: first message must use the "user" role',
+        ),
+        (
+            body(messages=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]),
+            'found multiple "user" roles in a row',
+        ),
+        (
+            body(
+                messages=[
+                    {"role": "user", "content": "a"},
+                    {"role": "assistant", "content": "b"},
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "1"}],
+                    },
+                ]
+            ),
+            "messages.2.content.0: unexpected `tool_use_id` found in `tool_result` blocks: toolu_x",
+        ),
+        (body(tools=[{"name": "a b", "input_schema": {}}]), "tools.0.name"),
+        (body(tool_choice={"type": "required"}), "tool_choice: Input tag"),
+        (body(temperature=1.5), "temperature: Input should be between 0 and 1"),
+        ({**body(), "anthropic-beta": ["x"]}, "anthropic-beta: Extra inputs are not permitted"),
+    ],
+)
+def test_requests_the_api_refuses_are_400_in_its_words(ctx, shop, client, key, request_body, message):
+    r = client.post(URL, json=request_body, headers=key)
+    assert r.status_code == 400 and r.json["type"] == "error"
+    assert r.json["error"]["type"] == "invalid_request_error" and message in r.json["error"]["message"]
+    assert not ctx.store.all("parked_in_project", project_id=shop["id"])
+
+
+def test_tool_use_then_tool_result_follow_up(ctx, shop, client, key):
+    asked = body("Weather in Paris?", tools=[WEATHER], tool_choice={"type": "any"})
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(client.post, URL, json=asked, headers=key)
+        [row] = parked(ctx, shop)
+        call = pending.get(ctx, row["id"])
+        assert call["api"] == "anthropic.messages"
+        view = call["conversation"]
+        assert view["messages"] == [{"role": "user", "content": "Weather in Paris?"}]
+        assert view["tools"][0]["function"]["parameters"] == WEATHER["input_schema"]
+        assert view["tool_choice"] == "required"
+        assert call["shape"]["skeleton"] == {
+            "tool_calls": [{"name": "get_weather", "arguments": {"city": ""}}]
+        }
+        with pytest.raises(InvalidAnswer, match="requires a tool call"):
+            pending.answer(ctx, row["id"], "sunny")
+        with pytest.raises(InvalidAnswer) as info:
+            pending.answer(
+                ctx, row["id"], {"tool_calls": [{"name": "get_weather", "arguments": {"town": 1}}]}
+            )
+        assert info.value.param.startswith("tool_calls[0].arguments")
+        pending.answer(
+            ctx, row["id"], {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
+        )
+        message = future.result(10).json
+    [use] = message["content"]
+    assert use["type"] == "tool_use" and use["id"].startswith("toolu_") and use["input"] == {"city": "Paris"}
+    assert message["stop_reason"] == "tool_use"
+
+    follow = body(
+        tools=[WEATHER],
+        messages=[
+            asked["messages"][0],
+            {"role": "assistant", "content": message["content"]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": use["id"], "content": '{"temp_c": 21}'}],
+            },
+        ],
+    )
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(client.post, URL, json=follow, headers=key)
+        [row] = wait_for(lambda: ctx.store.all("parked_in_project", project_id=shop["id"]), what="follow-up")
+        view = pending.get(ctx, row["id"])["conversation"]
+        assert [m["role"] for m in view["messages"]] == ["user", "assistant", "tool"]
+        assert view["messages"][1]["tool_calls"][0]["id"] == use["id"]
+        assert view["messages"][2] == {"role": "tool", "tool_call_id": use["id"], "content": '{"temp_c": 21}'}
+        pending.answer(ctx, row["id"], "21 °C in Paris.")
+        assert future.result(10).json["content"][0]["text"] == "21 °C in Paris."
+
+    # Replayed: the tool call keeps its id, so the follow-up matches its recording.
+    projects.update(ctx, "shop", {"mode": "replay"})
+    again = client.post(URL, json=asked, headers=key).json
+    assert again["content"] == message["content"]
+    assert client.post(URL, json=follow, headers=key).json["content"][0]["text"] == "21 °C in Paris."
+
+
+def test_stream_replays_anthropic_events(ctx, shop, client, key):
+    text = "Once upon a time there was a server that remembered everything it was told."
+    record(ctx, shop, client, key, body("Tell me a story"), text)
+    r = client.post(URL, json=body("Tell me a story", stream=True), headers=key)
+    assert r.status_code == 200 and r.mimetype == "text/event-stream"
+    events = typed_events(r.get_data(as_text=True))
+    kinds = [e["type"] for e in events]
+    assert kinds[:3] == ["message_start", "content_block_start", "ping"]
+    assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    assert "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta") == text
+    assert events[-2]["delta"]["stop_reason"] == "end_turn"
+
+
+def test_betas_are_part_of_the_request_and_count_tokens_estimates(ctx, shop, client, key):
+    beta = {**key, "anthropic-beta": "interleaved-thinking-2025-05-14, context-1m-2025-08-07"}
+    record(ctx, shop, client, beta, body(), "with betas")
+    projects.update(ctx, "shop", {"mode": "replay"})
+    reordered = {**key, "anthropic-beta": "context-1m-2025-08-07,interleaved-thinking-2025-05-14"}
+    assert client.post(URL, json=body(), headers=reordered).json["content"][0]["text"] == "with betas"
+    plain = client.post(URL, json=body(), headers=key)
+    assert plain.status_code == 424 and "anthropic-beta" in plain.json["error"]["message"]
+    [entry] = entries.list_entries(ctx, "shop")["data"]
+    stored = entries.get(ctx, entry["id"])["request"]
+    assert stored["anthropic-beta"] == ["context-1m-2025-08-07", "interleaved-thinking-2025-05-14"]
+
+    counted = client.post(
+        "/p/shop/v1/messages/count_tokens", json={"model": MODEL, "messages": body()["messages"]}, headers=key
+    )
+    assert counted.status_code == 200 and counted.json["input_tokens"] > 0
+    refused = client.post("/p/shop/v1/messages/count_tokens", json={"model": MODEL}, headers=key)
+    assert refused.status_code == 400 and refused.json["error"]["message"] == "messages: Field required"
+
+
+def test_a_pasted_message_with_thinking_and_a_bundle_round_trip(ctx, shop, client, key):
+    pasted = {
+        "type": "message",
+        "content": [
+            {"type": "thinking", "thinking": "The user greets me.", "signature": "sig-abc"},
+            {"type": "text", "text": "Hello there."},
+        ],
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
+    asked = body("Hello", thinking={"type": "enabled", "budget_tokens": 1024})
+    message = record(ctx, shop, client, key, asked, pasted).json
+    assert message["content"] == pasted["content"] and message["usage"]["output_tokens"] == 5
+
+    exported = b"".join(bundles.export_bundle(ctx, "shop"))
+    [item] = json.loads(exported)["entries"]
+    assert item["api"] == "anthropic.messages"
+    projects.create(ctx, {"name": "copy", "mode": "replay"})
+    assert bundles.import_bundle(ctx, "copy", io.BytesIO(exported))["created"] == 1
+    streamed = client.post("/p/copy/v1/messages", json={**asked, "stream": True}, headers=key)
+    events = typed_events(streamed.get_data(as_text=True))
+    kinds = [e["delta"]["type"] for e in events if e["type"] == "content_block_delta"]
+    assert kinds[0] == "thinking_delta" and "signature_delta" in kinds and kinds[-1] == "text_delta"
+    listed = entries.list_entries(ctx, "copy")["data"]
+    assert listed[0]["api"] == "anthropic.messages" and listed[0]["preview"]["answer"] == "Hello there."
+
+
+def test_record_through_posts_to_anthropic_with_its_key_only(ctx, store, settings):
+    fake = FakeUpstream()
+    try:
+        operator = replace(settings, anthropic_key=CANARY, anthropic_url=fake.url)
+        octx = Context(store, operator, ctx.principal)
+        projects.create(octx, {"name": "shop", "record_through": True})
+        client = create_app(operator, store).test_client()
+        secret = tokens.create(ctx, {"role": "admin", "scope": "full"})["token"]
+        headers = {"x-api-key": secret, "anthropic-version": "2023-06-01", "anthropic-beta": "b1"}
+        first = client.post(URL, json=body("Hello"), headers=headers)
+        assert first.status_code == 200, first.json
+        assert first.json["content"][0]["text"] == "upstream says: Hello"
+        assert first.json["model"] == MODEL + "-20250929"
+        streamed = client.post(URL, json=body("Stream", stream=True), headers=headers)
+        assert "event: message_stop" in streamed.get_data(as_text=True)
+        [call, _] = fake.calls
+        assert call["path"] == "/v1/messages" and call["headers"]["x-api-key"] == CANARY
+        assert (
+            call["headers"]["anthropic-version"] == "2023-06-01" and call["headers"]["anthropic-beta"] == "b1"
+        )
+        assert "Authorization" not in call["headers"] and secret not in json.dumps(call)
+        assert "anthropic-beta" not in call["body"] and "anthropic-version" not in call["body"]
+        usage = upstream.usage(octx, "shop")
+        assert usage["calls"] == 2 and usage["prompt_tokens"] == 28 and usage["completion_tokens"] == 14
+
+        projects.update(ctx, "shop", {"mode": "replay"})
+        again = client.post(URL, json=body("Hello"), headers=headers).json
+        assert again["content"] == first.json["content"] and again["provider_extra"] == {"kept": True}
+        assert len(fake.calls) == 2
+    finally:
+        fake.close()
+
+
+def test_the_dashboard_answers_an_anthropic_call_as_text(ctx, shop, client, key):
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(client.post, URL, json=body("Greet me", system="Be kind."), headers=key)
+        [row] = parked(ctx, shop)
+        shown = dashboard_text_answer(client, key["x-api-key"], row["id"], "Hello, you.")
+        assert "Greet me" in shown and "Be kind." in shown
+        message = future.result(10).json
+    assert message["content"] == [{"type": "text", "text": "Hello, you."}]
+    [entry] = entries.list_entries(ctx, "shop")["data"]
+    page = client.get(f"/ui/entries/{entry['id']}")
+    assert page.status_code == 200 and "Hello, you." in page.get_data(as_text=True)
