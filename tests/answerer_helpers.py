@@ -144,7 +144,15 @@ class AnswererProcess:
         return '"msg": "started"' in self.log()
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        """The daemon's log, each JSON line written out with json.dumps's spacing (the server writes
+        them compact) so the tests' text checks read one form."""
+        lines = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            try:
+                lines.append(json.dumps(json.loads(line), ensure_ascii=False))
+            except ValueError:
+                lines.append(line)
+        return "\n".join(lines)
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
         self.proc.send_signal(sig)
