@@ -235,3 +235,26 @@ WEATHER_FUNCTION = {
 }
 CHAT_WEATHER_TOOL = {"type": "function", "function": WEATHER_FUNCTION}
 RESPONSES_WEATHER_TOOL = {"type": "function", **WEATHER_FUNCTION, "strict": True}
+
+
+def held_call(call: Callable[[], Any], errors: type[BaseException]) -> tuple[threading.Thread, dict]:
+    """Run an SDK call in a thread (it parks and waits); the dict gets its "result", or the `errors`
+    exception it raised, which the test's assertions report."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["result"] = call()
+        except errors as exc:
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def finished(thread: threading.Thread, out: dict) -> Any:
+    """The result of a held_call(), once its thread is done; fails on its error."""
+    thread.join(60)
+    assert "error" not in out, out.get("error")
+    return out["result"]

@@ -17,31 +17,17 @@ from tests.acceptance.test_anthropic_api import MODEL, WEATHER
 from tests.agent_helpers import cli_claim_and_answer, mcp_claim_and_answer
 from tests.answerer_helpers import command
 from tests.fake_upstream import FakeUpstream
-from tests.helpers import wait_for
+from tests.helpers import finished, held_call, wait_for
 
 pytestmark = pytest.mark.acceptance
 CANARY = "sk-ant-upstream-CANARY-0123456789abcdef"
 
 
 def held(client: anthropic.Anthropic, **request) -> tuple[threading.Thread, dict]:
-    """A messages.create call in a thread: it parks and waits; the dict gets its result or error."""
-    out: dict = {}
-
-    def run():
-        try:
-            out["message"] = client.messages.create(model=MODEL, max_tokens=256, **request)
-        except anthropic.AnthropicError as exc:  # reported by the test's assertions
-            out["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, out
-
-
-def finished(thread: threading.Thread, out: dict):
-    thread.join(60)
-    assert "error" not in out, out.get("error")
-    return out["message"]
+    """A messages.create call in a thread: it parks and waits (finished() gives its message)."""
+    return held_call(
+        lambda: client.messages.create(model=MODEL, max_tokens=256, **request), anthropic.AnthropicError
+    )
 
 
 def test_cli_and_mcp_answer_anthropic_calls(ctx, start_server, tmp_path):

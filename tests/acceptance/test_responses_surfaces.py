@@ -19,31 +19,15 @@ from semula.service import Context, projects, tokens
 from tests.agent_helpers import cli_claim_and_answer, mcp_claim_and_answer
 from tests.answerer_helpers import command
 from tests.fake_upstream import FakeUpstream
-from tests.helpers import RESPONSES_WEATHER_TOOL, wait_for
+from tests.helpers import RESPONSES_WEATHER_TOOL, finished, held_call, wait_for
 
 pytestmark = pytest.mark.acceptance
 CANARY = "sk-upstream-CANARY-responses-0123456789abcdef"
 
 
 def held(client: openai.OpenAI, **request) -> tuple[threading.Thread, dict]:
-    """A responses.create call in a thread: it parks and waits; the dict gets its result or error."""
-    out: dict = {}
-
-    def run():
-        try:
-            out["response"] = client.responses.create(**request)
-        except openai.OpenAIError as exc:  # reported by the test's assertions
-            out["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, out
-
-
-def finished(thread: threading.Thread, out: dict):
-    thread.join(60)
-    assert "error" not in out, out.get("error")
-    return out["response"]
+    """A responses.create call in a thread: it parks and waits (finished() gives its response)."""
+    return held_call(lambda: client.responses.create(**request), openai.OpenAIError)
 
 
 @pytest.fixture
