@@ -21,8 +21,8 @@ from typing import Any
 from answerer.config import AnswererConfig
 from answerer.runners import Outcome, Runner, make_runner
 from semula import metrics
+from semula.core.errors import InvalidAnswer, PendingResolved, SemulaError
 from semula.db import DatabaseError
-from semula.errors import InvalidAnswer, PendingResolved, SemulaError
 from semula.service import DEFAULT_WORKSPACE, Context, Principal
 from semula.service import answerer as answerer_service
 from semula.service import pending as pending_service

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from bench.common import BenchError, PostgresDatabase, machine, median, wait_quiet
 from semula.config import Settings
+from semula.core.ids import new_id
 from semula.db import Store, connect
-from semula.ids import new_id
 from semula.migrate import migrate
 from semula.service import CLI, Context, Principal, dumps, projects
 from semula.service import pending as pending_service

@@ -87,7 +87,7 @@ def prepare(db_url: str, calls: int) -> tuple[Any, str]:
 
 
 def pending_id(ctx: Any, project_id: str, number: int) -> str:
-    from semula import fingerprint as fp
+    from semula.core import fingerprint as fp
 
     row = ctx.store.one(
         "pending_by_fingerprint",

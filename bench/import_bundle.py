@@ -27,8 +27,7 @@ PG_URL = os.environ.get("SEMULA_BENCH_POSTGRES_URL", "postgresql://postgres@127.
 
 def write_bundle(path: Path, count: int) -> None:
     """A bundle of `count` distinct entries, written as `semula export` would write it."""
-    from semula import answers, fingerprint
-    from semula.service import bundles
+    from semula.core import answers, bundle_format, fingerprint
 
     system = "You are a helpful assistant for an online shop. Answer briefly and politely. " * 2
     items = []
@@ -48,10 +47,10 @@ def write_bundle(path: Path, count: int) -> None:
         items.append((fingerprint.fingerprint(request), request, response))
     items.sort(key=lambda item: item[0])
     with open(path, "wb") as out:
-        header = {"format": bundles.FORMAT, "version": bundles.VERSION}
+        header = {"format": bundle_format.FORMAT, "version": bundle_format.VERSION}
         config = {"ignore_fields": [], "max_misses": 100, "normalize": [], "record_timeout": 300}
-        out.write(f'{{\n  "bundle": {bundles._nested(header, 2)},\n'.encode())
-        out.write(f'  "config": {bundles._nested(config, 2)},\n  "entries": [\n'.encode())
+        out.write(f'{{\n  "bundle": {bundle_format.nested(header, 2)},\n'.encode())
+        out.write(f'  "config": {bundle_format.nested(config, 2)},\n  "entries": [\n'.encode())
         for n, (fp, request, response) in enumerate(items):
             entry = {
                 "chunks": None,
@@ -61,7 +60,7 @@ def write_bundle(path: Path, count: int) -> None:
                 "response": response,
                 "review_status": "unreviewed",
             }
-            out.write(("    " + bundles._nested(entry, 4) + (",\n" if n < count - 1 else "\n")).encode())
+            out.write(("    " + bundle_format.nested(entry, 4) + (",\n" if n < count - 1 else "\n")).encode())
         out.write(b"  ]\n}\n")
 
 

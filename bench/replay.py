@@ -65,8 +65,8 @@ class Target:
 def load_pair(db_url: str) -> str:
     """Record the pair into a fresh project through the service layer, switch it to replay mode, and
     return the secret of a replay-scope token bound to it (what a CI job would use)."""
-    from semula import fingerprint as fp
     from semula.config import Settings
+    from semula.core import fingerprint as fp
     from semula.db import connect
     from semula.migrate import migrate
     from semula.service import CLI, Context, pending, projects, tokens

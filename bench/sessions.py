@@ -32,8 +32,8 @@ def sequence_body() -> dict:
 
 def load(db_url: str) -> str:
     """Record the pair (one answer) and a three-answer sequence; return a replay token."""
-    from semula import fingerprint as fp
     from semula.config import Settings
+    from semula.core import fingerprint as fp
     from semula.db import connect
     from semula.service import CLI, Context, pending, projects
 

@@ -1,3 +1,3 @@
-from semula.cli import main
+from semula.surfaces.cli import main
 
 main()

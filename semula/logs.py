@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from semula import redact
+from semula.core import redact
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 # Loggers whose values are all checked where they are made (ids, numbers, route templates, fixed

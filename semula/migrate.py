@@ -15,7 +15,7 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from semula import errors
+from semula.core import errors
 from semula.db import Store
 
 MIGRATIONS_DIR: Traversable = (

@@ -3,7 +3,7 @@
 Every held call waits on an Event. One background loop asks the database, once per
 SEMULA_POLL_INTERVAL, which of *all* the calls held here are no longer pending, so the
 load does not grow with the number of held calls. An answer committed in this process
-wakes its calls at once through pending.RESOLVED_LISTENERS. The primitives are
+wakes its calls at once: the app's contexts carry this Parking's release as `on_resolved`. The primitives are
 threading's: under gunicorn's gevent worker they are monkey-patched into greenlets.
 """
 
@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 from semula import metrics
 from semula.db import DatabaseError, Store
-from semula.service import pending as pending_service
 
 logger = logging.getLogger("semula.parking")
 
@@ -39,7 +38,6 @@ class Parking:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.polls = 0
-        pending_service.RESOLVED_LISTENERS.append(self.release)
 
     @property
     def held(self) -> int:
@@ -106,5 +104,3 @@ class Parking:
 
     def close(self) -> None:
         self._stop.set()
-        if self.release in pending_service.RESOLVED_LISTENERS:
-            pending_service.RESOLVED_LISTENERS.remove(self.release)

@@ -10,10 +10,10 @@ import requests
 from requests.adapters import BaseAdapter
 from requests.structures import CaseInsensitiveDict
 
-from semula.client import Client
 from semula.service import Context
 from semula.service import pending as pending_service
 from semula.service import projects as projects_service
+from semula.surfaces.client import Client
 
 WEATHER_TOOL = {
     "type": "function",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from semula import answers
-from semula import fingerprint as fp
+from semula.core import answers
+from semula.core import fingerprint as fp
 from semula.service import Context, audit, entries, projects
 
 

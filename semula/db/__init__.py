@@ -25,7 +25,7 @@ _URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^@\s]*@")
 
 def clean(text: str) -> str:
     """A driver's message fit for a response and a log line: its first line, credentials redacted."""
-    from semula.redact import redact_text
+    from semula.core.redact import redact_text
 
     lines = str(text).strip().splitlines()
     return redact_text(_URL_PASSWORD.sub(r"\1[REDACTED]@", lines[0][:300] if lines else ""))

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from semula import answers
-from semula import fingerprint as fp
-from semula.errors import BadRequest, SemulaError
+from semula.core import answers
+from semula.core import fingerprint as fp
+from semula.core.errors import BadRequest, SemulaError
 
 CHAT = "openai.chat"
 RESPONSES = "openai.responses"
@@ -136,7 +136,7 @@ class Dialect:
         if self.pasted(payload):
             return self.accept_recorded(payload, None, request, view)
         completion = answers.parse_answer(payload, view)
-        answers.validate_tool_calls(completion, view)
+        answers.validate_against_request(completion, view)
         return self.respond(completion, request), None
 
     def pasted(self, payload: Any) -> bool:

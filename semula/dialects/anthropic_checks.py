@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from semula.errors import BadRequest
+from semula.core.errors import BadRequest
 
 ROLES = ("user", "assistant")
 TOOL_CHOICES = ("auto", "any", "tool", "none")

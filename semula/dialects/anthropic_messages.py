@@ -19,10 +19,10 @@ import secrets
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from semula import answers, stream, templates
+from semula.core import answers, stream, templates
+from semula.core.errors import InvalidAnswer, SemulaError
 from semula.dialects import ANTHROPIC, Dialect, Request, typed_sse
 from semula.dialects.anthropic_checks import HEADER_FIELDS, bad, check
-from semula.errors import InvalidAnswer, SemulaError
 
 DEFAULT_VERSION = "2023-06-01"
 TRANSPORT = frozenset({"stream", "metadata", "service_tier", "anthropic-version"})
@@ -274,7 +274,7 @@ class AnthropicMessages(Dialect):
             "type": "message",
             "content": content,
         }
-        answers.validate_tool_calls(self.common(response, None), view)
+        answers.validate_against_request(self.common(response, None), view)
         return response, chunks
 
     def usage(self, response):

@@ -11,10 +11,10 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from semula import answers, chat_requests, stream, templates
-from semula import fingerprint as fp
+from semula.core import answers, chat_requests, stream, templates
+from semula.core import fingerprint as fp
+from semula.core.errors import BadRequest, InvalidAnswer
 from semula.dialects import CHAT, Dialect, Request
-from semula.errors import BadRequest, InvalidAnswer
 
 
 def response_id() -> str:
@@ -105,7 +105,7 @@ class OpenAIChat(Dialect):
                 param="choices",
             )
         completion = answers.parse_answer(payload, view)
-        answers.validate_tool_calls(completion, view)
+        answers.validate_against_request(completion, view)
         return self.respond(completion, request), None
 
     def accept_recorded(self, response, chunks, request, view):

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from semula import answers, vectors
+from semula.core import answers, vectors
+from semula.core.errors import BadRequest, InvalidAnswer
 from semula.dialects import Dialect, Request
-from semula.errors import BadRequest, InvalidAnswer
 
 NAME = "openai.embeddings"
 ENCODINGS = ("float", "base64")

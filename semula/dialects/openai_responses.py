@@ -19,9 +19,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from semula import answers, stream, templates
+from semula.core import answers, stream, templates
+from semula.core.errors import BadRequest, InvalidAnswer
 from semula.dialects import RESPONSES, Dialect, Request, typed_sse
-from semula.errors import BadRequest, InvalidAnswer
 
 NAME = RESPONSES
 ROLES = ("assistant", "system", "developer", "user")
@@ -269,7 +269,7 @@ class OpenAIResponses(Dialect):
             )
         elif not isinstance(response.get("id"), str) or not response["id"]:
             response = {**response, "id": _id("resp")}
-        answers.validate_tool_calls(self.common(response, None), view)
+        answers.validate_against_request(self.common(response, None), view)
         return response, chunks
 
     def common_response(

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from marshmallow import Schema, ValidationError
 
 from semula.config import Settings
+from semula.core.errors import BadRequest
 from semula.db import Store
-from semula.errors import BadRequest
 
 ROLES = ("viewer", "editor", "admin")
 SCOPES = ("replay", "record", "full")
@@ -41,7 +42,10 @@ class Context:
     store: Store
     settings: Settings
     principal: Principal
-    extras: dict[str, Any] = field(default_factory=dict)
+    # Called with (pending_id, status, entry_id, resolved_at) after an answer or cancel commits, so
+    # a call held by this process is released at once instead of at its next poll. The app that
+    # holds calls passes its own Parking's release; the CLI holds none and passes nothing.
+    on_resolved: Callable[[str, str, str | None, float], None] | None = None
 
     def __post_init__(self) -> None:
         # Hosted mode: every statement runs as the caller's workspace, so PostgreSQL's
@@ -50,7 +54,7 @@ class Context:
             self.store = self.store.scoped(self.principal.workspace_id)
 
     def as_(self, principal: Principal) -> Context:
-        return Context(self.store, self.settings, principal, self.extras)
+        return Context(self.store, self.settings, principal, self.on_resolved)
 
 
 def now() -> float:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from semula.core.ids import new_id
 from semula.db import Tx
-from semula.ids import new_id
 from semula.service import Context, dumps, now, page
 from semula.service.auth import require, require_unbound
 

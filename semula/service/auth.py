@@ -11,8 +11,8 @@ import secrets
 import time
 from typing import Any
 
+from semula.core.errors import Forbidden, NotFound, Unauthorized
 from semula.db import DatabaseError
-from semula.errors import Forbidden, NotFound, Unauthorized
 from semula.service import LOCAL, ROLES, SCOPES, Context, Principal
 
 logger = logging.getLogger("semula.auth")

@@ -1,22 +1,5 @@
-"""Export and import bundles: a project's entries and non-operator settings as versioned JSON.
-
-The contract is docs/design/product.md §6.
-
-The format is JSON with sorted keys and two-space indents, entries ordered by fingerprint, so a
-bundle kept in git diffs line by line and the same entries always export to the same bytes:
-
-    {
-      "bundle": {"format": "semula-bundle", "version": 1},
-      "config": {non-operator settings},
-      "entries": [{"chunks", "fingerprint", "pinned", "request", "response", "review_status"}, ...]
-    }
-
-An entry whose request has a sequence of answers (docs/decisions/0036-sequences-and-sessions.md)
-keeps answer 1 where it always was and adds `later_answers`: answers 2..n, each
-{"chunks", "pinned", "response"}. An entry without it is a sequence of one, as every older bundle's.
-
-The key names sort so that the header comes before the entries, which lets an import read a
-bundle of any size in one streaming pass (ijson) without holding it in memory.
+"""Export and import bundles: a project's entries and settings, in the format of
+semula/core/bundle_format.py, all of an import or nothing.
 """
 
 from __future__ import annotations
@@ -30,48 +13,40 @@ import time
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-import ijson
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
-from semula import dialects, jsonio, redact
+from semula import dialects
+from semula.core import redact
+from semula.core.bundle_format import (
+    ANSWER,
+    FINGERPRINT_PATTERN,
+    FORMAT,
+    MAX_ANSWERS,
+    VERSION,
+    CountingReader,
+    InvalidBundle,
+    Progress,
+    check_header,
+    encode,
+    first_error,
+    nested,
+    read_bundle,
+    redacted,
+)
+from semula.core.errors import BadRequest, Conflict, SemulaError
+from semula.core.ids import new_id
 from semula.db import UniqueViolation
-from semula.errors import BadRequest, Conflict, PayloadTooLarge, SemulaError
-from semula.ids import new_id
 from semula.service import Context, audit, dumps, now, quotas
 from semula.service import entries as entries_service
 from semula.service import projects as projects_service
 from semula.service.auth import require
 from semula.service.calllog import Offload
 
-FORMAT = "semula-bundle"
-VERSION = 1
 CONFIG_FIELDS = tuple(k for k in projects_service.DEFAULTS if k not in projects_service.OPERATOR_FIELDS)
 BATCH = 500
-MAX_ANSWERS = 999  # answers 2..n of one request's sequence in a bundle entry
-FINGERPRINT_PATTERN = r"^v[0-9]+:[0-9a-f]{64}$"
-TOP_LEVEL = ("bundle", "config", "entries")
-WRAPPING = 3  # levels a bundle adds around a request: the root object, entries and the entry
-
-# progress(stage, done, total): stage "read" counts bytes (total unknown), "write" counts entries.
-Progress = Callable[[str, int, int | None], None]
-
-
-class InvalidBundle(BadRequest):
-    """The bundle is not valid."""
-
-    code = "invalid_bundle"
 
 
 # --- export -----------------------------------------------------------------------------------------
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False)
-
-
-def _nested(value: Any, indent: int) -> str:
-    # json.dumps escapes newlines inside strings, so every raw newline is structure and may be indented.
-    return _dump(value).replace("\n", "\n" + " " * indent)
 
 
 def _config(row: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +69,7 @@ def export_bundle(ctx: Context, project: str) -> Iterator[bytes]:
 
 def _export_pieces(ctx: Context, row: dict[str, Any], secrets: tuple[str, ...]) -> Iterator[bytes]:
     header = {"format": FORMAT, "version": VERSION}
-    yield _encode(f'{{\n  "bundle": {_nested(header, 2)},\n  "config": {_nested(_config(row), 2)},\n')
+    yield encode(f'{{\n  "bundle": {nested(header, 2)},\n  "config": {nested(_config(row), 2)},\n')
     first = True
     for entry in ctx.store.iterate("export_entries", project_id=row["id"]):
         response, chunks = entries_service.decode(entry)
@@ -120,143 +95,15 @@ def _export_pieces(ctx: Context, row: dict[str, Any], secrets: tuple[str, ...]) 
                 }
                 for a in ctx.store.all("list_entry_answers", entry_id=entry["id"])
             ]
-        yield _encode(('  "entries": [\n    ' if first else ",\n    ") + _nested(item, 4))
+        yield encode(('  "entries": [\n    ' if first else ",\n    ") + nested(item, 4))
         first = False
-    yield _encode('  "entries": []\n}\n' if first else "\n  ]\n}\n")
-
-
-def _encode(text: str) -> bytes:
-    # A lone surrogate (valid in JSON, not in UTF-8) is written as its \\u escape, which reads back the same.
-    return text.encode("utf-8", "backslashreplace")
+    yield encode('  "entries": []\n}\n' if first else "\n  ]\n}\n")
 
 
 # --- reading a bundle -------------------------------------------------------------------------------
 
 
-def _events(source: IO[bytes]) -> Iterator[tuple[str, Any]]:
-    try:
-        # The root object, the entries list and the entry wrap each request and response.
-        yield from jsonio.checked_events(ijson.basic_parse(source, use_float=True), base=WRAPPING)
-    except ijson.JSONError as exc:
-        raise _json_error(exc) from None
-    except jsonio.InvalidJSON as exc:
-        raise InvalidBundle(exc.message) from None
-
-
-def _json_error(exc: Exception) -> InvalidBundle:
-    # The first line only: the parser's later lines quote the bundle, which may hold anything.
-    text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-    if "premature EOF" in text or "Incomplete" in text:
-        return InvalidBundle(f"The bundle ends too early (truncated JSON): {text}")
-    return InvalidBundle(f"The bundle is not valid JSON: {text}")
-
-
-_STARTS = {"start_map": dict, "start_array": list}
-_ENDS = frozenset({"end_map", "end_array"})
-
-
-def _build(event: str, value: Any, events: Iterator[tuple[str, Any]]) -> Any:
-    """The whole JSON value that starts with this event (a small builder: the hot loop of an import)."""
-    make = _STARTS.get(event)
-    if make is None:
-        return value
-    root = make()
-    stack: list[Any] = [root]
-    key = None
-    for event, value in events:
-        if event == "map_key":
-            key = value
-            continue
-        if event in _ENDS:
-            stack.pop()
-            if not stack:
-                return root
-            continue
-        make = _STARTS.get(event)
-        item = make() if make else value
-        top = stack[-1]
-        if type(top) is dict:
-            top[key] = item
-        else:
-            top.append(item)
-        if make:
-            stack.append(item)
-    return root
-
-
-def read_bundle(
-    source: IO[bytes], entry_started: Callable[[], None] | None = None
-) -> Iterator[tuple[str, Any]]:
-    """Yield ("bundle", header), ("config", settings) and ("entry", value) in file order, streaming.
-
-    `entry_started` is called when an entry's first event has been read, before it is built.
-    """
-    events = _events(source)
-    first = next(events, None)
-    if first is None:
-        raise InvalidBundle("The bundle is empty.")
-    if first[0] != "start_map":
-        raise InvalidBundle("A bundle is a JSON object with bundle, config and entries.")
-    seen: set[str] = set()
-    for event, key in events:
-        if event == "end_map":
-            break
-        if key not in TOP_LEVEL:
-            raise InvalidBundle(f"Unknown key {key!r} in the bundle.", param=str(key))
-        if key in seen:
-            raise InvalidBundle(f"The bundle has {key!r} twice.", param=key)
-        seen.add(key)
-        event, value = next(events)
-        if key != "entries":
-            yield key, _build(event, value, events)
-            continue
-        if "bundle" not in seen:
-            raise InvalidBundle('The bundle header ("bundle") must come before "entries".', param="bundle")
-        if event != "start_array":
-            raise InvalidBundle("entries must be a list.", param="entries")
-        for event, value in events:
-            if event == "end_array":
-                break
-            if entry_started is not None:
-                entry_started()
-            yield "entry", _build(event, value, events)
-    if "bundle" not in seen:
-        raise InvalidBundle('This is not a semula bundle: it has no "bundle" header.', param="bundle")
-    for _ in events:
-        pass  # Drain to the end, so trailing garbage is reported as invalid JSON.
-
-
-def redacted(value: Any, secrets: tuple[str, ...]) -> Any:
-    """redact_obj(), with one scan over all the strings first: almost every entry has nothing to redact."""
-    strings: list[str] = []
-    _strings(value, strings)
-    if not redact.contains_secret("\n".join(strings), secrets):
-        return value
-    return redact.redact_obj(value, secrets)
-
-
-def _strings(value: Any, out: list[str]) -> None:
-    # Keys too: contains_secret() over the joined text can only over-report, never miss one.
-    if isinstance(value, str):
-        out.append(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            out.append(key)
-            _strings(item, out)
-    elif isinstance(value, list):
-        for item in value:
-            _strings(item, out)
-
-
 # --- validation -------------------------------------------------------------------------------------
-
-
-class HeaderSchema(Schema):
-    class Meta:
-        unknown = RAISE
-
-    format = fields.String(required=True, validate=validate.Equal(FORMAT))
-    version = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
 
 
 class EntrySchema(Schema):
@@ -276,44 +123,7 @@ class EntrySchema(Schema):
     later_answers = fields.List(fields.Dict(), load_default=list, validate=validate.Length(max=MAX_ANSWERS))
 
 
-class AnswerSchema(Schema):
-    class Meta:
-        unknown = RAISE
-
-    response = fields.Raw(required=True, allow_none=False)
-    chunks = fields.List(fields.Dict(), load_default=None, allow_none=True)
-    pinned = fields.Boolean(load_default=False, truthy={True}, falsy={False})
-
-
-_HEADER, _ENTRY, _ANSWER = HeaderSchema(), EntrySchema(), AnswerSchema()
-
-
-def _first_error(exc: ValidationError) -> tuple[str, str]:
-    messages: Any = exc.normalized_messages()
-    path = []
-    while isinstance(messages, dict):
-        key, messages = next(iter(messages.items()))
-        path.append(f"[{key}]" if isinstance(key, int) else f".{key}")
-    text = messages[0] if isinstance(messages, list) else str(messages)
-    return "".join(path).lstrip("."), text
-
-
-def _check_header(value: Any) -> None:
-    if not isinstance(value, dict):
-        raise InvalidBundle("bundle must be an object with format and version.", param="bundle")
-    version = value.get("version")
-    if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
-        raise InvalidBundle(
-            f"This bundle is format version {version}; this semula reads version {VERSION} and older. "
-            "Upgrade semula to import it.",
-            param="bundle.version",
-            code="bundle_version_unsupported",
-        )
-    try:
-        _HEADER.load(value)
-    except ValidationError as exc:
-        path, text = _first_error(exc)
-        raise InvalidBundle(f"bundle.{path}: {text}", param=f"bundle.{path}") from None
+_ENTRY = EntrySchema()
 
 
 def _check_config(value: Any) -> dict[str, Any]:
@@ -330,7 +140,7 @@ def _check_config(value: Any) -> dict[str, Any]:
     try:
         return projects_service.SettingsSchema(only=CONFIG_FIELDS).load(value)
     except ValidationError as exc:
-        path, text = _first_error(exc)
+        path, text = first_error(exc)
         raise InvalidBundle(f"config.{path}: {text}", param=f"config.{path}") from None
     except BadRequest as exc:
         raise InvalidBundle(f"config: {exc.message}", param=f"config.{exc.param or ''}".rstrip(".")) from None
@@ -388,7 +198,7 @@ def _prepare(
     try:
         data = _ENTRY.load(value)
     except ValidationError as exc:
-        raise fail(*_first_error(exc)) from None
+        raise fail(*first_error(exc)) from None
     request = data["request"]
     dialect = dialects.get(data["api"])
     try:
@@ -448,9 +258,9 @@ def _prepare_answer(
     """One of answers 2..n of an entry's sequence, checked as answer 1 is: (response, chunks, pinned)."""
     where = f"later_answers[{index}]"
     try:
-        data = _ANSWER.load(value)
+        data = ANSWER.load(value)
     except ValidationError as exc:
-        path, text = _first_error(exc)
+        path, text = first_error(exc)
         raise fail(f"{where}.{path}", text) from None
     try:
         response, chunks = dialect.accept_recorded(
@@ -467,48 +277,6 @@ def _prepare_answer(
 
 
 # --- import -----------------------------------------------------------------------------------------
-
-
-class BundleTooLarge(PayloadTooLarge):
-    """The bundle, or one entry of it, is larger than this server imports."""
-
-    code = "bundle_too_large"
-
-
-class _CountingReader:
-    """Reports how many bytes were read (a progress bar over a stream of unknown structure), and
-    refuses an entry longer than `entry_limit` bytes before the parser has built it."""
-
-    def __init__(self, source: IO[bytes], progress: Progress | None, entry_limit: int | None = None):
-        self.source, self.progress, self.entry_limit = source, progress, entry_limit
-        self.total, self.entry_start, self.entry = 0, None, -1
-
-    def start_entry(self) -> None:
-        # Counted from what was read when the entry's first event came out: up to one parser buffer
-        # after where it really starts, so the limit is generous by at most that.
-        self.entry_start, self.entry = self.total, self.entry + 1
-
-    def read(self, size: int = -1) -> bytes:
-        if size == 0:
-            # ijson probes with read(0); werkzeug's request stream takes an empty read for a disconnect.
-            return b""
-        data = self.source.read(size)
-        self.total += len(data)
-        if (
-            self.entry_limit
-            and self.entry_start is not None
-            and self.total - self.entry_start > self.entry_limit
-        ):
-            # Parsing one long string costs time that grows faster than its length (~17 s for 60 MB).
-            raise BundleTooLarge(
-                f"entries[{self.entry}]: one entry of the bundle is longer than {self.entry_limit} "
-                "bytes, three times SEMULA_MAX_BODY_BYTES (its request, response and chunks at that "
-                "limit); nothing was imported.",
-                param=f"entries[{self.entry}]",
-            )
-        if self.progress and data:
-            self.progress("read", len(data), None)
-        return data
 
 
 # An entry holds a request, a response and chunks, each at most SEMULA_MAX_BODY_BYTES long.
@@ -579,10 +347,10 @@ def _validate(
     config: dict[str, Any] | None = None
     seen: set[bytes] = set()
     recomputed = count = 0
-    reader = _CountingReader(source, progress, ENTRY_FACTOR * limit)
+    reader = CountingReader(source, progress, ENTRY_FACTOR * limit)
     for kind, value in read_bundle(reader, reader.start_entry):
         if kind == "bundle":
-            _check_header(value)
+            check_header(value)
             continue
         if kind == "config":
             raw_config = value
@@ -771,36 +539,6 @@ def _same(tx: Any, old: dict[str, Any], item: _Prepared) -> bool:
 
 
 # --- checking a bundle for credentials --------------------------------------------------------------
-
-
-def _parse_with_prefixes(source: IO[bytes]) -> Iterator[tuple[str, str, Any]]:
-    try:
-        yield from ijson.parse(source, use_float=True)
-    except ijson.JSONError as exc:
-        raise _json_error(exc) from None
-
-
-def find_secrets(
-    source: IO[bytes], extra_secrets: tuple[str, ...] = (), limit: int = 20
-) -> tuple[list[str], int]:
-    """Paths in a bundle file whose text looks like a credential (first `limit`), and how many in all."""
-    found: list[str] = []
-    total = 0
-    index = -1
-    for prefix, event, value in _parse_with_prefixes(source):
-        if prefix == "entries.item" and event == "start_map":
-            index += 1
-        if event not in ("string", "map_key") or not redact.contains_secret(value, extra_secrets):
-            continue
-        total += 1
-        if len(found) < limit:
-            path = prefix.replace(".item", "[]")
-            if prefix.startswith("entries.item"):
-                path = f"entries[{index}]" + prefix[len("entries.item") :].replace(".item", "[]")
-            # The path names keys, and a key may be the credential: it is redacted like a value.
-            path = redact.redact_text(path, extra_secrets)
-            found.append(path + (" (an object key)" if event == "map_key" else ""))
-    return found, total
 
 
 def find_stored_secrets(ctx: Context, project: str, limit: int = 20) -> tuple[list[str], int]:

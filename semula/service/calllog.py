@@ -1,4 +1,5 @@
-"""The call log: one row per proxied call, written in small batches off the request path."""
+"""The call log: one row per proxied call, written in small batches off the request path, and read
+back as a project's calls, newest first, filtered by outcome (docs/design/product.md §3)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from semula.core.errors import BadRequest
+from semula.core.ids import new_ids
 from semula.db import DatabaseError, Store
-from semula.ids import new_ids
+from semula.service import Context, page
+from semula.service import projects as projects_service
+from semula.service.auth import require
 
 logger = logging.getLogger("semula.calllog")
 
@@ -98,3 +103,36 @@ class CallLog:
         for workspace_id, group in by_workspace.items():
             with self.store.transaction(workspace_id) as tx:
                 tx.many("insert_calls", group)
+
+
+def present(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "object": "call",
+        "id": row["id"],
+        "api": row.get("api") or "openai.chat",
+        "project": row.get("project_name"),
+        "created": row["created_at"],
+        "fingerprint": row["fingerprint"],
+        "model": row["model"],
+        "stream": bool(row["stream"]),
+        "outcome": row["outcome"],
+        "status": row["status"],
+        "duration_ms": row["duration_ms"],
+        "entry_id": row["entry_id"],
+        "pending_id": row["pending_id"],
+        "token_id": row["token_id"],
+    }
+
+
+def list_calls(
+    ctx: Context, project: str, *, outcome: str | None = None, after: str | None = None, limit: int = 50
+) -> dict[str, Any]:
+    """A project's call log as an OpenAI list, newest first; viewer role."""
+    require(ctx, role="viewer")
+    if outcome is not None and outcome not in OUTCOMES:
+        raise BadRequest(f"outcome must be one of {', '.join(OUTCOMES)}.", param="outcome")
+    project_id = projects_service.get_row(ctx, project)["id"]
+    rows = ctx.store.all(
+        "list_call_log", project_id=project_id, outcome=outcome, after=after, limit=limit + 1
+    )
+    return page([present(r) for r in rows], limit)

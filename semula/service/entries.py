@@ -9,9 +9,9 @@ import json
 from typing import Any
 
 from semula import dialects
+from semula.core.errors import BadRequest, Conflict, NotFound
+from semula.core.ids import new_id
 from semula.db import Store, Tx
-from semula.errors import BadRequest, Conflict, NotFound
-from semula.ids import new_id
 from semula.service import Context, audit, dumps, now, page, projects, quotas
 from semula.service.auth import require, visible
 

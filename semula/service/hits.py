@@ -20,7 +20,7 @@ from typing import Any
 
 from semula.service import Context
 from semula.service.auth import require, visible
-from semula.service.proxy import Call, replay_headers, templated
+from semula.service.replay import Call, replay_headers, templated
 
 # Bounds the memory: at most SIZE requests of at most MAX_BODY bytes each (64 MiB in all).
 SIZE = 2048

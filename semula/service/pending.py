@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from typing import Any
 
-from semula import answers, dialects, metrics
-from semula.errors import BadRequest, Conflict, InvalidAnswer, NotFound, PendingResolved
-from semula.ids import new_id
+from semula import dialects, metrics
+from semula.core import answers
+from semula.core.errors import BadRequest, Conflict, InvalidAnswer, NotFound, PendingResolved
+from semula.core.ids import new_id
 from semula.service import Context, dumps, now, page, quotas
 from semula.service import entries as entries_service
 from semula.service import projects as projects_service
@@ -32,10 +32,6 @@ MAX_HISTORY = 100
 # rare; losing them all this many times over means the claim guard and the candidates query disagree,
 # and spinning on that would hold the caller (and its worker) forever.
 CLAIM_LOOKS = 50
-
-# Called with (pending_id, status, entry_id, resolved_at) after an answer or cancel commits in
-# this process, so a call held here is released at once instead of at the next poll.
-RESOLVED_LISTENERS: list[Callable[[str, str, str | None, float], None]] = []
 
 
 def park(
@@ -194,7 +190,7 @@ def answer(
             "resolve_pending", id=pending_id, status="answered", entry_id=entry["id"], now=resolved_at
         ):
             raise PendingResolved(f"Pending call {pending_id} was resolved meanwhile.")
-    notify(pending_id, "answered", entry["id"], resolved_at)
+    notify(ctx, pending_id, "answered", entry["id"], resolved_at)
     kind = _actor_kind(ctx, actor)
     metrics.pending_event("answered")
     metrics.ANSWERS.labels(kind).inc()
@@ -221,7 +217,7 @@ def cancel(ctx: Context, pending_id: str) -> dict[str, Any]:
         "resolve_pending", id=pending_id, status="cancelled", entry_id=None, now=resolved_at
     ):
         raise PendingResolved(f"Pending call {pending_id} is {row['status']} already.")
-    notify(pending_id, "cancelled", None, resolved_at)
+    notify(ctx, pending_id, "cancelled", None, resolved_at)
     metrics.pending_event("cancelled")
     logger.info(
         "cancelled",
@@ -237,9 +233,10 @@ def _actor_kind(ctx: Context, actor: str) -> str:
     return "answerer" if ctx.principal.actor.startswith("answerer:") else "agent"
 
 
-def notify(pending_id: str, status: str, entry_id: str | None, resolved_at: float) -> None:
-    for listener in RESOLVED_LISTENERS:
-        listener(pending_id, status, entry_id, resolved_at)
+def notify(ctx: Context, pending_id: str, status: str, entry_id: str | None, resolved_at: float) -> None:
+    """Tell the process's holder of parked calls (if it has one) that this call is resolved."""
+    if ctx.on_resolved is not None:
+        ctx.on_resolved(pending_id, status, entry_id, resolved_at)
 
 
 def list_pending(

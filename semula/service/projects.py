@@ -10,11 +10,11 @@ from typing import Any
 
 from marshmallow import INCLUDE, RAISE, Schema, ValidationError, fields, validate, validates
 
-from semula import fingerprint
 from semula.config import MAX_RECORD_TIMEOUT
+from semula.core import fingerprint
+from semula.core.errors import Conflict, Forbidden, NotFound, Unprocessable
+from semula.core.ids import new_id
 from semula.db import UniqueViolation
-from semula.errors import Conflict, Forbidden, NotFound, Unprocessable
-from semula.ids import new_id
 from semula.service import Context, audit, dumps, load, now, page, quotas
 from semula.service.auth import check_project, require, require_unbound
 

@@ -1,6 +1,6 @@
 """The provider's side of record-through: HTTP to the operator's provider, read whole or as a stream.
 
-Transport only (the budget, single flight and what is saved are semula/service/upstream.py). The key
+Transport only (the budget, single flight and what is saved are semula/service/record_through.py). The key
 goes into the Authorization header and nowhere else; the app's headers are never copied. A
 provider's error text is shown only after redaction, and an unreachable provider is named by
 exception type only (its text names the URL, which may carry a credential).
@@ -22,9 +22,10 @@ from typing import Any
 import certifi
 import urllib3
 
-from semula import dialects, redact
+from semula import dialects
+from semula.core import redact
+from semula.core.errors import UpstreamError
 from semula.dialects import Dialect
-from semula.errors import UpstreamError
 
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 ERROR_TEXT_CHARS = 300

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from semula.core.errors import AnswerTooLarge, QuotaExceeded
 from semula.db import Tx
-from semula.errors import AnswerTooLarge, QuotaExceeded
 from semula.service import Context
 
 HOSTED_DEFAULTS = {

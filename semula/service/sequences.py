@@ -12,12 +12,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from semula.errors import BadRequest, SequenceExhausted
+from semula.core.errors import BadRequest, SequenceExhausted
 from semula.service import Context, now, projects
 from semula.service.auth import require
 
 if TYPE_CHECKING:
-    from semula.service.proxy import Call
+    from semula.service.replay import Call
 
 SESSION_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 AFTER_LAST = ("repeat_last", "cycle", "fail")

@@ -11,8 +11,8 @@ import secrets
 from typing import Any
 
 from semula.config import Settings
-from semula.errors import NotFound, Unauthorized
-from semula.ids import new_id
+from semula.core.errors import NotFound, Unauthorized
+from semula.core.ids import new_id
 from semula.service import Context, Principal, audit, now, page
 from semula.service.auth import require, require_unbound, token_hash, token_principal
 

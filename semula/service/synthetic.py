@@ -1,5 +1,5 @@
 """Synthetic embeddings: with the project setting `embeddings: synthetic`, a missed embeddings call in
-record mode is answered at once with deterministic vectors (semula.vectors) instead of being parked
+record mode is answered at once with deterministic vectors (semula.core.vectors) instead of being parked
 or forwarded, and saved as an entry by actor `synthetic`, so it exports and replays like any other
 (docs/decisions/0035-embeddings.md)."""
 
@@ -8,12 +8,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from semula import dialects, redact
+from semula import dialects
+from semula.core import redact
 from semula.dialects import openai_embeddings
 from semula.service import Context
 from semula.service import entries as entries_service
-from semula.service.proxy import Call
-from semula.service.upstream import FLIGHTS
+from semula.service.record_through import FLIGHTS
+from semula.service.replay import Call
 
 logger = logging.getLogger("semula.synthetic")
 

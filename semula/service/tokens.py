@@ -9,8 +9,8 @@ from typing import Any
 
 from marshmallow import RAISE, Schema, fields, validate
 
-from semula.errors import BadRequest, NotFound
-from semula.ids import new_id
+from semula.core.errors import BadRequest, NotFound
+from semula.core.ids import new_id
 from semula.service import ROLES, SCOPES, Context, audit, load, now, page
 from semula.service import projects as projects_service
 from semula.service.auth import new_secret, require, require_unbound, token_hash

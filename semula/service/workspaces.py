@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from semula.core.errors import BadRequest, Conflict, Forbidden, NotFound
+from semula.core.ids import new_id
 from semula.db import UniqueViolation
-from semula.errors import BadRequest, Conflict, Forbidden, NotFound
-from semula.ids import new_id
 from semula.service import Context, Principal, now
 from semula.service.quotas import FIELDS
 

@@ -11,8 +11,9 @@ from typing import Any
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from semula import errors, jsonio, logs, metrics
+from semula import logs, metrics
 from semula.config import Settings
+from semula.core import errors, jsonio
 from semula.db import Busy, DatabaseError, Store, Unavailable, connect
 from semula.migrate import schema
 from semula.parking import Parking
@@ -20,7 +21,7 @@ from semula.service import Context
 from semula.service.auth import authenticate
 from semula.service.calllog import CallLog
 from semula.web import access
-from semula.web.proxy import ProxyApp
+from semula.web.fastpath import ProxyApp
 
 logger = logging.getLogger("semula.web")
 
@@ -176,7 +177,7 @@ def context() -> Context:
     ctx = g.get("semula_ctx")
     if ctx is None:
         ext = current_extension()
-        base = Context(ext["store"], ext["settings"], principal=None)  # type: ignore[arg-type]
+        base = Context(ext["store"], ext["settings"], None, ext["parking"].release)  # type: ignore[arg-type]
         ctx = base.as_(authenticate(base, request.headers.get("Authorization")))
         g.semula_ctx = ctx
     return ctx
@@ -189,5 +190,5 @@ def current_extension() -> dict[str, Any]:
 
 
 def json_body() -> Any:
-    """The parsed JSON body; 400 with a clear message when it is not JSON by semula.jsonio's rules."""
+    """The parsed JSON body; 400 with a clear message when it is not JSON by semula.core.jsonio's rules."""
     return jsonio.loads(request.get_data())

@@ -1,6 +1,6 @@
 """The access log and the request metrics: one JSON line and one count per HTTP request.
 
-The proxy (semula/web/proxy.py) and the Flask app both finish a request here. The line carries ids,
+The proxy (semula/web/fastpath.py) and the Flask app both finish a request here. The line carries ids,
 names and numbers only: method, route template, project, status, outcome, duration, token id and
 (from semula.logs) the request id; never a path with ids in it, a prompt or a secret. Replay hits
 can be sampled (SEMULA_ACCESS_LOG_HITS, docs/operations.md); every other request is always logged.

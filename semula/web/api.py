@@ -9,7 +9,7 @@ from typing import Any
 
 from flask import Blueprint, request
 
-from semula.errors import BadRequest
+from semula.core.errors import BadRequest
 from semula.service import audit, projects, sequences, sessions, tokens
 from semula.web import context, json_body
 

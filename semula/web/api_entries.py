@@ -8,8 +8,9 @@ from typing import Any
 from flask import Blueprint, Response, request, stream_with_context
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from semula.errors import BadRequest
-from semula.service import bundles, calls
+from semula.core import bundle_format
+from semula.core.errors import BadRequest
+from semula.service import bundles, calllog
 from semula.service import entries as entries_service
 from semula.web import context, current_extension, json_body
 from semula.web.api import paging
@@ -122,11 +123,11 @@ def import_project(name: str) -> Any:
     try:
         return bundles.import_bundle(ctx, name, request.stream, offload=current_extension().get("offload"))
     except RequestEntityTooLarge:
-        raise bundles.BundleTooLarge(
+        raise bundle_format.BundleTooLarge(
             f"The bundle is larger than {limit} bytes (SEMULA_MAX_IMPORT_BYTES); nothing was imported."
         ) from None
 
 
 @api_entries.get("/projects/<name>/calls")
 def list_calls(name: str) -> Any:
-    return calls.list_calls(context(), name, outcome=request.args.get("outcome") or None, **paging())
+    return calllog.list_calls(context(), name, outcome=request.args.get("outcome") or None, **paging())

@@ -10,7 +10,7 @@ from typing import Any
 from flask import Blueprint, Response, request
 from marshmallow import RAISE, Schema, fields, validate
 
-from semula.errors import BadRequest
+from semula.core.errors import BadRequest
 from semula.service import load
 from semula.service import pending as pending_service
 from semula.web import context, json_body, openapi

@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import Blueprint
 
-from semula.service import upstream
+from semula.service import record_through
 from semula.web import context
 
 api_upstream = Blueprint("api_upstream", __name__, url_prefix="/api/v1")
@@ -14,9 +14,9 @@ api_upstream = Blueprint("api_upstream", __name__, url_prefix="/api/v1")
 
 @api_upstream.get("/projects/<name>/upstream")
 def get_upstream(name: str) -> Any:
-    return upstream.usage(context(), name)
+    return record_through.usage(context(), name)
 
 
 @api_upstream.post("/projects/<name>/upstream/reset")
 def reset_upstream(name: str) -> Any:
-    return upstream.reset(context(), name)
+    return record_through.reset(context(), name)

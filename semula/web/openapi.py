@@ -10,8 +10,8 @@ from typing import Any
 
 from flask import current_app
 
-from semula import fingerprint
 from semula.config import MAX_RECORD_TIMEOUT
+from semula.core import fingerprint
 from semula.service.pending import DEFAULT_LEASE, MAX_LEASE, MAX_WORKER_LENGTH
 
 JSON = "application/json"

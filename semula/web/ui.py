@@ -20,8 +20,8 @@ from typing import Any
 
 from flask import Blueprint, abort, flash, g, redirect, render_template, request, session, url_for
 
-from semula import errors, jsonio
-from semula.service import LOCAL, Context, audit, calls, entries, overview, pending, projects, sessions
+from semula.core import errors, jsonio
+from semula.service import LOCAL, Context, audit, calllog, entries, overview, pending, projects, sessions
 from semula.service.auth import principal_for_hash, token_hash
 from semula.service.calllog import OUTCOMES
 from semula.web import current_extension
@@ -32,7 +32,7 @@ ui = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates")
 def anonymous() -> Context:
     """A context with no caller yet: for signing in and out, before the session is known."""
     ext = current_extension()
-    return Context(ext["store"], ext["settings"], principal=None)  # type: ignore[arg-type]
+    return Context(ext["store"], ext["settings"], None, ext["parking"].release)  # type: ignore[arg-type]
 
 
 def ui_context() -> Context:
@@ -340,7 +340,7 @@ def call_log(name: str) -> Any:
     ctx = ui_context()
     project = projects.get(ctx, name)
     outcome = request.args.get("outcome") or None
-    listed = calls.list_calls(ctx, name, outcome=outcome, limit=200)
+    listed = calllog.list_calls(ctx, name, outcome=outcome, limit=200)
     return render_template(
         "ui/calls.html", project=project, calls=listed["data"], outcome=outcome or "", outcomes=OUTCOMES
     )

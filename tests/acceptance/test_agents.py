@@ -25,8 +25,8 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from semula.client import Client
 from semula.service import projects, tokens
+from semula.surfaces.client import Client
 from tests.agent_helpers import PNG, PNG_URL, WEATHER_TOOL, image_messages
 from tests.helpers import CountingProxy, wait_for
 

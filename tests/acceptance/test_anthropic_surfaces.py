@@ -11,8 +11,8 @@ from dataclasses import replace
 import anthropic
 import pytest
 
-from semula.client import Client
 from semula.service import Context, projects, tokens
+from semula.surfaces.client import Client
 from tests.acceptance.test_anthropic_api import MODEL, WEATHER
 from tests.agent_helpers import cli_claim_and_answer, mcp_claim_and_answer
 from tests.answerer_helpers import command

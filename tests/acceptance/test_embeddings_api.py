@@ -51,7 +51,7 @@ def answered(ctx, project, payload, make_call):
 
 
 def float32(values):
-    from semula import vectors
+    from semula.core import vectors
 
     return vectors.decode(vectors.encode(values))
 

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 
-from semula import fingerprint as fp
+from semula.core import fingerprint as fp
 from semula.service import pending, projects
 from tests.helpers import wait_for
 
@@ -125,7 +125,7 @@ def test_tool_call_answer_validated_then_replayed(start_server, ctx, shop, opena
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(client.chat.completions.create, **request)
         [pending_id] = parked_ids(ctx, shop, 1)
-        from semula.errors import InvalidAnswer
+        from semula.core.errors import InvalidAnswer
 
         with pytest.raises(InvalidAnswer) as info:
             pending.answer(
@@ -214,7 +214,7 @@ def test_chunks_recorded_from_a_stream_replay_identically(start_server, ctx, sho
             "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}],
         },
     ]
-    from semula.stream import assemble_chunks
+    from semula.core.stream import assemble_chunks
 
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(lambda: list(client.chat.completions.create(**request, stream=True)))

@@ -14,8 +14,8 @@ from dataclasses import replace
 import openai
 import pytest
 
-from semula.client import Client
 from semula.service import Context, projects, tokens
+from semula.surfaces.client import Client
 from tests.agent_helpers import cli_claim_and_answer, mcp_claim_and_answer
 from tests.answerer_helpers import command
 from tests.fake_upstream import FakeUpstream

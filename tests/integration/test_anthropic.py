@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from semula.errors import InvalidAnswer
-from semula.service import Context, bundles, entries, pending, projects, tokens, upstream
+from semula.core.errors import InvalidAnswer
+from semula.service import Context, bundles, entries, pending, projects, record_through, tokens
 from semula.web import create_app
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import (
@@ -273,7 +273,7 @@ def test_record_through_posts_to_anthropic_with_its_key_only(ctx, store, setting
         )
         assert "Authorization" not in call["headers"] and secret not in json.dumps(call)
         assert "anthropic-beta" not in call["body"] and "anthropic-version" not in call["body"]
-        usage = upstream.usage(octx, "shop")
+        usage = record_through.usage(octx, "shop")
         assert usage["calls"] == 2 and usage["prompt_tokens"] == 28 and usage["completion_tokens"] == 14
 
         projects.update(ctx, "shop", {"mode": "replay"})

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from semula import jsonio
+from semula.core import jsonio
 from semula.service import pending, projects
 from tests.entry_helpers import request_for, snapshot
 from tests.integration.test_proxy import call_async, parked

@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from semula import fingerprint as fp
+from semula.core import bundle_format
+from semula.core import fingerprint as fp
+from semula.core.errors import BadRequest, Conflict, Forbidden
 from semula.db import UniqueViolation
-from semula.errors import BadRequest, Conflict, Forbidden
 from semula.service import CLI, Principal, audit, bundles, entries, projects
 from tests.entry_helpers import request_for, save_entry, snapshot
 
@@ -369,4 +370,4 @@ def test_export_redacts_even_what_was_stored_unredacted(ctx):
     save_entry(ctx, "leaky", "hello", {"content": f"your token is {key}"})
     data = export(ctx, "leaky")
     assert key.encode() not in data and b"[REDACTED]" in data
-    assert bundles.find_secrets(io.BytesIO(data)) == ([], 0)
+    assert bundle_format.find_secrets(io.BytesIO(data)) == ([], 0)

@@ -9,7 +9,8 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from semula import logs
-from semula.service import bundles, pending, projects
+from semula.core import bundle_format
+from semula.service import pending, projects
 from tests.helpers import wait_for
 
 CANARY = "sk-proj-canary" + "7Qz" * 12
@@ -61,7 +62,7 @@ def test_canary_is_redacted_everywhere_and_the_request_still_replays(ctx, db_url
 
         exported = client.get("/api/v1/projects/shop/export", headers=admin).data
         assert CANARY.encode() not in exported and b"[REDACTED]" in exported
-        assert bundles.find_secrets(io.BytesIO(exported)) == ([], 0)
+        assert bundle_format.find_secrets(io.BytesIO(exported)) == ([], 0)
         assert CANARY not in database_text(db_url)
         # A log line that quotes the prompt by mistake is still redacted.
         logging.getLogger("semula.test").warning("oops", extra={"prompt": BODY["messages"][0]["content"]})

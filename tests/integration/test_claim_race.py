@@ -13,8 +13,8 @@ import time
 from collections import defaultdict
 
 from semula.config import Settings
+from semula.core.ids import new_id
 from semula.db import Store, connect
-from semula.ids import new_id
 from semula.service import Context, Principal, dumps, projects
 from semula.service import pending as pending_service
 from tests.helpers import wait_for

@@ -5,7 +5,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from semula.cli import main
+from semula.surfaces.cli import main
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from semula.cli import main
 from semula.service import pending as pending_service
 from semula.service import projects as projects_service
+from semula.surfaces.cli import main
 from tests.agent_helpers import PNG, PNG_URL, REMOTE_IMAGE, in_process_client, park, two_project_queue
 
 
@@ -200,7 +200,7 @@ def test_release_and_cancel(cli, queue):
 def test_set_up_errors_name_the_variable_and_the_fix(app, monkeypatch):
     monkeypatch.delenv("SEMULA_URL", raising=False)
     monkeypatch.delenv("SEMULA_TOKEN", raising=False)
-    monkeypatch.setattr("semula.client.DEFAULT_URL", "http://127.0.0.1:9")
+    monkeypatch.setattr("semula.surfaces.client.DEFAULT_URL", "http://127.0.0.1:9")
     unset = CliRunner().invoke(main, ["pending"])
     assert unset.exit_code == 1
     assert (

@@ -7,8 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from semula.cli import main
 from semula.service import entries, projects
+from semula.surfaces.cli import main
 from tests.entry_helpers import save_entry
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from semula import vectors
+from semula.core import vectors
 from semula.service import CLI, Context, bundles, entries, pending, projects
 from semula.web import create_app
 from tests.fake_upstream import FakeUpstream

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from semula.errors import Conflict, InvalidAnswer, NotFound
+from semula.core.errors import Conflict, InvalidAnswer, NotFound
 from semula.service import audit, entries, projects
 from tests.entry_helpers import request_for, save_entry
 

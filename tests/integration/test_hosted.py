@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
-from semula import errors
-from semula.cli import main
-from semula.fingerprint import fingerprint
+from semula.core import errors
+from semula.core.fingerprint import fingerprint
 from semula.service import Context, bundles, pending, projects, tokens, workspaces
+from semula.surfaces.cli import main
 from semula.web import create_app
 from tests.hosted_helpers import hosted, tenant  # noqa: F401 - fixture
 

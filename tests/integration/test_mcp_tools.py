@@ -12,8 +12,8 @@ import anyio
 import pytest
 from mcp import Client
 
-from semula.mcp_server import build
 from semula.service import projects as projects_service
+from semula.surfaces.mcp_server import build
 from tests.agent_helpers import PNG, PNG_URL, REMOTE_IMAGE, in_process_client, park, two_project_queue
 
 TOOLS = {"list_pending", "get_pending", "claim_next", "answer_pending", "release_claim", "cancel_pending"}

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from semula.errors import BadRequest, NotFound
+from semula.core.errors import BadRequest, NotFound
 from semula.service import Principal, projects
 from semula.service import pending as pending_service
 from tests.agent_helpers import park

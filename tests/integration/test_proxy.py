@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from semula import fingerprint as fp
-from semula.errors import InvalidAnswer, PendingResolved
+from semula.core import fingerprint as fp
+from semula.core.errors import InvalidAnswer, PendingResolved
 from semula.service import bundles, entries, pending, projects
 from tests.helpers import wait_for
 
@@ -347,3 +347,25 @@ def test_answered_calls_free_their_max_misses_slots(ctx, shop, client, admin):
     r = late.result(10)
     assert r.status_code == 200, r.json
     assert r.json["choices"][0]["message"]["content"] == "parked after all"
+
+
+def test_an_answer_over_this_apps_rest_releases_its_held_call_without_a_poll(
+    ctx, shop, store, settings, make_token
+):
+    """The app hands its own Parking to the contexts it makes: an answer given through it wakes the
+    held call at once, even when the poll that would otherwise find it is a minute away."""
+    from dataclasses import replace
+
+    from semula.web import create_app
+
+    admin = make_token("admin")
+    app = create_app(replace(settings, poll_interval=60.0), store)
+    client = app.test_client()
+    future = call_async(client, admin)
+    [row] = parked(ctx, shop)
+    answered = client.post(f"/api/v1/pending/{row['id']}/answer", json={"content": "at once"}, headers=admin)
+    assert answered.status_code == 200, answered.get_json()
+    held = future.result(10)
+    assert held.status_code == 200
+    assert held.get_json()["choices"][0]["message"]["content"] == "at once"
+    assert app.extensions["semula"]["parking"].polls == 0

@@ -7,10 +7,10 @@ import time
 
 from click.testing import CliRunner
 
-from semula.cli import main
 from semula.service import projects
 from semula.service.calllog import CallLog
 from semula.service.retention import DAY, prune_call_log, start_pruner
+from semula.surfaces.cli import main
 from tests.helpers import call_row, wait_for
 
 

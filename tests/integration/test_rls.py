@@ -5,8 +5,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from semula.fingerprint import fingerprint
-from semula.service import Principal, pending, projects, sessions, tokens, upstream
+from semula.core.fingerprint import fingerprint
+from semula.service import Principal, pending, projects, record_through, sessions, tokens
 from semula.service.calllog import CallLog
 from tests.helpers import call_row
 from tests.hosted_helpers import app_role_url, hosted, tenant  # noqa: F401 - fixture
@@ -60,7 +60,7 @@ def filled(hosted, db_url):  # noqa: F811 - the fixture imported above
             now=0,
         )
         CallLog(ctx.store).record(call_row(workspace_id=ctx.principal.workspace_id, project_id=row["id"]))
-        upstream.usage(ctx, "p")
+        record_through.usage(ctx, "p")
         workspaces[name] = ctx.principal.workspace_id
     return workspaces, app_role_url(db_url)
 

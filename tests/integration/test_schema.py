@@ -10,9 +10,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from semula.cli import main
 from semula.db import connect
 from semula.migrate import MIGRATIONS_DIR, SchemaMismatch, migrate, migration_files, schema
+from semula.surfaces.cli import main
 from tests.helpers import FUTURE_MIGRATION, forget_migration, free_port
 
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from semula import answers
-from semula import fingerprint as fp
-from semula.errors import Conflict
+from semula.core import answers, bundle_format
+from semula.core import fingerprint as fp
+from semula.core.errors import Conflict
 from semula.service import entries, pending, projects
 from tests.entry_helpers import request_for, save_entry
 from tests.helpers import wait_for
@@ -187,7 +187,6 @@ def test_an_answer_out_of_order_is_refused(ctx, shop):
 
 
 def test_a_sequence_is_exported_imported_and_replayed(ctx, client, admin, three):
-    from semula.service import bundles
     from tests.integration.test_bundles import export, import_
 
     first = export(ctx, "shop")
@@ -214,13 +213,13 @@ def test_a_sequence_is_exported_imported_and_replayed(ctx, client, admin, three)
     assert report["updated"] == 1
     client.post("/api/v1/projects/copy/sessions/x/reset", headers=admin)
     assert texts(client, admin, url, 2) == ["one", "one"]
-    assert bundles.VERSION == 1
+    assert bundle_format.VERSION == 1
 
 
 def test_cli_session_reset(ctx, client, admin, three, db_url, monkeypatch):
     from click.testing import CliRunner
 
-    from semula.cli import main
+    from semula.surfaces.cli import main
 
     assert texts(client, admin, session_url("a"), 2) == ["one", "two"]
     monkeypatch.setenv("SEMULA_DATABASE_URL", db_url)

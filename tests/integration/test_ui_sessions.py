@@ -198,7 +198,7 @@ def test_no_session_secret_in_responses_or_the_database(app, client, store, make
 def test_the_cli_lists_and_ends_a_tokens_sessions(app, client, make_token, db_url, monkeypatch):
     from click.testing import CliRunner
 
-    from semula.cli import main
+    from semula.surfaces.cli import main
 
     monkeypatch.setenv("SEMULA_DATABASE_URL", db_url)
     admin = make_token("admin")

@@ -15,8 +15,8 @@ from dataclasses import replace
 import pytest
 
 from semula import logs
-from semula.fingerprint import fingerprint
-from semula.service import CLI, Context, entries, projects, provider, upstream
+from semula.core.fingerprint import fingerprint
+from semula.service import CLI, Context, entries, projects, provider, record_through
 from semula.web import create_app
 from tests.entry_helpers import save_entry
 from tests.fake_upstream import FakeUpstream
@@ -143,7 +143,7 @@ def test_an_entry_recorded_meanwhile_is_returned_without_paying(uctx, shop, fake
     """Another server recorded the prompt after this one looked: the forward pays nothing for it."""
     recorded = save_entry(uctx, "shop", "hello", {"content": "recorded by the other server"})
     project = projects.get_row(uctx, "shop")
-    entry = upstream.forward(uctx, project, recorded["fingerprint"], body())
+    entry = record_through.forward(uctx, project, recorded["fingerprint"], body())
     assert entry["id"] == recorded["id"]
     assert fake.calls == []
     assert store.one("get_upstream_usage", project_id=shop["id"])["calls"] == 0
@@ -349,7 +349,7 @@ def test_switching_on_is_admin_only_audited_and_needs_a_key(client, settings, st
 def test_hosted_tenants_need_the_operator_switch(store, settings):
     hosted = replace(settings, hosted=True, upstream_key=CANARY)
     ctx = Context(store, hosted, CLI)
-    from semula.errors import Forbidden
+    from semula.core.errors import Forbidden
 
     with pytest.raises(Forbidden):
         projects.create(ctx, {"name": "p", "record_through": True})
@@ -375,7 +375,7 @@ def test_key_never_reaches_the_database(client, shop, headers, fake, store):
 def test_cli_shows_and_resets_usage(db_url, uctx, shop, monkeypatch):
     from click.testing import CliRunner
 
-    from semula.cli import main
+    from semula.surfaces.cli import main
 
     uctx.store.run("ensure_upstream_usage", project_id=shop["id"], workspace_id="wsp_default")
     uctx.store.run(

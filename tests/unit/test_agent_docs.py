@@ -6,9 +6,9 @@ from pathlib import Path
 
 import anyio
 
-from semula import cli_agent
-from semula.client import Client
-from semula.mcp_server import build
+from semula.surfaces import cli_agent
+from semula.surfaces.client import Client
+from semula.surfaces.mcp_server import build
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()
 

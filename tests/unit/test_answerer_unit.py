@@ -123,7 +123,7 @@ def test_output_becomes_the_payload(output, payload):
 
 
 def test_document_carries_rejection_and_previous_output_only_on_attempt_two():
-    from semula.errors import InvalidAnswer
+    from semula.core.errors import InvalidAnswer
 
     call = {"id": "pnd_1", "project": "p", "shape": {}, "request": {"model": "m", "messages": []}}
     first = json.loads(document(call, 1, None, None))

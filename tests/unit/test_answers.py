@@ -6,15 +6,15 @@ import urllib.request
 import pytest
 from openai.types.chat import ChatCompletion
 
-from semula.answers import (
+from semula.core.answers import (
     MAX_FORM_TEXT,
     expected_form,
     parse_answer,
     shape,
     skeleton_from_schema,
-    validate_tool_calls,
+    validate_against_request,
 )
-from semula.errors import InvalidAnswer
+from semula.core.errors import InvalidAnswer
 
 WEATHER = {
     "type": "function",
@@ -70,7 +70,7 @@ def call(name, arguments):
 def invalid(payload, request=TOOLS_REQUEST):
     """The InvalidAnswer that parsing and then validating this payload raises."""
     with pytest.raises(InvalidAnswer) as caught:
-        validate_tool_calls(parse_answer(payload, request), request)
+        validate_against_request(parse_answer(payload, request), request)
     return caught.value
 
 
@@ -261,7 +261,7 @@ def test_valid_tool_calls_pass():
             {"name": "search", "arguments": {"q": "paris"}},
         ]
     }
-    validate_tool_calls(parse_answer(answer, TOOLS_REQUEST), TOOLS_REQUEST)
+    validate_against_request(parse_answer(answer, TOOLS_REQUEST), TOOLS_REQUEST)
 
 
 @pytest.mark.parametrize(
@@ -298,18 +298,20 @@ def test_tool_choice_and_parallel_tool_calls_are_honoured():
     assert invalid("just text", {**TOOLS_REQUEST, "tool_choice": "required"}).param == "tool_calls"
     forced = {**TOOLS_REQUEST, "tool_choice": {"type": "function", "function": {"name": "search"}}}
     assert invalid(call("get_weather", {"city": "P"}), forced).param == "tool_calls[0].name"
-    validate_tool_calls(parse_answer(call("search", {"q": "x"}), forced), forced)
+    validate_against_request(parse_answer(call("search", {"q": "x"}), forced), forced)
     serial = {**TOOLS_REQUEST, "parallel_tool_calls": False}
     two = {"tool_calls": [{"name": "search", "arguments": {}}] * 2}
     assert invalid(two, serial).param == "tool_calls"
 
 
 def test_text_answers_are_fine_when_tools_are_optional():
-    validate_tool_calls(parse_answer("No tool needed.", TOOLS_REQUEST), TOOLS_REQUEST)
+    validate_against_request(parse_answer("No tool needed.", TOOLS_REQUEST), TOOLS_REQUEST)
 
 
 def test_json_schema_response_format_checks_content():
-    validate_tool_calls(parse_answer('{"name": "Ada", "age": 36}', JSON_SCHEMA_REQUEST), JSON_SCHEMA_REQUEST)
+    validate_against_request(
+        parse_answer('{"name": "Ada", "age": 36}', JSON_SCHEMA_REQUEST), JSON_SCHEMA_REQUEST
+    )
     assert invalid('{"name": "Ada", "age": "old"}', JSON_SCHEMA_REQUEST).param == "content.age"
     assert invalid('{"name": "Ada"}', JSON_SCHEMA_REQUEST).param == "content.age"
     assert invalid("Ada, 36", JSON_SCHEMA_REQUEST).param == "content"
@@ -317,7 +319,7 @@ def test_json_schema_response_format_checks_content():
 
 def test_json_object_response_format_needs_an_object():
     request = {**PLAIN_REQUEST, "response_format": {"type": "json_object"}}
-    validate_tool_calls(parse_answer('{"ok": true}', request), request)
+    validate_against_request(parse_answer('{"ok": true}', request), request)
     assert invalid("[1, 2]", request).param == "content"
 
 
@@ -336,7 +338,7 @@ def test_a_broken_schema_in_the_request_is_permissive(parameters):
         **TOOLS_REQUEST,
         "tools": [{"type": "function", "function": {"name": "f", "parameters": parameters}}],
     }
-    validate_tool_calls(parse_answer(call("f", {"q": "anything"}), request), request)
+    validate_against_request(parse_answer(call("f", {"q": "anything"}), request), request)
 
 
 def test_a_remote_ref_is_never_fetched(monkeypatch):
@@ -353,7 +355,7 @@ def test_a_remote_ref_is_never_fetched(monkeypatch):
         **TOOLS_REQUEST,
         "tools": [{"type": "function", "function": {"name": "f", "parameters": parameters}}],
     }
-    validate_tool_calls(parse_answer(call("f", {"q": 1}), request), request)
+    validate_against_request(parse_answer(call("f", {"q": 1}), request), request)
     assert fetched == []
 
 
@@ -394,7 +396,7 @@ def test_shape_lists_tools_and_a_tool_call_skeleton():
 def test_a_filled_skeleton_is_an_answer_the_server_accepts():
     skeleton = shape(TOOLS_REQUEST)["skeleton"]
     skeleton["tool_calls"][0]["arguments"]["address"]["zip"] = "75001"
-    validate_tool_calls(parse_answer(skeleton, TOOLS_REQUEST), TOOLS_REQUEST)
+    validate_against_request(parse_answer(skeleton, TOOLS_REQUEST), TOOLS_REQUEST)
 
 
 def test_shape_follows_tool_choice():
@@ -407,7 +409,7 @@ def test_shape_of_structured_output_and_plain_requests():
     view = shape(JSON_SCHEMA_REQUEST)
     assert view["response_format"] == PERSON_SCHEMA
     assert view["skeleton"] == {"name": "", "age": 0}
-    validate_tool_calls(parse_answer(view["skeleton"], JSON_SCHEMA_REQUEST), JSON_SCHEMA_REQUEST)
+    validate_against_request(parse_answer(view["skeleton"], JSON_SCHEMA_REQUEST), JSON_SCHEMA_REQUEST)
     assert shape({**PLAIN_REQUEST, "response_format": {"type": "json_object"}})["response_format"] == {
         "type": "object"
     }
@@ -418,10 +420,10 @@ def test_a_json_output_takes_the_object_itself_as_the_answer():
     person = {"name": "Ada", "age": 36}
     for payload in (person, {"content": person}, {"content": json.dumps(person)}, json.dumps(person)):
         completion = parse_answer(payload, JSON_SCHEMA_REQUEST)
-        validate_tool_calls(completion, JSON_SCHEMA_REQUEST)
+        validate_against_request(completion, JSON_SCHEMA_REQUEST)
         assert json.loads(message_of(completion)["content"]) == person
     with pytest.raises(InvalidAnswer) as info:
-        validate_tool_calls(parse_answer({"name": "Ada"}, JSON_SCHEMA_REQUEST), JSON_SCHEMA_REQUEST)
+        validate_against_request(parse_answer({"name": "Ada"}, JSON_SCHEMA_REQUEST), JSON_SCHEMA_REQUEST)
     assert info.value.param == "content.age"
     json_object = {**PLAIN_REQUEST, "response_format": {"type": "json_object"}}
     assert json.loads(message_of(parse_answer({"any": [1]}, json_object))["content"]) == {"any": [1]}
@@ -437,7 +439,7 @@ def test_a_schema_with_a_content_property_keeps_the_skeleton_as_text():
     request = {**PLAIN_REQUEST, "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}
     skeleton = shape(request)["skeleton"]
     assert json.loads(skeleton["content"]) == {"content": "", "n": 0}
-    validate_tool_calls(parse_answer(skeleton, request), request)
+    validate_against_request(parse_answer(skeleton, request), request)
 
 
 def test_expected_form_is_one_line_and_bounded():

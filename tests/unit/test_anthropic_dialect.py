@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from semula import dialects, errors
+from semula import dialects
+from semula.core import errors
 from semula.dialects.anthropic_messages import assemble, tool_use_id
 
 ANTHROPIC = dialects.get(dialects.ANTHROPIC)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from semula import chat_requests
-from semula.errors import BadRequest
+from semula.core import chat_requests
+from semula.core.errors import BadRequest
 
 
 def body(**changes):

@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 import pytest
 
-from semula import cli
 from semula.config import Settings
+from semula.surfaces import cli
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "semula.env.example"
 

@@ -9,9 +9,10 @@ import struct
 
 import pytest
 
-from semula import answers, dialects, vectors
+from semula import dialects
+from semula.core import answers, vectors
+from semula.core.errors import BadRequest, InvalidAnswer
 from semula.dialects import openai_embeddings
-from semula.errors import BadRequest, InvalidAnswer
 
 EMBEDDINGS = dialects.get(dialects.EMBEDDINGS)
 SMALL = "text-embedding-3-small"
@@ -183,7 +184,7 @@ def test_a_provider_response_is_kept_with_its_fields_in_input_order_and_base64()
 
 
 def test_redaction_leaves_the_vectors_alone():
-    from semula import redact
+    from semula.core import redact
 
     # Base64 that an access-key pattern matches by chance: redacting it would corrupt the vector.
     lookalike = "AAA/AKIAABCDEFGHIJKLMNOP/AAAAAAA"

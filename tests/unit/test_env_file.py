@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 
-from semula.cli import database_location, main
 from semula.config import read_env_file
+from semula.surfaces.cli import database_location, main
 
 EXAMPLE = r"""# a comment
 ; another

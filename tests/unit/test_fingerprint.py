@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from semula.errors import BadRequest
-from semula.fingerprint import (
+from semula.core.errors import BadRequest
+from semula.core.fingerprint import (
     ABSENT,
     TRANSPORT_FIELDS,
     canonical_json,

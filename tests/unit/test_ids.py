@@ -1,4 +1,4 @@
-from semula.ids import new_id, new_ids
+from semula.core.ids import new_id, new_ids
 
 
 def test_ids_are_prefixed_and_increase_within_a_process():

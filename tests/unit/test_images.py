@@ -1,4 +1,4 @@
-"""semula.images: placeholders instead of base64, the bytes of data-URL images, and what is refused."""
+"""semula.core.images: placeholders instead of base64, the bytes of data-URL images, and what is refused."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import base64
 
 import pytest
 
-from semula import dialects, images
+from semula import dialects
+from semula.core import images
 from tests.agent_helpers import PNG
 
 

@@ -8,8 +8,8 @@ import json
 import ijson
 import pytest
 
-from semula import jsonio
-from semula.errors import BadRequest
+from semula.core import jsonio
+from semula.core.errors import BadRequest
 
 
 def nested(depth: int) -> str:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from semula import dialects, stream
+from semula import dialects
+from semula.core import stream
 
 
 def _nullable(node):

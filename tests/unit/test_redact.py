@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from semula.redact import PATTERNS, REDACTED, contains_secret, redact_obj, redact_text, secret_paths
+from semula.core.redact import PATTERNS, REDACTED, contains_secret, redact_obj, redact_text, secret_paths
 
 # Canary secrets, one or more for every pattern: (pattern name, text, the secret part that must vanish).
 CANARIES = [

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 
-from semula import logs, redact
+from semula import logs
+from semula.core import redact
 
 KEY = "sk-proj-" + "Zx9" * 14
 

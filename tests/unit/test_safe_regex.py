@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from semula import safe_regex
-from semula.answers import parse_answer, validate_tool_calls
-from semula.errors import BadRequest, InvalidAnswer
-from semula.fingerprint import canonical_request, validate_normalize
+from semula.core import safe_regex
+from semula.core.answers import parse_answer, validate_against_request
+from semula.core.errors import BadRequest, InvalidAnswer
+from semula.core.fingerprint import canonical_request, validate_normalize
 
 EVIL = "^(a+)+$"
 # Python's re needs seconds for this (2**28 backtracking steps); RE2 needs microseconds.
@@ -28,7 +28,7 @@ def tool_request(parameters):
 
 
 def answer(request, arguments):
-    validate_tool_calls(
+    validate_against_request(
         parse_answer({"tool_calls": [{"name": "f", "arguments": arguments}]}, request), request
     )
 

@@ -7,8 +7,8 @@ import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from semula.answers import parse_answer
-from semula.stream import assemble_chunks, replay_chunks, sse_lines, stamp_chunks, synthesize_chunks
+from semula.core.answers import parse_answer
+from semula.core.stream import assemble_chunks, replay_chunks, sse_lines, stamp_chunks, synthesize_chunks
 
 REQUEST = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Weather in Paris and Rome?"}]}
 LONG_TEXT = "The weather in Paris is mild today, with light rain expected later in the evening. " * 4

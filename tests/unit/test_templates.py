@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from semula.templates import expand, expand_chunks, expand_completion
+from semula.core.templates import expand, expand_chunks, expand_completion
 
 NOW = 1704164645.9  # 2024-01-02T03:04:05.9Z
 

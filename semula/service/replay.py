@@ -8,10 +8,11 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from semula import dialects, redact
-from semula import fingerprint as fp
+from semula import dialects
+from semula.core import fingerprint as fp
+from semula.core import redact
+from semula.core.errors import BadRequest, NotFound, ReplayMiss, SequenceExhausted, TooManyMisses
 from semula.dialects import ANTHROPIC, CHAT, RESPONSES, Dialect, Request
-from semula.errors import BadRequest, NotFound, ReplayMiss, SequenceExhausted, TooManyMisses
 from semula.service import Context, quotas, sequences
 from semula.service import entries as entries_service
 from semula.service import pending as pending_service

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from difflib import SequenceMatcher
 from typing import Any
 
-from semula import safe_regex
-from semula.errors import BadRequest
+from semula.core import safe_regex
+from semula.core.errors import BadRequest
 
 VERSION = "v1"
 CHAT_API = "openai.chat"

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from semula.errors import BadRequest
+from semula.core.errors import BadRequest
 
 MAX_DEPTH = 64
 # Where a lone surrogate could come from: a \uD800-\uDFFF escape (raw ones are not valid UTF-8).

@@ -35,7 +35,7 @@ import requests
 START_TIMEOUT = 60
 # How often a record session looks for parked calls, to say on the terminal which test waits.
 WATCH_INTERVAL = 0.5
-# The start of every replay miss message (semula/service/proxy.py), as the SDK's error shows it.
+# The start of every replay miss message (semula/service/replay.py), as the SDK's error shows it.
 MISS = "No recorded entry matches this request"
 # The server's base URL, handed from the process that started it to pytest-xdist's workers.
 URL_VARIABLE = "SEMULA_REPLAY_URL"

@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from semula import dialects, metrics, redact
+from semula import dialects, metrics
+from semula.core import redact
+from semula.core.errors import InvalidAnswer, UpstreamBudget, UpstreamDryRun, UpstreamError
 from semula.dialects import Dialect, Request
-from semula.errors import InvalidAnswer, UpstreamBudget, UpstreamDryRun, UpstreamError
 from semula.service import Context, audit, dumps, now, provider
 from semula.service import entries as entries_service
 from semula.service import projects as projects_service

@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from semula import images
-from semula.client import Client, ClientError
+from semula.core import images
+from semula.surfaces.client import Client, ClientError
 
 EXIT_NOTHING_TO_CLAIM = 3
 WAIT_FIRST, WAIT_MAX = 0.25, 2.0
@@ -270,7 +270,7 @@ def mcp() -> None:
     Needs SEMULA_URL (the server's root, like http://127.0.0.1:8080) and SEMULA_TOKEN (role editor,
     scope record; none on a server with auth off).
     """
-    from semula.mcp_server import run
+    from semula.surfaces.mcp_server import run
 
     run()
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from semula.answers import estimate_tokens
+from semula.core.answers import estimate_tokens
 
 DONE = b"data: [DONE]\n\n"
 # Pieces of at least this many characters; longer texts get longer pieces so a chunk count stays modest.

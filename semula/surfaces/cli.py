@@ -16,10 +16,10 @@ from typing import Any
 
 import click
 
-from semula import cli_agent
 from semula.config import ConfigError, Settings
-from semula.errors import SemulaError
+from semula.core.errors import SemulaError
 from semula.service import CLI, Context
+from semula.surfaces import cli_agent
 
 EXIT_ERROR, EXIT_USAGE = 1, 2
 
@@ -262,7 +262,7 @@ def replay(
     bundle: Path, port: int, project: str, record: bool, record_timeout: int, prune: bool, missing_ok: bool
 ) -> None:
     """Serve BUNDLE from a temporary database until stopped; prints the base URL first."""
-    from semula import replay as replay_server
+    from semula.surfaces import replay_server
 
     if prune and not record:
         raise click.UsageError("--prune needs --record")
@@ -384,10 +384,10 @@ def project_set(name: str, settings: tuple[str, ...]) -> None:
 @click.option("--reset", is_flag=True, help="Zero the spend and forget dry-run prompts (audited).")
 def project_upstream(name: str, reset: bool) -> None:
     """Show project NAME's record-through spend and dry-run prompts, or reset them."""
-    from semula.service import upstream
+    from semula.service import record_through
 
     with local_context() as ctx:
-        emit(upstream.reset(ctx, name) if reset else upstream.usage(ctx, name))
+        emit(record_through.reset(ctx, name) if reset else record_through.usage(ctx, name))
 
 
 @main.group()
@@ -571,6 +571,6 @@ cli_agent.register(main)
 
 # The operator's entry, bundle, audit and retention commands (cli_entries imports emit and
 # local_context from here, so it is imported last).
-from semula import cli_entries  # noqa: E402
+from semula.surfaces import cli_entries  # noqa: E402
 
 cli_entries.register(main)

@@ -14,10 +14,10 @@ from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
-from semula import jsonio
-from semula.errors import BadRequest, InvalidAnswer
-from semula.fingerprint import canonical_json, join_path
-from semula.safe_regex import SCHEMA_FORMATS, PatternError, SchemaValidator
+from semula.core import jsonio
+from semula.core.errors import BadRequest, InvalidAnswer
+from semula.core.fingerprint import canonical_json, join_path
+from semula.core.safe_regex import SCHEMA_FORMATS, PatternError, SchemaValidator
 
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 MAX_SKELETON_DEPTH = 8
@@ -109,7 +109,7 @@ def check_completion(completion: Mapping[str, Any], request: Mapping[str, Any]) 
         known = {key: value for key, value in message.items() if key in _MESSAGE_KEYS}
         try:
             parsed = parse_answer({"message": known}, request)
-            validate_tool_calls(parsed, request)
+            validate_against_request(parsed, request)
         except InvalidAnswer as exc:
             raise InvalidAnswer(exc.message, param=join_path(f"{where}.message", exc.param or "")) from None
 
@@ -153,7 +153,7 @@ def complete_completion(completion: Mapping[str, Any], request: Mapping[str, Any
     return out
 
 
-def validate_tool_calls(completion: Mapping[str, Any], request: Mapping[str, Any]) -> None:
+def validate_against_request(completion: Mapping[str, Any], request: Mapping[str, Any]) -> None:
     """Check the answer's tool calls against the request's tools and its content against `response_format`.
 
     Raises InvalidAnswer naming the field, like `tool_calls[0].arguments.city`.

@@ -16,12 +16,13 @@ from typing import Any
 
 import orjson
 
-from semula import dialects, errors, jsonio, logs, metrics
+from semula import dialects, logs, metrics
 from semula.config import Settings
+from semula.core import errors, jsonio
 from semula.db import DatabaseError, Store
 from semula.parking import Parking
-from semula.service import Context, Principal, hits, sequences, synthetic, upstream
-from semula.service import proxy as proxy_service
+from semula.service import Context, Principal, hits, record_through, sequences, synthetic
+from semula.service import replay as replay_service
 from semula.service.auth import authenticate
 from semula.service.calllog import CallLog
 from semula.web import access
@@ -144,7 +145,7 @@ class ProxyApp:
         self.store = store
         self.parking = parking
         self.calllog = calllog
-        self.base = Context(store, settings, principal=None)  # type: ignore[arg-type]
+        self.base = Context(store, settings, None, parking.release)  # type: ignore[arg-type]
         self.principals = PrincipalCache()
         self.hits = hits.HitCache()
 
@@ -161,7 +162,7 @@ class ProxyApp:
         )
         started = time.monotonic()
         ctx: Context | None = None
-        call: proxy_service.Call | None = None
+        call: replay_service.Call | None = None
         what = match["what"]
         speaks = dialects.get(ERRORS_IN.get(what))
         try:
@@ -178,34 +179,34 @@ class ProxyApp:
                 if kept is not None:
                     self._log(ctx, kept.call, "hit", 200, started)
                     return self._json(start_response, 200, self.hits.completion(kept), kept.headers)
-            project = proxy_service.resolve_project(ctx, match["project"], header_project)
+            project = replay_service.resolve_project(ctx, match["project"], header_project)
             if what == "models":
                 self._method(environ, "GET")
-                return self._json(start_response, 200, proxy_service.models(ctx, project))
+                return self._json(start_response, 200, replay_service.models(ctx, project))
             if match["model_id"]:
                 self._method(environ, "GET")
-                return self._json(start_response, 200, proxy_service.model(ctx, project, match["model_id"]))
+                return self._json(start_response, 200, replay_service.model(ctx, project, match["model_id"]))
             if what == "messages/count_tokens":
                 self._method(environ, "POST")
                 body = speaks.with_headers(self._parse(self._read(environ)), _header(environ))
-                return self._json(start_response, 200, proxy_service.count_tokens(ctx, body))
+                return self._json(start_response, 200, replay_service.count_tokens(ctx, body))
             if api is None:
                 return self._stored_response(ctx, project, match, environ, start_response)
             self._method(environ, "POST")
             assert key is not None
             body = speaks.with_headers(self._parse(key[-1]), _header(environ))
-            call = proxy_service.start(ctx, project, body, speaks, session)
+            call = replay_service.start(ctx, project, body, speaks, session)
             outcome = "hit" if call.entry else self._miss(ctx, call)
             if call.live is not None:
                 self._log(ctx, call, outcome, 200, started)
                 start_response(STATUS_TEXT[200], [*SSE_HEADERS, *call.live.headers, *access.finish(200)])
                 return call.live
-            body, events = proxy_service.render(call, call.entry)
+            body, events = replay_service.render(call, call.entry)
             self._log(ctx, call, outcome, 200, started)
-            extra = proxy_service.replay_headers(call.entry) + _warned(call.entry.get("warning"))
+            extra = replay_service.replay_headers(call.entry) + _warned(call.entry.get("warning"))
             if events is not None:
                 start_response(STATUS_TEXT[200], [*SSE_HEADERS, *extra, *access.finish(200)])
-                gaps = proxy_service.pacing(call, call.entry)
+                gaps = replay_service.pacing(call, call.entry)
                 return _paced(call.dialect.sse(events), gaps) if gaps else call.dialect.sse(events)
             assert body is not None
             if outcome == "hit":
@@ -230,20 +231,20 @@ class ProxyApp:
         response_id = match["response_id"]
         if match["items"]:
             self._method(environ, "GET")
-            return self._json(start_response, 200, proxy_service.input_items(ctx, project, response_id))
+            return self._json(start_response, 200, replay_service.input_items(ctx, project, response_id))
         if method == "DELETE":
-            return self._json(start_response, 200, proxy_service.forget_response(ctx, project, response_id))
+            return self._json(start_response, 200, replay_service.forget_response(ctx, project, response_id))
         self._method(environ, "GET")
-        return self._json(start_response, 200, proxy_service.stored_response(ctx, project, response_id))
+        return self._json(start_response, 200, replay_service.stored_response(ctx, project, response_id))
 
-    def _miss(self, ctx: Context, call: proxy_service.Call) -> str:
+    def _miss(self, ctx: Context, call: replay_service.Call) -> str:
         """Park and hold a miss in record mode; returns the outcome, or raises the right error."""
         if call.exhausted is not None:
             raise call.exhausted
         metrics.MISSES.inc()
-        proxy_service.check_previous(ctx, call)
-        if not proxy_service.may_park(ctx, call):
-            raise proxy_service.replay_miss(ctx, call)
+        replay_service.check_previous(ctx, call)
+        if not replay_service.may_park(ctx, call):
+            raise replay_service.replay_miss(ctx, call)
         if synthetic.applies(call):  # before record-through: the project asked for vectors made here
             call.entry = synthetic.answer(ctx, call)
             return "synthetic"
@@ -254,7 +255,7 @@ class ProxyApp:
                     code="upstream_not_configured",
                 )
             if call.stream:
-                forwarded = upstream.forward_live(
+                forwarded = record_through.forward_live(
                     ctx, call.project, call.fingerprint, call.body, call.dialect, call.request
                 )
                 if not isinstance(forwarded, dict):
@@ -262,9 +263,11 @@ class ProxyApp:
                     return "forwarded"
                 call.entry = forwarded
             else:
-                call.entry = upstream.forward(ctx, call.project, call.fingerprint, call.body, call.dialect)
+                call.entry = record_through.forward(
+                    ctx, call.project, call.fingerprint, call.body, call.dialect
+                )
             return "forwarded"
-        proxy_service.park(ctx, call)
+        replay_service.park(ctx, call)
         if call.entry is not None:  # answered while we parked
             return "hit"
         result = self.parking.hold(call.pending_id, call.project["record_timeout"])
@@ -278,7 +281,7 @@ class ProxyApp:
             raise errors.Conflict(
                 f"Pending call {call.pending_id} was {status}.", code="semula_pending_cancelled"
             )
-        call.entry = proxy_service.answered_entry(ctx, entry_id, call.seq)
+        call.entry = replay_service.answered_entry(ctx, entry_id, call.seq)
         return "answered"
 
     @staticmethod
@@ -329,7 +332,7 @@ class ProxyApp:
         start_response: Callable[..., Any],
         exc: errors.SemulaError,
         ctx: Context | None,
-        call: proxy_service.Call | None,
+        call: replay_service.Call | None,
         started: float,
         speaks: dialects.Dialect,
     ) -> list[bytes]:
@@ -339,10 +342,10 @@ class ProxyApp:
         return self._json(start_response, exc.status, speaks.error_body(exc))
 
     def _log(
-        self, ctx: Context, call: proxy_service.Call | None, outcome: str, status: int, started: float
+        self, ctx: Context, call: replay_service.Call | None, outcome: str, status: int, started: float
     ) -> None:
         metrics.count_call(outcome)
-        row = proxy_service.log_row(ctx, call, outcome=outcome, status=status, started=started)
+        row = replay_service.log_row(ctx, call, outcome=outcome, status=status, started=started)
         self.calllog.record(row)
         req = logs.CURRENT.get()  # what the access line (written with the response's headers) says
         if req is not None:

@@ -1,7 +1,7 @@
 """`semula mcp`: an MCP server over stdio, so a coding agent can answer parked calls as tools.
 
 Built with the official MCP Python SDK. It holds no state and no database: every tool is one REST call
-through semula.client (SEMULA_URL, SEMULA_TOKEN), and every REST error comes back as a tool error
+through semula.surfaces.client (SEMULA_URL, SEMULA_TOKEN), and every REST error comes back as a tool error
 carrying the OpenAI error object. Named mcp_server, not mcp, so it does not shadow the SDK.
 """
 
@@ -17,8 +17,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent, ToolAnnotations
 from pydantic import Field
 
-from semula import images
-from semula.client import Client, ClientError
+from semula.core import images
+from semula.surfaces.client import Client, ClientError
 
 T = TypeVar("T")
 

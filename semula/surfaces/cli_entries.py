@@ -14,7 +14,8 @@ from typing import IO, Any
 
 import click
 
-from semula.cli import emit, local_context
+from semula.core import bundle_format
+from semula.surfaces.cli import emit, local_context
 
 # Below this size a bundle imports in a blink; a progress bar would only flicker.
 PROGRESS_BYTES = 1 << 20
@@ -207,7 +208,7 @@ def export_command(project: str | None, check: bool, check_file: str | None) -> 
         if project is not None:
             raise click.UsageError("give a PROJECT to export or --check-file, not both")
         with click.open_file(check_file, "rb") as source, local_context() as ctx:
-            _report_secrets(*bundles.find_secrets(source, ctx.settings.secrets()), name=check_file)
+            _report_secrets(*bundle_format.find_secrets(source, ctx.settings.secrets()), name=check_file)
         click.echo(f"{check_file}: nothing shaped like a credential", err=True)
         return
     if project is None:

@@ -13,7 +13,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from semula.errors import BadRequest
+from semula.core.errors import BadRequest
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 RESPONSE_FORMATS = ("text", "json_object", "json_schema")
