@@ -47,6 +47,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     calllog = CallLog(store)
     app.extensions["semula"] = {"settings": settings, "store": store, "parking": parking, "calllog": calllog}
 
+    from semula.web import openapi
     from semula.web.api import api
     from semula.web.api_entries import api_entries
     from semula.web.api_pending import api_pending
@@ -58,6 +59,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.register_blueprint(api_pending)
     app.register_blueprint(api_upstream)
     app.register_blueprint(ui)
+    # The description of every /api/v1 route (semula/web/openapi.py); public, like any API description.
+    app.add_url_rule("/api/v1/openapi.json", "openapi", openapi.serve)
     app.wsgi_app = ProxyApp(app.wsgi_app, settings, store, parking, calllog)  # type: ignore[method-assign]
     access.HIT_SAMPLE = settings.access_log_hits
 

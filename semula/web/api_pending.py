@@ -13,12 +13,10 @@ from marshmallow import RAISE, Schema, fields, validate
 from semula.errors import BadRequest
 from semula.service import load
 from semula.service import pending as pending_service
-from semula.web import context, json_body, openapi
+from semula.web import context, json_body
 from semula.web.api import paging
 
 api_pending = Blueprint("api_pending", __name__, url_prefix="/api/v1")
-# The description of every /api/v1 route lives in openapi.py; it is served from here.
-api_pending.add_url_rule("/openapi.json", "openapi", openapi.serve)
 
 MAX_SUMMARY_LENGTH = 1000
 
@@ -27,14 +25,20 @@ class ClaimSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    project = fields.String(load_default=None, allow_none=True)
+    project = fields.String(
+        load_default=None, allow_none=True, metadata={"description": "Claim only in this project."}
+    )
     lease_seconds = fields.Integer(
         strict=True,
         load_default=pending_service.DEFAULT_LEASE,
         validate=validate.Range(1, pending_service.MAX_LEASE),
     )
     worker = fields.String(
-        load_default=None, allow_none=True, validate=validate.Length(1, pending_service.MAX_WORKER_LENGTH)
+        load_default=None,
+        allow_none=True,
+        validate=validate.Length(1, pending_service.MAX_WORKER_LENGTH),
+        # Not blank: the service checks it (a pattern marshmallow cannot say in the OpenAPI document).
+        metadata={"pattern": "\\S", "description": "Shown as claimed_by."},
     )
 
 
@@ -43,7 +47,13 @@ class ReleaseSchema(Schema):
         unknown = RAISE
 
     worker = fields.String(
-        load_default=None, allow_none=True, validate=validate.Length(1, pending_service.MAX_WORKER_LENGTH)
+        load_default=None,
+        allow_none=True,
+        validate=validate.Length(1, pending_service.MAX_WORKER_LENGTH),
+        metadata={
+            "pattern": "\\S",
+            "description": "The worker name the call was claimed with (default: the token's).",
+        },
     )
 
 
