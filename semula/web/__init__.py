@@ -11,20 +11,17 @@ from typing import Any
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from semula import errors, jsonio, logs, metrics
+from semula import errors, logs, metrics
 from semula.config import Settings
 from semula.db import Busy, DatabaseError, Store, Unavailable, connect
 from semula.migrate import schema
 from semula.parking import Parking
 from semula.service import Context
-from semula.service.auth import authenticate
 from semula.service.calllog import CallLog
-from semula.web import access
+from semula.web import access, policy
 from semula.web.proxy import ProxyApp
 
 logger = logging.getLogger("semula.web")
-
-HTTP_ERRORS = {404: errors.NotFound, 405: errors.MethodNotAllowed, 413: errors.PayloadTooLarge}
 
 
 def create_app(settings: Settings | None = None, store: Store | None = None) -> Flask:
@@ -32,6 +29,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     settings = settings or Settings.from_env()
     store = store or connect(settings.database_url, pool_size=settings.db_pool_size)
     app = Flask(__name__)
+    # The body limit for what werkzeug parses itself (the dashboard's forms); JSON bodies are read by
+    # the policy's rule (json_body below).
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.secret_key = settings.secret_key or secrets.token_urlsafe(32)
     app.config.update(
@@ -96,8 +95,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     def metrics_endpoint() -> Response:
         """Prometheus metrics; behind SEMULA_METRICS_TOKEN when set, and off in hosted mode without it."""
         if settings.metrics_token:
-            scheme, _, given = (request.headers.get("Authorization") or "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), settings.metrics_token):
+            given = policy.bearer(request.headers.get("Authorization"))
+            if given is None or not hmac.compare_digest(given, settings.metrics_token):
                 raise errors.Unauthorized("/metrics needs the bearer token in SEMULA_METRICS_TOKEN.")
         elif settings.hosted:
             # Project names are tenants' data: never to the world (docs/operations.md).
@@ -113,13 +112,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
-        cls = HTTP_ERRORS.get(exc.code or 500)
-        if cls is None:
-            err = errors.SemulaError(exc.description or "HTTP error")
-            err.status, err.code, err.type = exc.code or 500, "http_error", "invalid_request_error"
-        else:
-            err = cls()
-        response = error_response(err)
+        response = error_response(policy.from_http(exc.code or 500, exc.description))
         # A 405 must name the methods the path has (RFC 9110); werkzeug's exception carries them.
         allow = dict(exc.get_headers()).get("Allow")
         if allow:
@@ -128,21 +121,11 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
 
     @app.errorhandler(DatabaseError)
     def database_error(exc: DatabaseError) -> Response:
-        logger.warning(
-            "database error",
-            extra={
-                "error": type(exc).__name__,
-                "kind": exc.kind,
-                "detail": exc.describe(),
-                "path": request.path,
-            },
-        )
-        return error_response(errors.from_database(exc))
+        return error_response(policy.from_database(exc, request.path))
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:
-        logger.error("unhandled error", exc_info=exc, extra={"path": request.path})
-        return error_response(errors.SemulaError("Internal error."))
+        return error_response(policy.unexpected(exc, request.path))
 
     return app
 
@@ -180,7 +163,7 @@ def context() -> Context:
     if ctx is None:
         ext = current_extension()
         base = Context(ext["store"], ext["settings"], principal=None)  # type: ignore[arg-type]
-        ctx = base.as_(authenticate(base, request.headers.get("Authorization")))
+        ctx = base.as_(policy.authenticate(base, request.headers.get("Authorization")))
         g.semula_ctx = ctx
     return ctx
 
@@ -191,6 +174,15 @@ def current_extension() -> dict[str, Any]:
     return current_app.extensions["semula"]
 
 
+def raw_body() -> bytes:
+    """The request's body, read once by the proxy's rule: at most SEMULA_MAX_BODY_BYTES, else 413."""
+    raw = g.get("semula_body")
+    if raw is None:
+        limit = current_extension()["settings"].max_body_bytes
+        raw = g.semula_body = policy.read_body(request.stream, request.headers.get("Content-Length"), limit)
+    return raw
+
+
 def json_body() -> Any:
     """The parsed JSON body; 400 with a clear message when it is not JSON by semula.jsonio's rules."""
-    return jsonio.loads(request.get_data())
+    return policy.parse_json(raw_body())

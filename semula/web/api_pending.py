@@ -13,7 +13,7 @@ from marshmallow import RAISE, Schema, fields, validate
 from semula.errors import BadRequest
 from semula.service import load
 from semula.service import pending as pending_service
-from semula.web import context, json_body
+from semula.web import context, json_body, raw_body
 from semula.web.api import paging
 
 api_pending = Blueprint("api_pending", __name__, url_prefix="/api/v1")
@@ -70,7 +70,7 @@ def list_pending() -> Any:
 @api_pending.post("/pending/claim")
 def claim() -> Any:
     # The body is optional: an empty POST claims the oldest call anywhere the token may see.
-    data = load(ClaimSchema(), json_body() if request.get_data() else {})
+    data = load(ClaimSchema(), json_body() if raw_body() else {})
     claimed = pending_service.claim_next(
         context(), project=data["project"], lease_seconds=data["lease_seconds"], worker=data["worker"]
     )
@@ -106,5 +106,5 @@ def cancel(pending_id: str) -> Any:
 @api_pending.post("/pending/<pending_id>/release")
 def release(pending_id: str) -> Any:
     # The body is optional: without a worker, the claim made under the token's own name is released.
-    data = load(ReleaseSchema(), json_body() if request.get_data() else {})
+    data = load(ReleaseSchema(), json_body() if raw_body() else {})
     return pending_service.release(context(), pending_id, worker=data["worker"])
