@@ -1,4 +1,6 @@
-"""Authentication by bearer token and the role, scope and project-binding rules.
+"""Tokens' principals and the role, scope and project-binding rules.
+
+Reading the Authorization header is the web's request policy (semula/web/policy.py).
 
 The rules are docs/design/product.md §8.
 """
@@ -13,7 +15,7 @@ from typing import Any
 
 from semula.core.errors import Forbidden, NotFound, Unauthorized
 from semula.db import DatabaseError
-from semula.service import LOCAL, ROLES, SCOPES, Context, Principal
+from semula.service import ROLES, SCOPES, Context, Principal
 
 logger = logging.getLogger("semula.auth")
 
@@ -31,19 +33,6 @@ def new_secret() -> str:
 def token_hash(secret: str) -> str:
     # Tokens are 256 random bits, so a fast hash is enough: nothing to brute-force.
     return hashlib.sha256(secret.encode()).hexdigest()
-
-
-def authenticate(ctx: Context, authorization: str | None) -> Principal:
-    """The principal for an Authorization header; 401 when it is missing, unknown or revoked."""
-    if not ctx.settings.auth:
-        return LOCAL
-    scheme, _, secret = (authorization or "").strip().partition(" ")
-    if scheme.lower() != "bearer":  # RFC 7235: the scheme word is case-insensitive
-        raise Unauthorized()
-    secret = secret.strip()
-    if not secret:
-        raise Unauthorized("The token is unknown or revoked.")
-    return principal_for_hash(ctx, token_hash(secret))
 
 
 def principal_for_hash(ctx: Context, hashed: str) -> Principal:

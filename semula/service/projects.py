@@ -67,16 +67,59 @@ class SettingsSchema(Schema):
     mode = fields.String(validate=validate.OneOf(["record", "replay"]))
     record_timeout = fields.Integer(strict=True, validate=validate.Range(1, MAX_RECORD_TIMEOUT))
     max_misses = fields.Integer(strict=True, validate=validate.Range(1, 1_000_000))
-    ignore_fields = fields.Raw()
-    normalize = fields.Raw()
+    # Raw fields checked by a validator below; their metadata is their JSON Schema in the OpenAPI document.
+    ignore_fields = fields.Raw(
+        metadata={
+            "type": "array",
+            "maxItems": fingerprint.MAX_IGNORE_FIELDS,
+            "items": {"type": "string", "pattern": "^(/([^~]|~[01])*)*$"},
+            "description": "JSON pointers (RFC 6901) of request fields the fingerprint leaves out.",
+        }
+    )
+    normalize = fields.Raw(
+        metadata={
+            "type": "array",
+            "maxItems": fingerprint.MAX_NORMALIZE_RULES,
+            "description": "Rules applied to message text before fingerprinting: a regex and its "
+            "replacement.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "pattern": {
+                        "type": "string",
+                        "format": "regex",
+                        "minLength": 1,
+                        "maxLength": fingerprint.MAX_PATTERN_LENGTH,
+                    },
+                    "replacement": {"type": "string"},
+                },
+                "required": ["pattern"],
+                "additionalProperties": False,
+            },
+        }
+    )
     record_through = StrictBoolean()
     upstream_model = fields.String(allow_none=True, validate=validate.Length(1, 200))
     upstream_max_calls = fields.Integer(strict=True, validate=validate.Range(0, 100_000_000))
     upstream_max_tokens = fields.Integer(strict=True, allow_none=True, validate=validate.Range(0, 10**12))
     upstream_dry_run = StrictBoolean()
     answerer = StrictBoolean()
-    restamp = fields.String(validate=validate.OneOf(["fresh", "recorded"]))
-    stream_pacing = fields.Raw()
+    restamp = fields.String(
+        validate=validate.OneOf(["fresh", "recorded"]),
+        metadata={
+            "description": "Whether a replay gets a fresh id and created (fresh) or the recorded ones."
+        },
+    )
+    stream_pacing = fields.Raw(
+        metadata={
+            "anyOf": [
+                {"type": "string", "enum": ["none", "recorded"]},
+                {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_PACING_FACTOR},
+            ],
+            "description": "Replayed streams: at once (none), with the recorded gaps, or gaps times a "
+            "factor.",
+        }
+    )
 
     @validates("stream_pacing")
     def _stream_pacing(self, value: Any, **_: Any) -> None:
@@ -92,9 +135,24 @@ class SettingsSchema(Schema):
                 f"{MAX_PACING_FACTOR}"
             )
 
-    embeddings = fields.String(validate=validate.OneOf(["off", "synthetic"]))
-    sequences = fields.String(validate=validate.OneOf(["off", "record"]))
-    after_last = fields.String(validate=validate.OneOf(["repeat_last", "cycle", "fail"]))
+    embeddings = fields.String(
+        validate=validate.OneOf(["off", "synthetic"]),
+        metadata={
+            "description": "synthetic: a missed embeddings call in record mode is answered at once with "
+            "deterministic vectors and saved as an entry (actor synthetic); off: it is parked like any call."
+        },
+    )
+    sequences = fields.String(
+        validate=validate.OneOf(["off", "record"]),
+        metadata={
+            "description": "record: in a session, the k-th identical call with fewer than k answers records "
+            "answer k."
+        },
+    )
+    after_last = fields.String(
+        validate=validate.OneOf(["repeat_last", "cycle", "fail"]),
+        metadata={"description": "What a session call past the last answer of a sequence gets."},
+    )
 
     @validates("ignore_fields")
     def _ignore_fields(self, value: Any, **_: Any) -> None:

@@ -23,9 +23,16 @@ class TokenSchema(Schema):
     name = fields.String(load_default="", validate=validate.Length(0, 200))
     role = fields.String(required=True, validate=validate.OneOf(ROLES))
     scope = fields.String(load_default="full", validate=validate.OneOf(SCOPES))
-    project = fields.String(load_default=None, allow_none=True)
+    project = fields.String(
+        load_default=None, allow_none=True, metadata={"description": "Bind the token to this project."}
+    )
     # Unix seconds; past it the token is refused (401 "The token has expired.").
-    expires_at = fields.Integer(load_default=None, allow_none=True, strict=True)
+    expires_at = fields.Integer(
+        load_default=None,
+        allow_none=True,
+        strict=True,
+        metadata={"description": "When the token stops working (Unix seconds, in the future)."},
+    )
 
 
 def present(row: dict[str, Any]) -> dict[str, Any]:

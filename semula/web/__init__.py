@@ -13,19 +13,16 @@ from werkzeug.exceptions import HTTPException
 
 from semula import logs, metrics
 from semula.config import Settings
-from semula.core import errors, jsonio
+from semula.core import errors
 from semula.db import Busy, DatabaseError, Store, Unavailable, connect
 from semula.migrate import schema
 from semula.parking import Parking
 from semula.service import Context
-from semula.service.auth import authenticate
 from semula.service.calllog import CallLog
-from semula.web import access
+from semula.web import access, policy
 from semula.web.fastpath import ProxyApp
 
 logger = logging.getLogger("semula.web")
-
-HTTP_ERRORS = {404: errors.NotFound, 405: errors.MethodNotAllowed, 413: errors.PayloadTooLarge}
 
 
 def create_app(settings: Settings | None = None, store: Store | None = None) -> Flask:
@@ -33,6 +30,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     settings = settings or Settings.from_env()
     store = store or connect(settings.database_url, pool_size=settings.db_pool_size)
     app = Flask(__name__)
+    # The body limit for what werkzeug parses itself (the dashboard's forms); JSON bodies are read by
+    # the policy's rule (json_body below).
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.secret_key = settings.secret_key or secrets.token_urlsafe(32)
     app.config.update(
@@ -48,6 +47,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     calllog = CallLog(store)
     app.extensions["semula"] = {"settings": settings, "store": store, "parking": parking, "calllog": calllog}
 
+    from semula.web import openapi
     from semula.web.api import api
     from semula.web.api_entries import api_entries
     from semula.web.api_pending import api_pending
@@ -59,6 +59,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.register_blueprint(api_pending)
     app.register_blueprint(api_upstream)
     app.register_blueprint(ui)
+    # The description of every /api/v1 route (semula/web/openapi.py); public, like any API description.
+    app.add_url_rule("/api/v1/openapi.json", "openapi", openapi.serve)
     app.wsgi_app = ProxyApp(app.wsgi_app, settings, store, parking, calllog)  # type: ignore[method-assign]
     access.HIT_SAMPLE = settings.access_log_hits
 
@@ -94,8 +96,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     def metrics_endpoint() -> Response:
         """Prometheus metrics; behind SEMULA_METRICS_TOKEN when set, and off in hosted mode without it."""
         if settings.metrics_token:
-            scheme, _, given = (request.headers.get("Authorization") or "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), settings.metrics_token):
+            given = policy.bearer(request.headers.get("Authorization"))
+            if given is None or not hmac.compare_digest(given, settings.metrics_token):
                 raise errors.Unauthorized("/metrics needs the bearer token in SEMULA_METRICS_TOKEN.")
         elif settings.hosted:
             # Project names are tenants' data: never to the world (docs/operations.md).
@@ -111,13 +113,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
-        cls = HTTP_ERRORS.get(exc.code or 500)
-        if cls is None:
-            err = errors.SemulaError(exc.description or "HTTP error")
-            err.status, err.code, err.type = exc.code or 500, "http_error", "invalid_request_error"
-        else:
-            err = cls()
-        response = error_response(err)
+        response = error_response(policy.from_http(exc.code or 500, exc.description))
         # A 405 must name the methods the path has (RFC 9110); werkzeug's exception carries them.
         allow = dict(exc.get_headers()).get("Allow")
         if allow:
@@ -126,21 +122,11 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
 
     @app.errorhandler(DatabaseError)
     def database_error(exc: DatabaseError) -> Response:
-        logger.warning(
-            "database error",
-            extra={
-                "error": type(exc).__name__,
-                "kind": exc.kind,
-                "detail": exc.describe(),
-                "path": request.path,
-            },
-        )
-        return error_response(errors.from_database(exc))
+        return error_response(policy.from_database(exc, request.path))
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:
-        logger.error("unhandled error", exc_info=exc, extra={"path": request.path})
-        return error_response(errors.SemulaError("Internal error."))
+        return error_response(policy.unexpected(exc, request.path))
 
     return app
 
@@ -178,7 +164,7 @@ def context() -> Context:
     if ctx is None:
         ext = current_extension()
         base = Context(ext["store"], ext["settings"], None, ext["parking"].release)  # type: ignore[arg-type]
-        ctx = base.as_(authenticate(base, request.headers.get("Authorization")))
+        ctx = base.as_(policy.authenticate(base, request.headers.get("Authorization")))
         g.semula_ctx = ctx
     return ctx
 
@@ -189,6 +175,15 @@ def current_extension() -> dict[str, Any]:
     return current_app.extensions["semula"]
 
 
+def raw_body() -> bytes:
+    """The request's body, read once by the proxy's rule: at most SEMULA_MAX_BODY_BYTES, else 413."""
+    raw = g.get("semula_body")
+    if raw is None:
+        limit = current_extension()["settings"].max_body_bytes
+        raw = g.semula_body = policy.read_body(request.stream, request.headers.get("Content-Length"), limit)
+    return raw
+
+
 def json_body() -> Any:
     """The parsed JSON body; 400 with a clear message when it is not JSON by semula.core.jsonio's rules."""
-    return jsonio.loads(request.get_data())
+    return policy.parse_json(raw_body())

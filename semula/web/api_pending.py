@@ -13,12 +13,10 @@ from marshmallow import RAISE, Schema, fields, validate
 from semula.core.errors import BadRequest
 from semula.service import load
 from semula.service import pending as pending_service
-from semula.web import context, json_body, openapi
+from semula.web import context, json_body, raw_body
 from semula.web.api import paging
 
 api_pending = Blueprint("api_pending", __name__, url_prefix="/api/v1")
-# The description of every /api/v1 route lives in openapi.py; it is served from here.
-api_pending.add_url_rule("/openapi.json", "openapi", openapi.serve)
 
 MAX_SUMMARY_LENGTH = 1000
 
@@ -27,14 +25,20 @@ class ClaimSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    project = fields.String(load_default=None, allow_none=True)
+    project = fields.String(
+        load_default=None, allow_none=True, metadata={"description": "Claim only in this project."}
+    )
     lease_seconds = fields.Integer(
         strict=True,
         load_default=pending_service.DEFAULT_LEASE,
         validate=validate.Range(1, pending_service.MAX_LEASE),
     )
     worker = fields.String(
-        load_default=None, allow_none=True, validate=validate.Length(1, pending_service.MAX_WORKER_LENGTH)
+        load_default=None,
+        allow_none=True,
+        validate=validate.Length(1, pending_service.MAX_WORKER_LENGTH),
+        # Not blank: the service checks it (a pattern marshmallow cannot say in the OpenAPI document).
+        metadata={"pattern": "\\S", "description": "Shown as claimed_by."},
     )
 
 
@@ -43,7 +47,13 @@ class ReleaseSchema(Schema):
         unknown = RAISE
 
     worker = fields.String(
-        load_default=None, allow_none=True, validate=validate.Length(1, pending_service.MAX_WORKER_LENGTH)
+        load_default=None,
+        allow_none=True,
+        validate=validate.Length(1, pending_service.MAX_WORKER_LENGTH),
+        metadata={
+            "pattern": "\\S",
+            "description": "The worker name the call was claimed with (default: the token's).",
+        },
     )
 
 
@@ -60,7 +70,7 @@ def list_pending() -> Any:
 @api_pending.post("/pending/claim")
 def claim() -> Any:
     # The body is optional: an empty POST claims the oldest call anywhere the token may see.
-    data = load(ClaimSchema(), json_body() if request.get_data() else {})
+    data = load(ClaimSchema(), json_body() if raw_body() else {})
     claimed = pending_service.claim_next(
         context(), project=data["project"], lease_seconds=data["lease_seconds"], worker=data["worker"]
     )
@@ -96,5 +106,5 @@ def cancel(pending_id: str) -> Any:
 @api_pending.post("/pending/<pending_id>/release")
 def release(pending_id: str) -> Any:
     # The body is optional: without a worker, the claim made under the token's own name is released.
-    data = load(ReleaseSchema(), json_body() if request.get_data() else {})
+    data = load(ReleaseSchema(), json_body() if raw_body() else {})
     return pending_service.release(context(), pending_id, worker=data["worker"])

@@ -6,9 +6,7 @@ proxy routes are served here and everything else falls through to the Flask app.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -18,16 +16,13 @@ import orjson
 
 from semula import dialects, logs, metrics
 from semula.config import Settings
-from semula.core import errors, jsonio
+from semula.core import errors
 from semula.db import DatabaseError, Store
 from semula.parking import Parking
-from semula.service import Context, Principal, hits, record_through, sequences, synthetic
+from semula.service import Context, hits, record_through, sequences, synthetic
 from semula.service import replay as replay_service
-from semula.service.auth import authenticate
 from semula.service.calllog import CallLog
-from semula.web import access
-
-logger = logging.getLogger("semula.proxy")
+from semula.web import access, policy
 
 ROUTE = re.compile(
     r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62})(?:/s/(?P<session>[A-Za-z0-9_.-]{1,64}))?)?"
@@ -53,22 +48,6 @@ SSE_HEADERS = [
     ("Cache-Control", "no-cache"),
     ("X-Accel-Buffering", "no"),
 ]
-STATUS_TEXT = {
-    200: "200 OK",
-    400: "400 Bad Request",
-    401: "401 Unauthorized",
-    403: "403 Forbidden",
-    404: "404 Not Found",
-    405: "405 Method Not Allowed",
-    409: "409 Conflict",
-    413: "413 Payload Too Large",
-    422: "422 Unprocessable Entity",
-    424: "424 Failed Dependency",
-    429: "429 Too Many Requests",
-    500: "500 Internal Server Error",
-    503: "503 Service Unavailable",
-    504: "504 Gateway Timeout",
-}
 ERROR_OUTCOMES = {
     "semula_replay_miss": "replay_miss",
     "semula_record_timeout": "timeout",
@@ -78,8 +57,7 @@ ERROR_OUTCOMES = {
     "semula_sequence_exhausted": "sequence_exhausted",
 }
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-# How long the proxy trusts a token it has checked (docs/decisions/0012-proxy-hot-path.md).
-PRINCIPAL_TTL = 1.0
+OK = policy.status_line(200)
 
 
 def unknown_path(environ: dict[str, Any]) -> errors.NotFound:
@@ -109,33 +87,6 @@ def _warned(warning: str | None) -> list[tuple[str, str]]:
     return [("X-Semula-Warning", warning.encode("ascii", "replace").decode("ascii").replace("\n", " "))]
 
 
-class PrincipalCache:
-    """Principals by Authorization header for a second, so a replay hit costs no token query.
-
-    A revoked token or a disabled workspace is refused by the proxy within the TTL; the REST API
-    checks every request afresh. Only accepted tokens are kept, under a hash of the header.
-    """
-
-    def __init__(self, ttl: float = PRINCIPAL_TTL, size: int = 1024):
-        self.ttl = ttl
-        self.size = size
-        self._kept: dict[bytes, tuple[float, Principal]] = {}
-
-    def authenticate(self, ctx: Context, authorization: str | None) -> Principal:
-        if not ctx.settings.auth or not authorization:
-            return authenticate(ctx, authorization)
-        key = hashlib.sha256(authorization.encode()).digest()
-        now = time.monotonic()
-        kept = self._kept.get(key)
-        if kept is not None and kept[0] > now:
-            return kept[1]
-        principal = authenticate(ctx, authorization)
-        if len(self._kept) >= self.size:
-            self._kept.clear()
-        self._kept[key] = (now + self.ttl, principal)
-        return principal
-
-
 class ProxyApp:
     def __init__(
         self, fallback: WSGIApp, settings: Settings, store: Store, parking: Parking, calllog: CallLog
@@ -146,7 +97,7 @@ class ProxyApp:
         self.parking = parking
         self.calllog = calllog
         self.base = Context(store, settings, None, parking.release)  # type: ignore[arg-type]
-        self.principals = PrincipalCache()
+        self.principals = policy.PrincipalCache()
         self.hits = hits.HitCache()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -166,7 +117,10 @@ class ProxyApp:
         what = match["what"]
         speaks = dialects.get(ERRORS_IN.get(what))
         try:
-            ctx = self.base.as_(self.principals.authenticate(self.base, _authorization(environ, speaks)))
+            # On the Anthropic routes an `x-api-key` token stands for the Authorization header.
+            api_key = environ.get("HTTP_X_API_KEY") if speaks.name == dialects.ANTHROPIC else None
+            authorization = policy.authorization(environ.get("HTTP_AUTHORIZATION"), api_key)
+            ctx = self.base.as_(self.principals.authenticate(self.base, authorization))
             header_project = environ.get("HTTP_X_SEMULA_PROJECT")
             api = APIS.get(what)
             key, version = None, None
@@ -188,24 +142,24 @@ class ProxyApp:
                 return self._json(start_response, 200, replay_service.model(ctx, project, match["model_id"]))
             if what == "messages/count_tokens":
                 self._method(environ, "POST")
-                body = speaks.with_headers(self._parse(self._read(environ)), _header(environ))
+                body = speaks.with_headers(policy.parse_json(self._read(environ)), _header(environ))
                 return self._json(start_response, 200, replay_service.count_tokens(ctx, body))
             if api is None:
                 return self._stored_response(ctx, project, match, environ, start_response)
             self._method(environ, "POST")
             assert key is not None
-            body = speaks.with_headers(self._parse(key[-1]), _header(environ))
+            body = speaks.with_headers(policy.parse_json(key[-1]), _header(environ))
             call = replay_service.start(ctx, project, body, speaks, session)
             outcome = "hit" if call.entry else self._miss(ctx, call)
             if call.live is not None:
                 self._log(ctx, call, outcome, 200, started)
-                start_response(STATUS_TEXT[200], [*SSE_HEADERS, *call.live.headers, *access.finish(200)])
+                start_response(OK, [*SSE_HEADERS, *call.live.headers, *access.finish(200)])
                 return call.live
             body, events = replay_service.render(call, call.entry)
             self._log(ctx, call, outcome, 200, started)
             extra = replay_service.replay_headers(call.entry) + _warned(call.entry.get("warning"))
             if events is not None:
-                start_response(STATUS_TEXT[200], [*SSE_HEADERS, *extra, *access.finish(200)])
+                start_response(OK, [*SSE_HEADERS, *extra, *access.finish(200)])
                 gaps = replay_service.pacing(call, call.entry)
                 return _paced(call.dialect.sse(events), gaps) if gaps else call.dialect.sse(events)
             assert body is not None
@@ -215,8 +169,8 @@ class ProxyApp:
         except errors.SemulaError as exc:
             return self._error(start_response, exc, ctx, call, started, speaks)
         except DatabaseError as exc:
-            logger.warning("database error", extra={"error": type(exc).__name__, "detail": exc.describe()})
-            return self._error(start_response, errors.from_database(exc), ctx, call, started, speaks)
+            error = policy.from_database(exc, path)
+            return self._error(start_response, error, ctx, call, started, speaks)
 
     def _stored_response(
         self,
@@ -292,17 +246,7 @@ class ProxyApp:
 
     def _read(self, environ: dict[str, Any]) -> bytes:
         limit = self.settings.max_body_bytes
-        length = environ.get("CONTENT_LENGTH") or ""
-        if length.isdigit() and int(length) > limit:
-            raise errors.PayloadTooLarge()
-        raw = environ["wsgi.input"].read(int(length) if length.isdigit() else limit + 1)
-        if len(raw) > limit:
-            raise errors.PayloadTooLarge()
-        return raw
-
-    @staticmethod
-    def _parse(raw: bytes) -> Any:
-        return jsonio.loads(raw)
+        return policy.read_body(environ["wsgi.input"], environ.get("CONTENT_LENGTH"), limit)
 
     @staticmethod
     def _method(environ: dict[str, Any], allowed: str) -> None:
@@ -322,7 +266,7 @@ class ProxyApp:
             data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         code = body.get("error", {}).get("code") if status >= 400 else None
         start_response(
-            STATUS_TEXT.get(status, f"{status} Error"),
+            policy.status_line(status),
             [*JSON_HEADERS, ("Content-Length", str(len(data))), *extra, *access.finish(status, code)],
         )
         return [data]
@@ -355,11 +299,3 @@ class ProxyApp:
 
 def _header(environ: dict[str, Any]) -> Callable[[str], str | None]:
     return lambda name: environ.get("HTTP_" + name.upper().replace("-", "_"))
-
-
-def _authorization(environ: dict[str, Any], speaks: dialects.Dialect) -> str | None:
-    """The Authorization header; on the Anthropic routes an `x-api-key` token stands for one."""
-    authorization = environ.get("HTTP_AUTHORIZATION")
-    if authorization is None and speaks.name == dialects.ANTHROPIC and environ.get("HTTP_X_API_KEY"):
-        return "Bearer " + environ["HTTP_X_API_KEY"]
-    return authorization
