@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import signal
 import time
 import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import openai
 import pytest
@@ -171,9 +173,11 @@ def test_the_daemon_runs_beside_sdk_calls_under_load(start_server, start_answere
         assert [f.result(timeout=60).choices[0].message.content for f in futures] == ["answered"] * 8
 
 
-def test_a_daemon_killed_with_sigkill_leaves_nothing_running_once_restarted(start_answerer, ctx, tmp_path):
-    # The child ignores SIGTERM and has a setsid grandchild that does too; the daemon dies mid-call.
-    argv = command("escape", "ignore-term")
+@pytest.mark.parametrize("how", ["setsid", "double-fork"])
+def test_a_daemon_killed_with_sigkill_leaves_nothing_of_its_call_running(start_answerer, ctx, tmp_path, how):
+    # The child ignores SIGTERM, and so does its grandchild, which left the child's session (by
+    # setsid, or by a double fork that also drops the call's mark); the daemon dies mid-call.
+    argv = command("escape", f"ignore-term+{how}")
     ctx = with_command(ctx, argv)
     answerer_project(ctx)
     out, tmp = tmp_path / "out", tmp_path / "tmp"
@@ -185,13 +189,44 @@ def test_a_daemon_killed_with_sigkill_leaves_nothing_running_once_restarted(star
     child, left, workdir = wait_for(
         lambda: escaped.exists() and escaped.read_text(), what="the child"
     ).split()
+    assert alive(int(left)) and (tmp / workdir.rsplit("/", 1)[1]).is_dir()
     daemon.signal(signal.SIGKILL)
     daemon.proc.wait(10)
-    # The child goes with the daemon (its death signal), SIGTERM ignored or not.
-    wait_for(lambda: not alive(int(child)), timeout=10, what="the child to die with its daemon")
-    # What left the child's session (systemd's cgroup kill covers it under the unit), and the
-    # temporary directory, are gone once the next daemon starts.
-    start_answerer(argv, ANSWERER_TEST_DIR=str(out), TMPDIR=str(tmp))
-    wait_for(lambda: not alive(int(left)), timeout=10, what="the escaped grandchild gone")
-    assert not (tmp / workdir.rsplit("/", 1)[1]).exists() and list(tmp.iterdir()) == []
+    # No daemon starts again: the call's supervisor ends every process of the call by itself.
+    wait_for(
+        lambda: not alive(int(child)) and not alive(int(left)),
+        timeout=10,
+        what="every process of the call gone",
+    )
+    wait_for(lambda: list(tmp.iterdir()) == [], timeout=10, what="the call's temporary directory removed")
     assert status(ctx, call)["status"] == "pending"
+
+
+def test_a_restarted_daemon_cleans_what_a_killed_one_left(start_answerer, ctx, tmp_path):
+    # What a call's supervisor could not end (it was killed with the daemon), the next daemon
+    # start kills, and it removes the directory.
+    argv = command("escape", "ignore-term+setsid")
+    ctx = with_command(ctx, argv)
+    answerer_project(ctx)
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    out.mkdir()
+    tmp.mkdir()
+    daemon = start_answerer(argv, ANSWERER_TEST_DIR=str(out), TMPDIR=str(tmp), SEMULA_ANSWERER_TIMEOUT="600")
+    [call] = park(ctx, "shop")
+    escaped = out / f"escaped-{call}"
+    child, left, workdir = wait_for(
+        lambda: escaped.exists() and escaped.read_text(), what="the child"
+    ).split()
+    supervisor = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    # Stopped first, so it cannot act on the daemon's death before it is killed itself.
+    os.kill(supervisor, signal.SIGSTOP)
+    daemon.signal(signal.SIGKILL)
+    daemon.proc.wait(10)
+    os.kill(supervisor, signal.SIGKILL)
+    wait_for(lambda: not alive(supervisor), timeout=10, what="the supervisor killed")
+    assert alive(int(child)) and alive(int(left))
+    start_answerer(argv, ANSWERER_TEST_DIR=str(out), TMPDIR=str(tmp))
+    wait_for(
+        lambda: not alive(int(child)) and not alive(int(left)), timeout=10, what="the call's processes gone"
+    )
+    wait_for(lambda: list(tmp.iterdir()) == [], timeout=10, what="the temporary directory removed")
