@@ -406,6 +406,21 @@ SCHEMAS: dict[str, Any] = {
     ),
     "PendingClaimed": {"allOf": [ref("PendingFull"), obj({"claim": ref("Claim")})]},
     "PendingList": list_of("Pending"),
+    "AnswererCandidate": obj({"id": {"type": "string"}, "project": {"type": "string"}}),
+    "AnswererCandidateList": list_of("AnswererCandidate"),
+    "ClaimOneRequest": obj(
+        {
+            "lease_seconds": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_LEASE,
+                "default": DEFAULT_LEASE,
+            },
+            "worker": worker("Shown as claimed_by."),
+        },
+        [],
+        additionalProperties=False,
+    ),
     "ReleaseRequest": obj(
         {
             "worker": worker("The worker name the call was claimed with (default: the token's)."),
@@ -613,6 +628,36 @@ PATHS: dict[str, Any] = {
             description=(
                 "Holds the call for lease_seconds (default 300, at most 3600) so other claimers skip it. "
                 "The lease is advisory: anyone may still answer. An expired lease is no lease."
+            ),
+        ),
+    },
+    "/api/v1/pending/{pending_id}/claim": {
+        "post": operation(
+            "claimOnePending",
+            "Claim this parked call unless someone holds it (editor, record scope)",
+            {
+                200: ("The call in full, its shape, and the claim.", ref("PendingClaimed")),
+                204: ("It is no longer pending, or another worker holds it.", None),
+            },
+            errors=(404,),
+            parameters=[PENDING_ID],
+            body=ref("ClaimOneRequest"),
+            body_required=False,
+            tag="pending",
+            description="The answerer daemon's claim over HTTP; the lease works as in claimPending.",
+        ),
+    },
+    "/api/v1/answerer/candidates": {
+        "get": operation(
+            "listAnswererCandidates",
+            "Parked calls nobody holds in projects with the answerer on, oldest first (editor, record scope)",
+            {200: ("Their ids and projects.", ref("AnswererCandidateList"))},
+            errors=(400, 403),
+            parameters=[AFTER, LIMIT],
+            tag="pending",
+            description=(
+                "What the answerer daemon polls when it talks to the server over HTTP "
+                "(SEMULA_ANSWERER_SERVER). Workspace-wide: 403 project_bound for a token bound to a project."
             ),
         ),
     },

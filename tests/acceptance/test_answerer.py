@@ -6,7 +6,9 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
+import tempfile
 import time
 import uuid
 from collections import defaultdict
@@ -17,14 +19,17 @@ import openai
 import pytest
 import requests
 
-from semula.service import audit, pending, projects
+from semula.service import audit, pending, projects, tokens
 from tests.answerer_helpers import (
+    CHILD,
+    NOBODY,
     alive,
     answerer_project,
     command,
     park,
     status,
     stdin_docs,
+    unprivileged,
     wait_resolved,
     with_command,
 )
@@ -230,3 +235,53 @@ def test_a_restarted_daemon_cleans_what_a_killed_one_left(start_answerer, ctx, t
         lambda: not alive(int(child)) and not alive(int(left)), timeout=10, what="the call's processes gone"
     )
     wait_for(lambda: list(tmp.iterdir()) == [], timeout=10, what="the temporary directory removed")
+
+
+def test_over_http_the_child_finds_none_of_the_servers_secrets(start_server, start_answerer, ctx, db_url):
+    # As deployed (deploy/semula-answerer.service): the daemon reaches the server over REST with its
+    # own token, holds no database URL, and runs as a user that is not the server's.
+    python, as_user, env = unprivileged()
+    if not as_user:
+        pytest.skip("the server and the answerer must be two users: a root test run makes them so")
+    server_secret = f"server-secret-{uuid.uuid4().hex}"
+    server = start_server(SEMULA_SECRET=server_secret)
+    token = tokens.create(ctx, {"role": "editor", "scope": "record", "name": "answerer"})["token"]
+    work = Path(tempfile.mkdtemp(prefix="semula-test-http-"))
+    try:
+        out, tmp = work / "out", work / "tmp"
+        for path in (work, out, tmp):
+            path.mkdir(exist_ok=True)
+            os.chown(path, NOBODY, NOBODY)
+        # What the child hunts for: the token, the database URL and the server's own secret. The
+        # file is the test's way to tell it, outside its argv.
+        canaries = out / "canaries"
+        canaries.write_text("|".join([token, db_url, server_secret]))
+        database = [db_url.removeprefix("sqlite:///")] if db_url.startswith("sqlite") else []
+        argv = [python, str(CHILD), "snoop", f"@{canaries}", *database]
+        ctx = with_command(ctx, argv)
+        answerer_project(ctx)
+        daemon = start_answerer(
+            argv,
+            args=[*as_user, python, "-m", "answerer"],
+            SEMULA_ANSWERER_SERVER=server.url,
+            SEMULA_ANSWERER_TOKEN=token,
+            ANSWERER_TEST_DIR=str(out),
+            TMPDIR=str(tmp),
+            **env,
+        )
+        # The daemon itself holds no database URL.
+        daemon_env = Path(f"/proc/{daemon.proc.pid}/environ").read_bytes()
+        assert b"SEMULA_DATABASE_URL" not in daemon_env and db_url.encode() not in daemon_env
+        assert token.encode() in daemon_env
+        [call] = park(ctx, "shop")
+        wait_resolved(ctx, call, timeout=60)
+        entry = ctx.store.one("get_entry", id=status(ctx, call)["entry_id"])
+        seen = json.loads(json.loads(entry["response"])["choices"][0]["message"]["content"])
+        # Its own environment opens and holds none of them; the supervisor's and the daemon's
+        # environment and memory, and the database file, do not open.
+        assert seen.pop("/proc/self/environ") == "opened", seen
+        assert len(seen) == 6 + len(database)
+        assert all(result.startswith("refused:") for result in seen.values()), seen
+        assert token not in daemon.log()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

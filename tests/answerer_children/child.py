@@ -72,7 +72,12 @@ def parent_of(pid: int) -> int:
 
 
 def snoop(secrets: str, paths: list[str]) -> dict[str, str]:
-    """Open each route; whether it opened and held any of the `|`-separated secrets (never the text)."""
+    """Open each route; whether it opened and held any of the `|`-separated secrets (never the text).
+
+    `@PATH` instead of the secrets: read them from that file, so they are not in this argv."""
+    if secrets.startswith("@"):
+        with open(secrets[1:]) as f:
+            secrets = f.read()
     wanted = [s.encode() for s in secrets.split("|") if s]
     # The parent is the call's supervisor, its parent the daemon: both are tried, and our own environment.
     routes = [

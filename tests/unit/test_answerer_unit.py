@@ -54,6 +54,40 @@ def test_config_refusals_name_the_variable(env, named):
 
 
 @pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"SEMULA_ANSWERER_TOKEN": "smt_secret-value"}, "SEMULA_ANSWERER_TOKEN"),
+        (
+            {
+                "SEMULA_ANSWERER_SERVER": "http://127.0.0.1:8080",
+                "SEMULA_DATABASE_URL": "sqlite:///secret-value",
+            },
+            "SEMULA_DATABASE_URL",
+        ),
+        (
+            {
+                "SEMULA_ANSWERER_SERVER": "http://127.0.0.1:8080",
+                "SEMULA_OWNER_DATABASE_URL": "postgresql://secret-value@h/db",
+            },
+            "SEMULA_OWNER_DATABASE_URL",
+        ),
+    ],
+)
+def test_over_http_the_daemon_refuses_a_database_url_and_a_token_without_a_server(env, named):
+    environ = {"PATH": os.environ["PATH"], "SEMULA_ANSWERER_COMMAND": json.dumps([sys.executable]), **env}
+    with pytest.raises(ConfigError) as info:
+        answerer_config.from_settings(Settings.from_env(environ), environ)
+    assert named in str(info.value) and "secret-value" not in str(info.value)
+    config = answerer_config.from_settings(
+        Settings.from_env(
+            {**environ, "SEMULA_ANSWERER_SERVER": "http://h:1", "SEMULA_ANSWERER_TOKEN": "smt_t"}
+        ),
+        {"PATH": os.environ["PATH"]},
+    )
+    assert (config.server, config.token) == ("http://h:1", "smt_t") and "smt_t" not in repr(config)
+
+
+@pytest.mark.parametrize(
     "env",
     [
         {"SEMULA_ANSWERER_COMMAND": json.dumps(SECRET_ARGV), "SEMULA_ANSWERER_URL": "http://h/secret-prompt"},
