@@ -43,8 +43,9 @@ def pid_of(out, pending_id: str) -> int:
     return int(wait_for(lambda: path.exists() and path.read_text(), what=f"the child of {pending_id}"))
 
 
+@pytest.mark.parametrize("reach", ["database", "http"])
 def test_an_sdk_call_is_answered_by_the_daemons_child_and_the_command_never_shows(
-    start_server, start_answerer, ctx, shop, token, openai_client, tmp_path
+    start_server, start_answerer, ctx, shop, token, openai_client, tmp_path, reach
 ):
     # A canary inside the argv: it must appear in no log line, response or audit entry.
     canary = f"canary-{uuid.uuid4().hex}"
@@ -59,7 +60,10 @@ def test_an_sdk_call_is_answered_by_the_daemons_child_and_the_command_never_show
 
     out = tmp_path / "out"
     out.mkdir()
-    daemon = start_answerer(argv, ANSWERER_TEST_DIR=str(out))
+    # Over HTTP the daemon holds its own token (editor, record scope) and no database URL.
+    own_token = tokens.create(ctx, {"role": "editor", "scope": "record", "name": "answerer"})["token"]
+    over_http = {"SEMULA_ANSWERER_SERVER": server.url, "SEMULA_ANSWERER_TOKEN": own_token}
+    daemon = start_answerer(argv, ANSWERER_TEST_DIR=str(out), **(over_http if reach == "http" else {}))
     client = openai_client(server)
     reply = client.chat.completions.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": "hello there"}]
@@ -89,7 +93,7 @@ def test_an_sdk_call_is_answered_by_the_daemons_child_and_the_command_never_show
     assert [e["fields"] for e in events if e["action"] == "project.answerer"] == [["answerer"]]
     assert "child-stderr-marker" not in log  # the child's stderr is discarded
     for text in [log, server.log(), *responses, json.dumps(events)]:
-        assert canary not in text
+        assert canary not in text and own_token not in text
         assert str(argv[1]) not in text  # nor the script's path: only the basename of argv[0]
 
 
