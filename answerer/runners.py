@@ -161,7 +161,7 @@ class ChildRunner:
                 self._end(proc, line, mark)
                 lifetime = time.monotonic() - spawned
             if status == "exited":
-                status = self._judge(self._reported(line, proc.returncode), output)
+                status = self._judge(self._reported(line), output)
             return Outcome(output if status == "ok" else None, status, lifetime)
         finally:
             line.close()
@@ -196,8 +196,8 @@ class ChildRunner:
                 stream.close()
 
     @staticmethod
-    def _reported(line: socket.socket, code: int) -> int | str:
-        """The command's exit code (negative: its signal), or why it never ran, as its supervisor said."""
+    def _reported(line: socket.socket) -> int | str:
+        """The command's exit code (negative: its signal), or a status, as its supervisor said."""
         line.setblocking(False)
         try:
             said = line.recv(128).decode("ascii", "replace").strip()
@@ -208,10 +208,12 @@ class ChildRunner:
             return int(value)
         if kind == "signal" and value.isdigit():
             return -int(value)
+        if kind == "killed":
+            return -signal.SIGKILL
         if kind == "exec_failed":
             return said
-        # No report: the supervisor itself died (its command may kill it); its own status says how.
-        return code if code != 0 else -signal.SIGKILL
+        # No report: the supervisor itself died (its command may kill it; the sweep did the rest).
+        return "supervisor_failed"
 
     def kill_all(self) -> None:
         """End every running call now (stop after the grace, or a second signal)."""

@@ -120,8 +120,8 @@ def main() -> int:
         print(json.dumps({"content": json.dumps(snoop(arg, sys.argv[3:]))}))
     elif mode == "escape":
         # ARG: setsid, double-fork, or ignore-term[+setsid|+double-fork] (a child that ignores
-        # SIGTERM, with an escaped grandchild that does too). It records its pid, what it left
-        # running and its directory.
+        # SIGTERM, with an escaped grandchild that does too), or kill-parent+HOW (a child that
+        # kills its supervisor). It records its pid, what it left running and its directory.
         stubborn, _, how = arg.partition("+")
         if stubborn == "ignore-term":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -130,6 +130,10 @@ def main() -> int:
             os.path.join(out_dir, f"escaped-{doc['pending_id']}"), f"{os.getpid()} {left} {os.getcwd()}"
         )
         print("answered", flush=True)
+        if stubborn == "kill-parent":
+            # Kill the call's supervisor (the same user may), then linger.
+            os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(300)
         if stubborn == "ignore-term":
             time.sleep(300)
     elif mode == "echo":

@@ -333,6 +333,14 @@ def test_nothing_of_a_call_outlives_a_daemon_killed_with_sigkill(tmp_path, how):
         daemon.wait()
 
 
+def test_a_child_that_kills_its_supervisor_is_still_swept_with_what_it_left(tmp_path):
+    # Behind the supervisor, the daemon kills what carries the call's mark.
+    outcome, child, left, workdir = run_escape(tmp_path, "kill-parent+setsid")
+    assert outcome.status == "supervisor_failed"
+    wait_for(lambda: not alive(child) and not alive(left), timeout=5, what="child and grandchild gone")
+    assert not os.path.exists(workdir)
+
+
 # None of the server's secrets reach the child
 
 # A stand-in for the daemon process: the server's secret in its environment, hardened as
