@@ -1,4 +1,8 @@
-"""Entry point of `semula-answerer`: read the settings, refuse what is unsafe, run until signalled."""
+"""Entry point of `semula-answerer`: read the settings, refuse what is unsafe, run until signalled.
+
+It reaches semula through the database (SEMULA_DATABASE_URL) or, with SEMULA_ANSWERER_SERVER,
+through the server's REST API with its own token and no database at all (decision 0042).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from dataclasses import replace
 from answerer import config as answerer_config
 from answerer import containment
 from answerer.daemon import Daemon
+from answerer.server import HttpServer
 from answerer.signals import on_stop
 from semula import logs
 from semula.config import ConfigError, Settings
@@ -51,6 +56,12 @@ def main() -> int:
             return EXIT_CONFIG
     for name in answerer_config.missing_env(settings):
         logger.warning("env_not_set", extra={"variable": name})
+    if config.server:
+        # Over HTTP: no database in this process (decision 0042).
+        daemon = Daemon(None, config, server=HttpServer(config.server, config.token))
+        with on_stop(daemon.stop, daemon.abort):
+            daemon.run()
+        return 0
     try:
         store = connect(settings.database_url, pool_size=settings.answerer_concurrency + 2)
     except DatabaseError as exc:

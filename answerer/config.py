@@ -21,6 +21,8 @@ ALLOWED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER")
 # happens inside the lease.
 LEASE_MARGIN = 30
 MAX_OUTPUT = 1024 * 1024
+# What a daemon that talks to the server over HTTP refuses to be given (decision 0042).
+DATABASE_VARIABLES = ("SEMULA_DATABASE_URL", "SEMULA_OWNER_DATABASE_URL")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class AnswererConfig:
     max_output: int = MAX_OUTPUT
     # Set by the entry point once the process is a child subreaper (answerer.containment).
     adopt_orphans: bool = False
+    # The server's base URL and the daemon's token, when it talks REST instead of opening the database.
+    server: str | None = None
+    token: str | None = field(default=None, repr=False)
 
     @property
     def label(self) -> str:
@@ -71,6 +76,12 @@ def from_settings(settings: Settings, environ: Mapping[str, str] | None = None) 
         raise ConfigError("set SEMULA_ANSWERER_COMMAND (a JSON argv) or SEMULA_ANSWERER_URL")
     if settings.answerer_bearer and not settings.answerer_url:
         raise ConfigError("SEMULA_ANSWERER_BEARER is set but SEMULA_ANSWERER_URL is not")
+    if settings.answerer_token and not settings.answerer_server:
+        raise ConfigError("SEMULA_ANSWERER_TOKEN is set but SEMULA_ANSWERER_SERVER is not")
+    for name in DATABASE_VARIABLES:
+        if settings.answerer_server and environ.get(name):
+            # Over HTTP the daemon holds no database URL: that is what the mode keeps from the child.
+            raise ConfigError(f"SEMULA_ANSWERER_SERVER is set: the answerer must not get {name} too")
     env = child_env(settings.answerer_env, environ)
     argv = tuple(settings.answerer_command) if settings.answerer_command else None
     # Found the way Popen will look for it (the child's PATH), so a typo stops the start, not every call.
@@ -83,6 +94,8 @@ def from_settings(settings: Settings, environ: Mapping[str, str] | None = None) 
         env=env,
         timeout=settings.answerer_timeout,
         concurrency=settings.answerer_concurrency,
+        server=settings.answerer_server,
+        token=settings.answerer_token,
     )
 
 

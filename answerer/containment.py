@@ -1,13 +1,13 @@
 """Linux process containment for the answerer's children: no descendant outlives its call.
 
 A child's process group is not enough: a grandchild that calls setsid() or double-forks leaves it,
-and a child that ignores SIGTERM outlives a daemon killed with -9. So every child is marked (an
-environment variable its descendants inherit), dies with the daemon (PR_SET_PDEATHSIG), and after
-each call every process that carries the call's mark or descends from its child is killed. With
-the daemon a child subreaper, orphans re-parent to it rather than to PID 1, so one that dropped
-its mark is still found. On start the daemon kills what a killed predecessor left and removes its
-temporary directories. docs/design/answerer.md, decision 0028.
-"""
+and a child that ignores SIGTERM outlives a daemon killed with -9. So each call's command runs
+under a supervisor (answerer/supervise.py), a child subreaper that kills its whole tree when the
+call ends or the daemon dies. Behind it, every child is marked (an environment variable its
+descendants inherit), and after each call the daemon kills every process that carries the call's
+mark or descends from the supervisor; the daemon is a subreaper too, so what a killed supervisor
+leaves comes back to it rather than to PID 1. On start the daemon kills what a killed predecessor
+left and removes its temporary directories. docs/design/answerer.md, decisions 0028 and 0042."""
 
 from __future__ import annotations
 
@@ -15,17 +15,14 @@ import contextlib
 import ctypes
 import logging
 import os
-import secrets
 import shutil
 import signal
-from collections.abc import Callable, Collection, Iterator
-from pathlib import Path
+from collections.abc import Collection, Iterator
 
 logger = logging.getLogger("semula.answerer")
 
 MARK = "ANSWERER_CALL"
 DIR_PREFIX = "semula-answerer-"
-_PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 # A fork bomb could outrun one pass of killing; SIGKILL'd processes cannot fork, so few passes do.
@@ -36,6 +33,12 @@ _prctl = _libc.prctl
 _prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
 
 
+def _read(path: str) -> bytes:
+    # Plain open(), not pathlib: each call's supervisor imports this module, and start-up time counts.
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def prctl(option: int, value: int) -> None:
     if _prctl(option, value, 0, 0, 0) != 0:
         err = ctypes.get_errno()
@@ -43,7 +46,7 @@ def prctl(option: int, value: int) -> None:
 
 
 def harden_daemon() -> None:
-    """Make this process not dumpable and a child subreaper.
+    """Make this process (the daemon, or a call's supervisor) not dumpable and a child subreaper.
 
     Not dumpable: a process of the same user (a child) can no longer open its /proc/<pid>/environ,
     mem or maps, where the server's secrets are (docs/design/answerer.md). It does not stop this
@@ -56,7 +59,7 @@ def harden_daemon() -> None:
 
 def _start_time(pid: int) -> str | None:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = _read(f"/proc/{pid}/stat").decode()
     except OSError:
         return None
     # Field 22 (after the parenthesised name, which may hold spaces): start time since boot.
@@ -71,7 +74,7 @@ def identity(pid: int | None = None) -> str:
 
 def new_mark() -> str:
     """A call's mark: the daemon's identity (so a successor can tell it died) and a random part."""
-    return f"{identity()}-{secrets.token_hex(8)}"
+    return f"{identity()}-{os.urandom(8).hex()}"
 
 
 def _owner_alive(mark_or_dir: str) -> bool:
@@ -79,22 +82,9 @@ def _owner_alive(mark_or_dir: str) -> bool:
     return pid.isdigit() and _start_time(int(pid)) == start
 
 
-def die_with_parent(parent: int) -> Callable[[], None]:
-    """A preexec_fn: SIGKILL when the daemon dies (set before exec, so even a child that ignores
-    SIGTERM goes). Only async-signal-safe work between fork and exec: one prctl and a getppid."""
-
-    def preexec() -> None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            # The daemon died before the prctl: the death signal would never come.
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
-
-
 def _stat(pid: int) -> tuple[int, str] | None:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = _read(f"/proc/{pid}/stat").decode().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
     return int(fields[1]), fields[0]
@@ -102,7 +92,7 @@ def _stat(pid: int) -> tuple[int, str] | None:
 
 def _mark_of(pid: int) -> str | None:
     try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        environ = _read(f"/proc/{pid}/environ")
     except OSError:
         return None
     prefix = MARK.encode() + b"="
@@ -122,7 +112,7 @@ def _processes() -> Iterator[tuple[int, int, str]]:
 
 
 def _victims(
-    mark: str, root: int | None, adopt: bool, spare: Collection[int], keep: Collection[str]
+    mark: str | None, root: int | None, adopt: bool, spare: Collection[int], keep: Collection[str]
 ) -> set[int]:
     me = os.getpid()
     table = {pid: (ppid, state) for pid, ppid, state in _processes() if pid != me}
@@ -133,9 +123,10 @@ def _victims(
     for pid, (ppid, state) in table.items():
         if state == "Z" or pid in spare:
             continue
-        marked = _mark_of(pid)
+        # Environments are read only when a mark decides (a call's supervisor needs its tree only).
+        marked = _mark_of(pid) if mark is not None or adopt else None
         # An orphan of ours (we are a subreaper) that no running call claims belongs to the call ending.
-        if marked == mark or (adopt and ppid == me and marked not in keep):
+        if (mark is not None and marked == mark) or (adopt and ppid == me and marked not in keep):
             found.add(pid)
     stack = [root, *found] if root is not None else list(found)
     while stack:
@@ -147,16 +138,17 @@ def _victims(
 
 
 def sweep(
-    mark: str,
+    mark: str | None,
     *,
     root: int | None = None,
     adopt: bool = False,
     spare: Collection[int] = (),
     keep: Collection[str] = (),
 ) -> int:
-    """SIGKILL every process marked `mark` or descending from `root` (and, when `adopt`, every orphan
-    of ours no running call claims), until none is left; reap those that are ours. `spare` (other
-    calls' children) and processes marked with a `keep` mark are left alone. Returns how many died."""
+    """SIGKILL every process marked `mark` (None: none) or descending from `root` (and, when `adopt`,
+    every orphan of ours no running call claims), until none is left; reap those that are ours.
+    `spare` (other calls' children) and processes marked with a `keep` mark are left alone.
+    Returns how many died."""
     killed: set[int] = set()
     for _ in range(_MAX_PASSES):
         victims = _victims(mark, root, adopt, spare, keep)

@@ -1,7 +1,8 @@
 """The loop: find parked calls in projects with the answerer on, claim each, run one attempt or two.
 
 Threads, not gevent: each call waits on a child process (or a POST), and there are at most
-SEMULA_ANSWERER_CONCURRENCY of them. Every action goes through the service layer.
+SEMULA_ANSWERER_CONCURRENCY of them. Every action goes through the service layer, on the database
+or behind the server's REST API (answerer.server).
 """
 
 from __future__ import annotations
@@ -20,12 +21,11 @@ from typing import Any
 
 from answerer.config import AnswererConfig
 from answerer.runners import Outcome, Runner, make_runner
+from answerer.server import Server, ServiceServer, Unavailable
 from semula import metrics
 from semula.core.errors import InvalidAnswer, PendingResolved, SemulaError
 from semula.db import DatabaseError
 from semula.service import DEFAULT_WORKSPACE, Context, Principal
-from semula.service import answerer as answerer_service
-from semula.service import pending as pending_service
 
 logger = logging.getLogger("semula.answerer")
 
@@ -33,6 +33,8 @@ POLL_INTERVAL = 0.5
 PAGE = 50
 # After the grace (or a second signal) children are killed; their threads then only give claims back.
 RELEASE_WAIT = 5.0
+# What a poll or a give-back may meet that a later try can get past.
+TRANSIENT = (DatabaseError, Unavailable)
 
 
 def worker_name() -> str:
@@ -129,9 +131,10 @@ class Daemon:
 
     def __init__(
         self,
-        ctx: Context,
+        ctx: Context | None,
         config: AnswererConfig,
         *,
+        server: Server | None = None,
         runner: Runner | None = None,
         poll_interval: float = POLL_INTERVAL,
         grace: float | None = None,
@@ -139,7 +142,10 @@ class Daemon:
         on_done: Callable[[Timing], None] | None = None,
     ):
         self.worker = worker or worker_name()
-        self.ctx = ctx.as_(principal(self.worker))
+        if server is None:
+            assert ctx is not None
+            server = ServiceServer(ctx.as_(principal(self.worker)))
+        self.server = server
         self.config = config
         self.runner = runner or make_runner(config)
         self.poll_interval = poll_interval
@@ -185,8 +191,8 @@ class Daemon:
             self._waker.clear()
             try:
                 self.tick()
-            except DatabaseError as exc:
-                # The database may come back: say so and look again at the next poll.
+            except TRANSIENT as exc:
+                # The database or the server may come back: say so and look again at the next poll.
                 logger.warning("poll_failed", extra={"error": type(exc).__name__})
             self._waker.wait(self.poll_interval)
         self._drain()
@@ -199,7 +205,7 @@ class Daemon:
             free = self.config.concurrency - self.running
             if free <= 0:
                 break
-            rows = answerer_service.candidates(self.ctx, after=after, limit=PAGE)
+            rows = self.server.candidates(after=after, limit=PAGE)
             for row in rows:
                 if free <= 0 or self._stopping:
                     break
@@ -221,7 +227,7 @@ class Daemon:
 
     def _claim(self, pending_id: str) -> dict[str, Any] | None:
         try:
-            return pending_service.claim_by_id(self.ctx, pending_id, self.worker, self.config.lease_seconds)
+            return self.server.claim(pending_id, self.worker, self.config.lease_seconds)
         except SemulaError:
             # Resolved or gone between the look and the claim.
             return None
@@ -274,12 +280,8 @@ class Daemon:
                 return "failed", spent
             assert outcome.output is not None
             try:
-                pending_service.answer(
-                    self.ctx,
-                    pending_id,
-                    to_payload(outcome.output),
-                    actor="agent",
-                    summary=f"answered by the answerer ({self.config.label})",
+                self.server.answer(
+                    pending_id, to_payload(outcome.output), f"answered by the answerer ({self.config.label})"
                 )
             except InvalidAnswer as exc:
                 logger.warning(
@@ -309,17 +311,14 @@ class Daemon:
             return False
         self._release(pending_id)
         try:
-            return (
-                pending_service.claim_by_id(self.ctx, pending_id, self.worker, self.config.lease_seconds)
-                is not None
-            )
-        except SemulaError:
+            return self.server.claim(pending_id, self.worker, self.config.lease_seconds) is not None
+        except (SemulaError, *TRANSIENT):
             return False
 
     def _release(self, pending_id: str) -> None:
         try:
-            pending_service.release_claim(self.ctx, pending_id, self.worker)
-        except (SemulaError, DatabaseError) as exc:
+            self.server.release(pending_id, self.worker)
+        except (SemulaError, *TRANSIENT) as exc:
             # The lease runs out by itself; nothing else to do.
             logger.warning("release_failed", extra={"pending_id": pending_id, "error": type(exc).__name__})
 

@@ -6,17 +6,22 @@ the raw output on success, else a short status for the log (never the output its
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import select
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import requests
@@ -27,6 +32,11 @@ from answerer.config import AnswererConfig
 CHUNK = 64 * 1024
 # How often a waiting read looks at the kill switch; output wakes it at once, so this costs nothing.
 KILL_CHECK = 0.2
+# Each call runs under this (answerer/supervise.py), which runs the operator's command.
+SUPERVISOR = str(Path(__file__).with_name("supervise.py"))
+# How long a supervisor may take to kill its call's processes and exit once told to; past it the
+# daemon kills it and sweeps by itself.
+SUPERVISOR_GRACE = 10.0
 
 
 @dataclass(frozen=True)
@@ -35,7 +45,7 @@ class Outcome:
 
     output: bytes | None
     status: str
-    # The child's own lifetime (Popen returned to exit seen), or the webhook's round trip.
+    # The child's lifetime (its supervisor's: start to exit, its tree killed), or the webhook's round trip.
     child_seconds: float = 0.0
 
     @property
@@ -46,6 +56,15 @@ class Outcome:
 class Runner(Protocol):
     def run(self, document: bytes) -> Outcome: ...
     def kill_all(self) -> None: ...
+
+
+def _exited_within(pid: int, seconds: float) -> bool:
+    """Whether our child `pid` exits within `seconds` (watched through a pidfd, so not reaped)."""
+    exit_fd = os.pidfd_open(pid)
+    try:
+        return bool(select.select([exit_fd], [], [], seconds)[0])
+    finally:
+        os.close(exit_fd)
 
 
 def kill_group(pgid: int) -> None:
@@ -60,7 +79,11 @@ def kill_group(pgid: int) -> None:
 
 
 class ChildRunner:
-    """One fresh process per attempt, in its own session and an empty temporary directory."""
+    """One fresh process per attempt, in its own session and an empty temporary directory.
+
+    Each attempt's command runs under its own supervisor process (answerer/supervise.py), which
+    kills everything the command started when the call ends, and when this process dies.
+    """
 
     def __init__(
         self,
@@ -79,7 +102,8 @@ class ChildRunner:
         # then every child of ours that is not a running call's is a call's orphan.
         self.adopt_orphans = adopt_orphans
         self._lock = threading.Lock()
-        self._live: dict[int, str] = {}
+        # A running call's supervisor pid: the call's mark and the daemon's end of its line.
+        self._live: dict[int, tuple[str, socket.socket]] = {}
         self._killed = threading.Event()
 
     @classmethod
@@ -96,14 +120,25 @@ class ChildRunner:
         # Named after the daemon, so a successor can tell this directory's owner died (containment).
         workdir = tempfile.mkdtemp(prefix=f"{containment.DIR_PREFIX}{containment.identity()}-")
         mark = containment.new_mark()
+        # The supervisor's line: closing our end (or dying) tells it to end the call; it reports back.
+        line, its_end = socket.socketpair()
         try:
             try:
-                # Under the lock: a child that exits at once must not be reaped as an orphan by
+                # Under the lock: a supervisor that exits at once must not be reaped as an orphan by
                 # another call's sweep before it is known to be this call's.
                 with self._lock:
                     # Never a shell: argv is the operator's, the request only ever goes to stdin.
                     proc = subprocess.Popen(
-                        self.argv,
+                        [
+                            sys.executable,
+                            "-I",
+                            "-S",
+                            SUPERVISOR,
+                            str(its_end.fileno()),
+                            workdir,
+                            "--",
+                            *self.argv,
+                        ],
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=subprocess.DEVNULL,
@@ -111,50 +146,87 @@ class ChildRunner:
                         env={**self.env, containment.MARK: mark},
                         start_new_session=True,
                         close_fds=True,
-                        preexec_fn=containment.die_with_parent(os.getpid()),
+                        pass_fds=(its_end.fileno(),),
                     )
-                    self._live[proc.pid] = mark
+                    self._live[proc.pid] = (mark, line)
             except OSError as exc:
                 # The errno name only: the message would carry the path.
                 return Outcome(None, f"exec_failed:{errno.errorcode.get(exc.errno or 0, 'unknown')}")
+            finally:
+                its_end.close()
             spawned = time.monotonic()
             try:
                 status, output = self._exchange(proc, document, started + self.timeout)
             finally:
-                # Whatever happened, nothing of this call outlives it: the group goes, and so does
-                # every process that carries the call's mark or descends from the child, in a
-                # session of its own or not. The child is not reaped yet, so its pid cannot name
-                # a stranger.
-                with self._lock:
-                    del self._live[proc.pid]
-                    containment.sweep(
-                        mark,
-                        root=proc.pid,
-                        adopt=self.adopt_orphans,
-                        spare={proc.pid, *self._live},
-                        keep=set(self._live.values()),
-                    )
-                    kill_group(proc.pid)
-                code = proc.wait()
+                self._end(proc, line, mark)
                 lifetime = time.monotonic() - spawned
-                for stream in (proc.stdin, proc.stdout):
-                    if stream is not None:
-                        stream.close()
             if status == "exited":
-                status = self._judge(code, output)
+                status = self._judge(self._reported(line), output)
             return Outcome(output if status == "ok" else None, status, lifetime)
         finally:
+            line.close()
             shutil.rmtree(workdir, ignore_errors=True)
 
+    def _end(self, proc: subprocess.Popen, line: socket.socket, mark: str) -> None:
+        """Whatever happened, nothing of this call outlives it.
+
+        The supervisor kills its whole tree once told (end-of-file on its line) and exits. Should it
+        be gone early (its command may kill it: same user), or not exit in time, the daemon kills it
+        and sweeps itself: every process that carries the call's mark or descends from the
+        supervisor, and (as a subreaper) the orphans that came back to it. The supervisor is not
+        reaped before that, so its pid cannot name a stranger.
+        """
+        with contextlib.suppress(OSError):
+            line.shutdown(socket.SHUT_WR)
+        if not _exited_within(proc.pid, SUPERVISOR_GRACE):
+            kill_group(proc.pid)
+        with self._lock:
+            del self._live[proc.pid]
+            containment.sweep(
+                mark,
+                root=proc.pid,
+                adopt=self.adopt_orphans,
+                spare={proc.pid, *self._live},
+                keep={m for m, _ in self._live.values()},
+            )
+            kill_group(proc.pid)
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+
+    @staticmethod
+    def _reported(line: socket.socket) -> int | str:
+        """The command's exit code (negative: its signal), or a status, as its supervisor said."""
+        line.setblocking(False)
+        try:
+            said = line.recv(128).decode("ascii", "replace").strip()
+        except OSError:
+            said = ""
+        kind, _, value = said.partition(":")
+        if kind == "exit" and value.isdigit():
+            return int(value)
+        if kind == "signal" and value.isdigit():
+            return -int(value)
+        if kind == "killed":
+            return -signal.SIGKILL
+        if kind == "exec_failed":
+            return said
+        # No report: the supervisor itself died (its command may kill it; the sweep did the rest).
+        return "supervisor_failed"
+
     def kill_all(self) -> None:
-        """Kill every running child's group now (stop after the grace, or a second signal)."""
+        """End every running call now (stop after the grace, or a second signal)."""
         self._killed.set()
         with self._lock:
-            for pgid, mark in self._live.items():
-                kill_group(pgid)
-                containment.sweep(mark, root=pgid, spare={pgid})
+            for _, line in self._live.values():
+                # Its supervisor kills its whole tree at once; the call's thread finishes the rest.
+                with contextlib.suppress(OSError):
+                    line.shutdown(socket.SHUT_WR)
 
-    def _judge(self, code: int, output: bytes) -> str:
+    def _judge(self, code: int | str, output: bytes) -> str:
+        if isinstance(code, str):
+            return code
         if self._killed.is_set() and code < 0:
             return "killed"
         if code != 0:

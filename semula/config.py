@@ -216,6 +216,10 @@ class Settings:
     answerer_concurrency: int = setting("SEMULA_ANSWERER_CONCURRENCY", 2, _number(int, 1, 64))
     # HOST:PORT where the answerer daemon serves its own /metrics (runs by result); unset: none.
     answerer_metrics_bind: str | None = setting("SEMULA_ANSWERER_METRICS_BIND", None)
+    # The answerer daemon talks to this server over REST with this token (editor, record scope)
+    # instead of opening the database (decision 0042).
+    answerer_server: str | None = setting("SEMULA_ANSWERER_SERVER", None, _http_url)
+    answerer_token: str | None = setting("SEMULA_ANSWERER_TOKEN", None, secret=True)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -245,6 +249,7 @@ class Settings:
             self.anthropic_key,
             self.answerer_url,
             self.answerer_bearer,
+            self.answerer_token,
             self.secret_key,
             self.metrics_token,
         ]

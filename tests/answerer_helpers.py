@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import site
 import subprocess
 import sys
 import threading
@@ -13,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from answerer import config as answerer_config
 from answerer.daemon import Daemon
@@ -77,6 +81,23 @@ def runs(out: Path, pending_id: str) -> list[int]:
     return [int(n) for n in path.read_text().split()] if path.exists() else []
 
 
+NOBODY = 65534
+
+
+def unprivileged() -> tuple[str, list[str], dict[str, str]]:
+    """How to run this checkout's Python code as a user that is not root: the interpreter, the
+    argv prefix, the environment it needs. Root reads any process whatever it set, so a root test
+    run uses nobody, with the system interpreter (nobody cannot reach the one under /root)."""
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {"PYTHONPATH": os.pathsep.join([repo, *site.getsitepackages()])}
+    if os.geteuid() != 0:
+        return sys.executable, [], env
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3 for an unprivileged user")
+    return python, ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"], env
+
+
 def alive(pid: int) -> bool:
     """True while the process exists and is not a zombie waiting to be reaped by init."""
     try:
@@ -118,18 +139,29 @@ def wait_resolved(ctx: Context, pending_id: str, timeout: float = 20) -> dict[st
 class AnswererProcess:
     """`semula-answerer` as a real process, its stderr (the JSON log) kept in a file."""
 
-    def __init__(self, db_url: str, log_path: Path, argv: list[str] | None = None, **env: str):
+    def __init__(
+        self,
+        db_url: str,
+        log_path: Path,
+        argv: list[str] | None = None,
+        *,
+        args: list[str] | None = None,
+        **env: str,
+    ):
         self.log_path = log_path
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("SEMULA_")},
-            "SEMULA_DATABASE_URL": db_url,
             "SEMULA_ANSWERER_ENV": "ANSWERER_TEST_DIR",
             **env,
         }
+        # Over HTTP (SEMULA_ANSWERER_SERVER) the daemon gets no database URL: it refuses one.
+        if "SEMULA_ANSWERER_SERVER" not in env:
+            self.env["SEMULA_DATABASE_URL"] = db_url
         if argv is not None:
             self.env["SEMULA_ANSWERER_COMMAND"] = json.dumps(argv)
         script = Path(sys.executable).with_name("semula-answerer")
-        self.args = [str(script)] if script.exists() else [sys.executable, "-m", "answerer"]
+        # `args`: how to start it, when not the console script (say, as another user).
+        self.args = args or ([str(script)] if script.exists() else [sys.executable, "-m", "answerer"])
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> AnswererProcess:

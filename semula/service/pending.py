@@ -191,7 +191,7 @@ def answer(
         ):
             raise PendingResolved(f"Pending call {pending_id} was resolved meanwhile.")
     notify(ctx, pending_id, "answered", entry["id"], resolved_at)
-    kind = _actor_kind(ctx, actor)
+    kind = _actor_kind(ctx, actor, row)
     metrics.pending_event("answered")
     metrics.ANSWERS.labels(kind).inc()
     logger.info(
@@ -226,11 +226,17 @@ def cancel(ctx: Context, pending_id: str) -> dict[str, Any]:
     return present(get_row(ctx, pending_id))
 
 
-def _actor_kind(ctx: Context, actor: str) -> str:
-    """human (the dashboard), answerer (the daemon) or agent (REST, CLI, MCP): a bounded metric label."""
+def _actor_kind(ctx: Context, actor: str, row: dict[str, Any]) -> str:
+    """human (the dashboard), answerer (the daemon) or agent (REST, CLI, MCP): a bounded metric label.
+
+    The daemon is its principal's actor on the database, and the claim's worker over REST.
+    """
     if actor == "human":
         return "human"
-    return "answerer" if ctx.principal.actor.startswith("answerer:") else "agent"
+    daemon = ctx.principal.actor.startswith("answerer:") or (row.get("claimed_by") or "").startswith(
+        "answerer:"
+    )
+    return "answerer" if daemon else "agent"
 
 
 def notify(ctx: Context, pending_id: str, status: str, entry_id: str | None, resolved_at: float) -> None:
@@ -298,9 +304,9 @@ def claim_next(
 
 
 def claim_by_id(
-    ctx: Context, pending_id: str, worker: str, lease_seconds: int = DEFAULT_LEASE
+    ctx: Context, pending_id: str, worker: str | None, lease_seconds: int = DEFAULT_LEASE
 ) -> dict[str, Any] | None:
-    """Claim one given call (for the answerer daemon); None when it is resolved or someone holds it.
+    """Claim one given call (the answerer daemon, REST); None when it is resolved or someone holds it.
 
     See docs/design/answerer.md.
     """

@@ -1,5 +1,8 @@
 """REST for the pending queue: list, get, answer, cancel, and claim with a lease (and release it).
 
+Also what the answerer daemon needs when it talks to the server over HTTP: its candidates and a
+claim of one given call.
+
 The contract is docs/design/product.md §5.
 """
 
@@ -11,6 +14,7 @@ from flask import Blueprint, Response, request
 from marshmallow import RAISE, Schema, fields, validate
 
 from semula.core.errors import BadRequest
+from semula.service import answerer as answerer_service
 from semula.service import load
 from semula.service import pending as pending_service
 from semula.web import context, json_body, raw_body
@@ -21,13 +25,12 @@ api_pending = Blueprint("api_pending", __name__, url_prefix="/api/v1")
 MAX_SUMMARY_LENGTH = 1000
 
 
-class ClaimSchema(Schema):
+class ClaimOneSchema(Schema):
+    """A claim of one given call: how long, under which worker name."""
+
     class Meta:
         unknown = RAISE
 
-    project = fields.String(
-        load_default=None, allow_none=True, metadata={"description": "Claim only in this project."}
-    )
     lease_seconds = fields.Integer(
         strict=True,
         load_default=pending_service.DEFAULT_LEASE,
@@ -39,6 +42,14 @@ class ClaimSchema(Schema):
         validate=validate.Length(1, pending_service.MAX_WORKER_LENGTH),
         # Not blank: the service checks it (a pattern marshmallow cannot say in the OpenAPI document).
         metadata={"pattern": "\\S", "description": "Shown as claimed_by."},
+    )
+
+
+class ClaimSchema(ClaimOneSchema):
+    """A claim of the oldest call nobody holds, in one project or anywhere the token may see."""
+
+    project = fields.String(
+        load_default=None, allow_none=True, metadata={"description": "Claim only in this project."}
     )
 
 
@@ -77,6 +88,25 @@ def claim() -> Any:
     if claimed is None:
         return Response(status=204)
     return claimed
+
+
+@api_pending.post("/pending/<pending_id>/claim")
+def claim_one(pending_id: str) -> Any:
+    # 204 when it is no longer pending or someone else holds it, like a claim that found nothing.
+    data = load(ClaimOneSchema(), json_body() if raw_body() else {})
+    claimed = pending_service.claim_by_id(
+        context(), pending_id, worker=data["worker"], lease_seconds=data["lease_seconds"]
+    )
+    if claimed is None:
+        return Response(status=204)
+    return claimed
+
+
+@api_pending.get("/answerer/candidates")
+def answerer_candidates() -> Any:
+    page = paging()
+    data = answerer_service.candidates(context(), after=page["after"], limit=page["limit"])
+    return {"object": "list", "data": data, "has_more": len(data) == page["limit"]}
 
 
 @api_pending.get("/pending/<pending_id>")

@@ -23,7 +23,7 @@ from marshmallow import RAISE, Schema
 from semula.core import bundle_format
 from semula.service import bundles, projects, tokens
 from semula.service.pending import MAX_LEASE
-from semula.web.api_pending import ClaimSchema, ReleaseSchema
+from semula.web.api_pending import ClaimOneSchema, ClaimSchema, ReleaseSchema
 
 JSON = "application/json"
 
@@ -78,6 +78,7 @@ BODY_SCHEMAS: dict[str, type[Schema] | Schema] = {
     "ProjectCreate": ProjectCreateSchema,
     "TokenCreate": tokens.TokenSchema,
     "ClaimRequest": ClaimSchema,
+    "ClaimOneRequest": ClaimOneSchema,
     "ReleaseRequest": ReleaseSchema,
     # The bundle an import reads line by line: its header, config and entries (semula/service/bundles.py).
     "BundleHeader": bundle_format.HeaderSchema,
@@ -367,6 +368,8 @@ SCHEMAS: dict[str, Any] = {
     ),
     "PendingClaimed": {"allOf": [ref("PendingFull"), obj({"claim": ref("Claim")})]},
     "PendingList": list_of("Pending"),
+    "AnswererCandidate": obj({"id": {"type": "string"}, "project": {"type": "string"}}),
+    "AnswererCandidateList": list_of("AnswererCandidate"),
     "Answer": {
         "description": (
             'One of: `{"content": text}`; `{"tool_calls": [{"name", "arguments"}], "content"?}`; '
@@ -553,6 +556,36 @@ PATHS: dict[str, Any] = {
             description=(
                 "Holds the call for lease_seconds (default 300, at most 3600) so other claimers skip it. "
                 "The lease is advisory: anyone may still answer. An expired lease is no lease."
+            ),
+        ),
+    },
+    "/api/v1/pending/{pending_id}/claim": {
+        "post": operation(
+            "claimOnePending",
+            "Claim this parked call unless someone holds it (editor, record scope)",
+            {
+                200: ("The call in full, its shape, and the claim.", ref("PendingClaimed")),
+                204: ("It is no longer pending, or another worker holds it.", None),
+            },
+            errors=(404,),
+            parameters=[PENDING_ID],
+            body=ClaimOneSchema,
+            body_required=False,
+            tag="pending",
+            description="The answerer daemon's claim over HTTP; the lease works as in claimPending.",
+        ),
+    },
+    "/api/v1/answerer/candidates": {
+        "get": operation(
+            "listAnswererCandidates",
+            "Parked calls nobody holds in projects with the answerer on, oldest first (editor, record scope)",
+            {200: ("Their ids and projects.", ref("AnswererCandidateList"))},
+            errors=(400, 403),
+            parameters=[AFTER, LIMIT],
+            tag="pending",
+            description=(
+                "What the answerer daemon polls when it talks to the server over HTTP "
+                "(SEMULA_ANSWERER_SERVER). Workspace-wide: 403 project_bound for a token bound to a project."
             ),
         ),
     },

@@ -79,8 +79,8 @@ def start_answerer(db_url, tmp_path):
 
     started: list[AnswererProcess] = []
 
-    def start(argv, **env: str) -> AnswererProcess:
-        proc = AnswererProcess(db_url, tmp_path / f"answerer{len(started)}.log", argv, **env)
+    def start(argv, *, args: list[str] | None = None, **env: str) -> AnswererProcess:
+        proc = AnswererProcess(db_url, tmp_path / f"answerer{len(started)}.log", argv, args=args, **env)
         started.append(proc)
         return proc.start()
 

@@ -4,25 +4,32 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import shutil
 import signal
+import tempfile
 import time
 import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import openai
 import pytest
 import requests
 
-from semula.service import audit, pending, projects
+from semula.service import audit, pending, projects, tokens
 from tests.answerer_helpers import (
+    CHILD,
+    NOBODY,
     alive,
     answerer_project,
     command,
     park,
     status,
     stdin_docs,
+    unprivileged,
     wait_resolved,
     with_command,
 )
@@ -36,8 +43,9 @@ def pid_of(out, pending_id: str) -> int:
     return int(wait_for(lambda: path.exists() and path.read_text(), what=f"the child of {pending_id}"))
 
 
+@pytest.mark.parametrize("reach", ["database", "http"])
 def test_an_sdk_call_is_answered_by_the_daemons_child_and_the_command_never_shows(
-    start_server, start_answerer, ctx, shop, token, openai_client, tmp_path
+    start_server, start_answerer, ctx, shop, token, openai_client, tmp_path, reach
 ):
     # A canary inside the argv: it must appear in no log line, response or audit entry.
     canary = f"canary-{uuid.uuid4().hex}"
@@ -52,7 +60,10 @@ def test_an_sdk_call_is_answered_by_the_daemons_child_and_the_command_never_show
 
     out = tmp_path / "out"
     out.mkdir()
-    daemon = start_answerer(argv, ANSWERER_TEST_DIR=str(out))
+    # Over HTTP the daemon holds its own token (editor, record scope) and no database URL.
+    own_token = tokens.create(ctx, {"role": "editor", "scope": "record", "name": "answerer"})["token"]
+    over_http = {"SEMULA_ANSWERER_SERVER": server.url, "SEMULA_ANSWERER_TOKEN": own_token}
+    daemon = start_answerer(argv, ANSWERER_TEST_DIR=str(out), **(over_http if reach == "http" else {}))
     client = openai_client(server)
     reply = client.chat.completions.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": "hello there"}]
@@ -82,7 +93,7 @@ def test_an_sdk_call_is_answered_by_the_daemons_child_and_the_command_never_show
     assert [e["fields"] for e in events if e["action"] == "project.answerer"] == [["answerer"]]
     assert "child-stderr-marker" not in log  # the child's stderr is discarded
     for text in [log, server.log(), *responses, json.dumps(events)]:
-        assert canary not in text
+        assert canary not in text and own_token not in text
         assert str(argv[1]) not in text  # nor the script's path: only the basename of argv[0]
 
 
@@ -171,9 +182,11 @@ def test_the_daemon_runs_beside_sdk_calls_under_load(start_server, start_answere
         assert [f.result(timeout=60).choices[0].message.content for f in futures] == ["answered"] * 8
 
 
-def test_a_daemon_killed_with_sigkill_leaves_nothing_running_once_restarted(start_answerer, ctx, tmp_path):
-    # The child ignores SIGTERM and has a setsid grandchild that does too; the daemon dies mid-call.
-    argv = command("escape", "ignore-term")
+@pytest.mark.parametrize("how", ["setsid", "double-fork"])
+def test_a_daemon_killed_with_sigkill_leaves_nothing_of_its_call_running(start_answerer, ctx, tmp_path, how):
+    # The child ignores SIGTERM, and so does its grandchild, which left the child's session (by
+    # setsid, or by a double fork that also drops the call's mark); the daemon dies mid-call.
+    argv = command("escape", f"ignore-term+{how}")
     ctx = with_command(ctx, argv)
     answerer_project(ctx)
     out, tmp = tmp_path / "out", tmp_path / "tmp"
@@ -185,13 +198,94 @@ def test_a_daemon_killed_with_sigkill_leaves_nothing_running_once_restarted(star
     child, left, workdir = wait_for(
         lambda: escaped.exists() and escaped.read_text(), what="the child"
     ).split()
+    assert alive(int(left)) and (tmp / workdir.rsplit("/", 1)[1]).is_dir()
     daemon.signal(signal.SIGKILL)
     daemon.proc.wait(10)
-    # The child goes with the daemon (its death signal), SIGTERM ignored or not.
-    wait_for(lambda: not alive(int(child)), timeout=10, what="the child to die with its daemon")
-    # What left the child's session (systemd's cgroup kill covers it under the unit), and the
-    # temporary directory, are gone once the next daemon starts.
-    start_answerer(argv, ANSWERER_TEST_DIR=str(out), TMPDIR=str(tmp))
-    wait_for(lambda: not alive(int(left)), timeout=10, what="the escaped grandchild gone")
-    assert not (tmp / workdir.rsplit("/", 1)[1]).exists() and list(tmp.iterdir()) == []
+    # No daemon starts again: the call's supervisor ends every process of the call by itself.
+    wait_for(
+        lambda: not alive(int(child)) and not alive(int(left)),
+        timeout=10,
+        what="every process of the call gone",
+    )
+    wait_for(lambda: list(tmp.iterdir()) == [], timeout=10, what="the call's temporary directory removed")
     assert status(ctx, call)["status"] == "pending"
+
+
+def test_a_restarted_daemon_cleans_what_a_killed_one_left(start_answerer, ctx, tmp_path):
+    # What a call's supervisor could not end (it was killed with the daemon), the next daemon
+    # start kills, and it removes the directory.
+    argv = command("escape", "ignore-term+setsid")
+    ctx = with_command(ctx, argv)
+    answerer_project(ctx)
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    out.mkdir()
+    tmp.mkdir()
+    daemon = start_answerer(argv, ANSWERER_TEST_DIR=str(out), TMPDIR=str(tmp), SEMULA_ANSWERER_TIMEOUT="600")
+    [call] = park(ctx, "shop")
+    escaped = out / f"escaped-{call}"
+    child, left, workdir = wait_for(
+        lambda: escaped.exists() and escaped.read_text(), what="the child"
+    ).split()
+    supervisor = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    # Stopped first, so it cannot act on the daemon's death before it is killed itself.
+    os.kill(supervisor, signal.SIGSTOP)
+    daemon.signal(signal.SIGKILL)
+    daemon.proc.wait(10)
+    os.kill(supervisor, signal.SIGKILL)
+    wait_for(lambda: not alive(supervisor), timeout=10, what="the supervisor killed")
+    assert alive(int(child)) and alive(int(left))
+    start_answerer(argv, ANSWERER_TEST_DIR=str(out), TMPDIR=str(tmp))
+    wait_for(
+        lambda: not alive(int(child)) and not alive(int(left)), timeout=10, what="the call's processes gone"
+    )
+    wait_for(lambda: list(tmp.iterdir()) == [], timeout=10, what="the temporary directory removed")
+
+
+def test_over_http_the_child_finds_none_of_the_servers_secrets(start_server, start_answerer, ctx, db_url):
+    # As deployed (deploy/semula-answerer.service): the daemon reaches the server over REST with its
+    # own token, holds no database URL, and runs as a user that is not the server's.
+    python, as_user, env = unprivileged()
+    if not as_user:
+        pytest.skip("the server and the answerer must be two users: a root test run makes them so")
+    server_secret = f"server-secret-{uuid.uuid4().hex}"
+    server = start_server(SEMULA_SECRET=server_secret)
+    token = tokens.create(ctx, {"role": "editor", "scope": "record", "name": "answerer"})["token"]
+    work = Path(tempfile.mkdtemp(prefix="semula-test-http-"))
+    try:
+        out, tmp = work / "out", work / "tmp"
+        for path in (work, out, tmp):
+            path.mkdir(exist_ok=True)
+            os.chown(path, NOBODY, NOBODY)
+        # What the child hunts for: the token, the database URL and the server's own secret. The
+        # file is the test's way to tell it, outside its argv.
+        canaries = out / "canaries"
+        canaries.write_text("|".join([token, db_url, server_secret]))
+        database = [db_url.removeprefix("sqlite:///")] if db_url.startswith("sqlite") else []
+        argv = [python, str(CHILD), "snoop", f"@{canaries}", *database]
+        ctx = with_command(ctx, argv)
+        answerer_project(ctx)
+        daemon = start_answerer(
+            argv,
+            args=[*as_user, python, "-m", "answerer"],
+            SEMULA_ANSWERER_SERVER=server.url,
+            SEMULA_ANSWERER_TOKEN=token,
+            ANSWERER_TEST_DIR=str(out),
+            TMPDIR=str(tmp),
+            **env,
+        )
+        # The daemon itself holds no database URL.
+        daemon_env = Path(f"/proc/{daemon.proc.pid}/environ").read_bytes()
+        assert b"SEMULA_DATABASE_URL" not in daemon_env and db_url.encode() not in daemon_env
+        assert token.encode() in daemon_env
+        [call] = park(ctx, "shop")
+        wait_resolved(ctx, call, timeout=60)
+        entry = ctx.store.one("get_entry", id=status(ctx, call)["entry_id"])
+        seen = json.loads(json.loads(entry["response"])["choices"][0]["message"]["content"])
+        # Its own environment opens and holds none of them; the supervisor's and the daemon's
+        # environment and memory, and the database file, do not open.
+        assert seen.pop("/proc/self/environ") == "opened", seen
+        assert len(seen) == 6 + len(database)
+        assert all(result.startswith("refused:") for result in seen.values()), seen
+        assert token not in daemon.log()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

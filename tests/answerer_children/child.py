@@ -55,7 +55,8 @@ def escape(how: str) -> int:
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
-            os.execv(sys.executable, [sys.executable, "-c", STUBBORN])
+            # Without the call's mark too (a clean environment): only its place in the tree is left.
+            os.execve(sys.executable, [sys.executable, "-c", STUBBORN], {})
         os.write(write, str(last).encode())
         os._exit(0)
     os.close(write)
@@ -65,9 +66,26 @@ def escape(how: str) -> int:
     return pid
 
 
-def snoop(secret: str, paths: list[str]) -> dict[str, str]:
-    parent = os.getppid()
-    routes = [f"/proc/{parent}/environ", f"/proc/{parent}/mem", f"/proc/{parent}/maps", *paths]
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def snoop(secrets: str, paths: list[str]) -> dict[str, str]:
+    """Open each route; whether it opened and held any of the `|`-separated secrets (never the text).
+
+    `@PATH` instead of the secrets: read them from that file, so they are not in this argv."""
+    if secrets.startswith("@"):
+        with open(secrets[1:]) as f:
+            secrets = f.read()
+    wanted = [s.encode() for s in secrets.split("|") if s]
+    # The parent is the call's supervisor, its parent the daemon: both are tried, and our own environment.
+    routes = [
+        f"/proc/{pid}/{part}"
+        for pid in (os.getppid(), parent_of(os.getppid()))
+        for part in ("environ", "mem", "maps")
+    ]
+    routes += ["/proc/self/environ", *paths]
     found = {}
     for route in routes:
         try:
@@ -76,7 +94,7 @@ def snoop(secret: str, paths: list[str]) -> dict[str, str]:
         except OSError as exc:
             found[route] = f"refused:{exc.errno}"
             continue
-        found[route] = "secret" if secret.encode() in data else "opened"
+        found[route] = "secret" if any(secret in data for secret in wanted) else "opened"
     return found
 
 
@@ -101,16 +119,22 @@ def main() -> int:
         # (whether each route opened, and whether the secret ARG was in it), never the text itself.
         print(json.dumps({"content": json.dumps(snoop(arg, sys.argv[3:]))}))
     elif mode == "escape":
-        # ARG: setsid, double-fork or ignore-term (a child that ignores SIGTERM, with a setsid
-        # grandchild that does too). It records its pid, what it left running and its directory.
-        if arg == "ignore-term":
+        # ARG: setsid, double-fork, or ignore-term[+setsid|+double-fork] (a child that ignores
+        # SIGTERM, with an escaped grandchild that does too), or kill-parent+HOW (a child that
+        # kills its supervisor). It records its pid, what it left running and its directory.
+        stubborn, _, how = arg.partition("+")
+        if stubborn == "ignore-term":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        left = escape(arg)
+        left = escape(how or arg)
         write_atomically(
             os.path.join(out_dir, f"escaped-{doc['pending_id']}"), f"{os.getpid()} {left} {os.getcwd()}"
         )
         print("answered", flush=True)
-        if arg == "ignore-term":
+        if stubborn == "kill-parent":
+            # Kill the call's supervisor (the same user may), then linger.
+            os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(300)
+        if stubborn == "ignore-term":
             time.sleep(300)
     elif mode == "echo":
         print(f"  {arg}  ")

@@ -338,3 +338,79 @@ def test_runs_are_counted_by_result_and_answers_by_actor_kind(ctx, tmp_path):
         )
     assert sample("semula_answerer_runs_total", result="failed") == failed
     assert sample("semula_answers_total", actor="answerer") == by_answerer + 1
+
+
+# Over HTTP (SEMULA_ANSWERER_SERVER): the daemon holds a token, not the database
+
+
+@pytest.fixture
+def over_http(ctx):
+    """The server's REST API on a real socket, and the daemon's way to it with an editor token of
+    record scope (the narrowest that may claim and answer)."""
+    from werkzeug.serving import make_server
+
+    from answerer.server import HttpServer
+    from semula.service import tokens
+    from semula.web import create_app
+
+    httpd = make_server("127.0.0.1", 0, create_app(ctx.settings, ctx.store), threaded=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    token = tokens.create(ctx, {"role": "editor", "scope": "record", "name": "answerer"})["token"]
+    try:
+        yield HttpServer(f"http://127.0.0.1:{httpd.server_port}", token)
+    finally:
+        httpd.shutdown()
+        thread.join(10)
+
+
+def test_over_http_a_call_is_answered_and_a_rejection_run_once_more(ctx, tmp_path, over_http):
+    from prometheus_client import REGISTRY
+
+    by_answerer = REGISTRY.get_sample_value("semula_answers_total", {"actor": "answerer"}) or 0.0
+    ctx = with_command(ctx, command("reject", "once"))
+    answerer_project(ctx)
+    projects.create(ctx, {"name": "manual"})  # answerer off
+    [call] = park(ctx, "shop", tools=True)
+    [manual] = park(ctx, "manual")
+    out = tmp_path / "out"
+    with running_daemon(ctx, out, server=over_http) as daemon:
+        wait_resolved(ctx, call)
+    assert json.loads(answered_content(ctx, call)["tool_calls"][0]["function"]["arguments"]) == {
+        "city": "Paris"
+    }
+    docs = stdin_docs(out, call)
+    assert docs[2]["rejection"]["code"] == "invalid_answer"
+    assert docs[2]["rejection"]["param"].startswith("tool_calls[0].arguments")
+    [*_, revision] = revisions(ctx, status(ctx, call)["entry_id"])
+    assert revision["actor"] == "agent"
+    assert revision["summary"] == f"answered by the answerer ({Path(command('x')[0]).name})"
+    # Counted as the daemon's answer, though its principal is a token: the claim says whose it is.
+    assert REGISTRY.get_sample_value("semula_answers_total", {"actor": "answerer"}) == by_answerer + 1
+    assert stdin_docs(out, manual) == {} and status(ctx, manual)["status"] == "pending"
+    assert daemon.worker.startswith("answerer:")
+
+
+def test_over_http_a_held_call_is_skipped_and_a_failure_gives_the_claim_back(ctx, tmp_path, over_http):
+    ctx = with_command(ctx, command("answer-if", "question 1"))
+    answerer_project(ctx)
+    [held, answered, failing] = park(ctx, "shop", 3)
+    pending.claim_by_id(ctx, held, "someone-else", 600)
+    out = tmp_path / "out"
+    with running_daemon(ctx, out, server=over_http) as daemon:
+        wait_resolved(ctx, answered)  # "question 1" is the second call
+        wait_for(lambda: daemon.running == 0 and runs(out, failing) == [1], what="the third call tried")
+    assert status(ctx, held)["claimed_by"] == "someone-else" and runs(out, held) == []
+    assert parked_and_free(ctx, failing)
+
+
+def test_over_http_a_server_that_is_down_is_polled_again(ctx, tmp_path, caplog):
+    from answerer.server import HttpServer
+
+    ctx = with_command(ctx, command("echo", "x"))
+    answerer_project(ctx)
+    park(ctx, "shop")
+    with running_daemon(ctx, tmp_path / "out", server=HttpServer("http://127.0.0.1:9", "smt_x")) as daemon:
+        wait_for(lambda: "poll_failed" in caplog.text, what="a failed poll logged")
+        assert daemon.running == 0
+    assert "smt_x" not in caplog.text

@@ -6,11 +6,12 @@ The contract is docs/design/product.md §5.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
 from semula.core.errors import BadRequest, NotFound
-from semula.service import Principal, projects
+from semula.service import Context, Principal, projects
 from semula.service import pending as pending_service
 from tests.agent_helpers import park
 from tests.helpers import wait_for
@@ -311,3 +312,30 @@ def test_a_postgresql_claim_relaxes_only_its_own_commit(db_url, queue):
         assert conn.execute(PG_QUERIES["claim_pending"], params).fetchone() is not None
         assert conn.execute(PG_QUERIES["claim_pending"], params).fetchone() is None
         assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+
+
+def test_rest_claim_of_one_call_and_the_answerers_candidates(ctx, client, make_token, queue):
+    # What the answerer daemon uses over HTTP (decision 0042).
+    editor = make_token("editor", scope="record")
+    configured = Context(ctx.store, replace(ctx.settings, answerer_command=["true"]), ctx.principal)
+    projects.update(configured, "beta", {"answerer": True})
+    claim = f"/api/v1/pending/{queue['a2']}/claim"
+    r = client.post(claim, json={"worker": "answerer:h:1", "lease_seconds": 60}, headers=editor)
+    assert (
+        r.status_code == 200 and r.json["id"] == queue["a2"] and r.json["claim"]["worker"] == "answerer:h:1"
+    )
+    assert r.json["shape"]["tools"]  # the call in full, as claim_next gives it
+    assert client.post(claim, json={"worker": "other"}, headers=editor).status_code == 204  # held
+    assert (
+        client.post(claim, json={"lease_seconds": 0}, headers=editor).json["error"]["param"]
+        == "lease_seconds"
+    )
+    assert client.post(claim, json={"project": "x"}, headers=editor).status_code == 400
+    assert client.post("/api/v1/pending/pnd_nope/claim", headers=editor).status_code == 404
+    viewer = make_token("viewer")
+    assert client.post(claim, headers=viewer).json["error"]["code"] == "insufficient_role"
+    listing = client.get("/api/v1/answerer/candidates?limit=10", headers=editor)
+    assert listing.json["data"] == [{"id": queue["b1"], "project": "beta"}]  # alpha has it off
+    assert client.get("/api/v1/answerer/candidates", headers=viewer).status_code == 403
+    bound = make_token("editor", scope="record", project="alpha")
+    assert client.get("/api/v1/answerer/candidates", headers=bound).json["error"]["code"] == "project_bound"

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import site
 import subprocess
 import sys
 import tempfile
@@ -21,7 +19,7 @@ from answerer.daemon import document, to_payload
 from answerer.runners import ChildRunner
 from answerer.signals import on_stop
 from semula.config import ConfigError, Settings
-from tests.answerer_helpers import CHILD, alive
+from tests.answerer_helpers import CHILD, alive, unprivileged
 from tests.helpers import wait_for
 
 SECRET_ARGV = ["python3", "-c", "print('secret-prompt-in-argv')"]
@@ -53,6 +51,40 @@ def test_config_refusals_name_the_variable(env, named):
     with pytest.raises(ConfigError) as info:
         answerer_config.from_settings(settings(**env), {"PATH": os.environ["PATH"]})
     assert named in str(info.value) and "secret-value" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"SEMULA_ANSWERER_TOKEN": "smt_secret-value"}, "SEMULA_ANSWERER_TOKEN"),
+        (
+            {
+                "SEMULA_ANSWERER_SERVER": "http://127.0.0.1:8080",
+                "SEMULA_DATABASE_URL": "sqlite:///secret-value",
+            },
+            "SEMULA_DATABASE_URL",
+        ),
+        (
+            {
+                "SEMULA_ANSWERER_SERVER": "http://127.0.0.1:8080",
+                "SEMULA_OWNER_DATABASE_URL": "postgresql://secret-value@h/db",
+            },
+            "SEMULA_OWNER_DATABASE_URL",
+        ),
+    ],
+)
+def test_over_http_the_daemon_refuses_a_database_url_and_a_token_without_a_server(env, named):
+    environ = {"PATH": os.environ["PATH"], "SEMULA_ANSWERER_COMMAND": json.dumps([sys.executable]), **env}
+    with pytest.raises(ConfigError) as info:
+        answerer_config.from_settings(Settings.from_env(environ), environ)
+    assert named in str(info.value) and "secret-value" not in str(info.value)
+    config = answerer_config.from_settings(
+        Settings.from_env(
+            {**environ, "SEMULA_ANSWERER_SERVER": "http://h:1", "SEMULA_ANSWERER_TOKEN": "smt_t"}
+        ),
+        {"PATH": os.environ["PATH"]},
+    )
+    assert (config.server, config.token) == ("http://h:1", "smt_t") and "smt_t" not in repr(config)
 
 
 @pytest.mark.parametrize(
@@ -259,6 +291,56 @@ def test_a_child_that_ignores_sigterm_dies_at_its_timeout_with_its_escaped_grand
     assert not os.path.exists(workdir)
 
 
+# A stand-in for the daemon process (not a subreaper, so only the call's supervisor can find what
+# escaped): one call whose child ignores SIGTERM and leaves a grandchild behind.
+CALLER = """
+import json, sys
+from answerer.runners import ChildRunner
+*argv, out = sys.argv[1:]
+env = {"PATH": "/usr/bin:/bin", "ANSWERER_TEST_DIR": out}
+runner = ChildRunner((sys.executable, *argv), env, 600, 1 << 20)
+runner.run(json.dumps({"pending_id": "pnd_killed", "attempt": 1}).encode())
+"""
+
+
+@pytest.mark.parametrize("how", ["setsid", "double-fork"])
+def test_nothing_of_a_call_outlives_a_daemon_killed_with_sigkill(tmp_path, how):
+    # The grandchild called setsid (and, double-forked, dropped the call's mark and its parent),
+    # and ignores SIGTERM, like the child. No daemon starts after: the call's supervisor alone ends it.
+    tmp, out = tmp_path / "tmp", tmp_path / "out"
+    tmp.mkdir()
+    out.mkdir()
+    daemon = subprocess.Popen(
+        [sys.executable, "-c", CALLER, str(CHILD), "escape", f"ignore-term+{how}", str(out)],
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
+    escaped = out / "escaped-pnd_killed"
+    try:
+        child, left, workdir = wait_for(
+            lambda: escaped.exists() and escaped.read_text(), what="the child"
+        ).split()
+        assert alive(int(child)) and alive(int(left)) and os.path.isdir(workdir)
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(10)
+        wait_for(
+            lambda: not alive(int(child)) and not alive(int(left)),
+            timeout=10,
+            what="every process of the call gone",
+        )
+        wait_for(lambda: not list(tmp.iterdir()), timeout=10, what="the call's temporary directory removed")
+    finally:
+        daemon.kill()
+        daemon.wait()
+
+
+def test_a_child_that_kills_its_supervisor_is_still_swept_with_what_it_left(tmp_path):
+    # Behind the supervisor, the daemon kills what carries the call's mark.
+    outcome, child, left, workdir = run_escape(tmp_path, "kill-parent+setsid")
+    assert outcome.status == "supervisor_failed"
+    wait_for(lambda: not alive(child) and not alive(left), timeout=5, what="child and grandchild gone")
+    assert not os.path.exists(workdir)
+
+
 # None of the server's secrets reach the child
 
 # A stand-in for the daemon process: the server's secret in its environment, hardened as
@@ -276,23 +358,13 @@ print(outcome.output.decode() if outcome.ok else outcome.status)
 
 
 def snooped(hardened: bool, secret: str, *paths: str) -> dict[str, str]:
-    # Daemon and child are one user that is not root, as under the unit: root reads any process
-    # whatever it set. A root test run runs both as nobody, with an interpreter nobody can reach.
-    python, as_user = sys.executable, []
-    if os.geteuid() == 0:
-        python = shutil.which("python3", path="/usr/bin:/bin")
-        if python is None:
-            pytest.skip("no system python3 for an unprivileged user")
-        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    repo = str(Path(__file__).resolve().parents[2])
+    # Daemon and child are one user that is not root, as under the unit (root reads any process
+    # whatever it set).
+    python, as_user, env = unprivileged()
     done = subprocess.run(
         [*as_user, python, "-c", STAND_IN, "hardened" if hardened else "plain", str(CHILD), "snoop", secret]
         + list(paths),
-        env={
-            "PATH": "/usr/bin:/bin",
-            "SEMULA_UPSTREAM_KEY": secret,
-            "PYTHONPATH": os.pathsep.join([repo, *site.getsitepackages()]),
-        },
+        env={"PATH": "/usr/bin:/bin", "SEMULA_UPSTREAM_KEY": secret, "SEMULA_ANSWERER_TOKEN": secret, **env},
         cwd="/",
         capture_output=True,
         timeout=60,
@@ -312,6 +384,8 @@ def test_the_child_cannot_read_the_daemons_environment_or_memory():
         env_file.write_text(f"SEMULA_UPSTREAM_KEY={secret}\n")
         env_file.chmod(0o600)
         seen = snooped(True, secret, *([str(env_file)] if os.geteuid() == 0 else []))
+    # Its own environment opens, and holds none of it; every other route is refused.
+    assert seen.pop("/proc/self/environ") == "opened", seen
     assert all(result.startswith("refused:") for result in seen.values()), seen
     # The routes are real: without the hardening the same child reads the secret.
     plain = snooped(False, secret)

@@ -80,6 +80,14 @@ def test_deploy_keeps_the_environment_file_from_the_answerers_child():
     assert settings["Group"] != "semula" and "SupplementaryGroups" not in settings
     # ... and the directory of the file systemd read for it is gone from its view.
     assert settings["EnvironmentFile"].rsplit("/", 1)[0] in settings["InaccessiblePaths"].split()
+    # Its own file (decision 0042): the server over REST with its own token, none of the server's
+    # secrets, no database URL (with SQLite its user need not read the database at all).
+    assert settings["EnvironmentFile"] == "/etc/semula/answerer.env"
+    own = (deploy / "answerer.env.example").read_text()
+    assert "mode 0600" in own and "SEMULA_ANSWERER_SERVER=http" in own and "SEMULA_ANSWERER_TOKEN=" in own
+    for name in ("SEMULA_DATABASE_URL", "SEMULA_OWNER_DATABASE_URL", "SEMULA_SECRET=", "SEMULA_UPSTREAM_KEY"):
+        assert name not in own, name
+    assert own.count("semula token create --role editor --scope record") == 1
 
 
 @pytest.mark.parametrize("command", ["create", "set"])
