@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from semula import dialects
+from semula import dialects, jsonio
 from semula.db import Store, Tx
 from semula.errors import BadRequest, Conflict, NotFound
 from semula.ids import new_id
@@ -142,7 +142,8 @@ def check_quota(ctx: Context, project_id: str, fingerprint: str) -> None:
 
 def decode(row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
     """The stored completion and chunks of an entry row."""
-    return json.loads(row["response"]), json.loads(row["chunks"]) if row.get("chunks") else None
+    chunks = row.get("chunks")
+    return jsonio.stored(row["response"]), jsonio.stored(chunks) if chunks else None
 
 
 def meta(row: dict[str, Any]) -> dict[str, Any]:
