@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from difflib import SequenceMatcher
 from typing import Any
 
+import orjson
+
 from semula.core import safe_regex
 from semula.core.errors import BadRequest
 
@@ -38,6 +40,8 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _ARRAY_INDEX = re.compile(r"(?:0|[1-9][0-9]*)\Z")
 # A JSON pointer's "~" must be followed by 0 or 1 (RFC 6901, section 3).
 _BAD_ESCAPE = re.compile(r"~(?![01])")
+# The types orjson writes as json.dumps does (floats are checked one by one).
+_SCALARS = frozenset({str, int, bool, type(None)})
 # closeness() compares at most this many characters of a changed string region, to stay cheap.
 _CLOSENESS_CAP = 2000
 
@@ -183,14 +187,59 @@ def fingerprint(
     Chat Completions requests hash as they always have; another API's requests hash together with the
     API's name, so the same JSON sent to two APIs is two requests.
     """
-    canonical: Any = canonical_request(
-        body, ignore_fields, normalize, transport=transport, texts=texts, dropped=dropped
-    )
-    if api is not None and api != CHAT_API:
-        canonical = {"api": api, "request": canonical}
-    text = canonical_json(canonical)
-    # A lone surrogate ("\ud800") is valid JSON input; hash it rather than fail the request.
-    return f"{VERSION}:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()}"
+    data = None
+    if type(body) is dict and not ignore_fields and not normalize:
+        # The common case: the canonical request is the body without its transport fields, unless a
+        # walk finds something _copy would change (an integral float, a dropped key).
+        canonical: Any = {key: value for key, value in body.items() if key not in transport}
+        data = _orjson_canonical(_with_api(canonical, api), dropped)
+    if data is None:
+        canonical = canonical_request(
+            body, ignore_fields, normalize, transport=transport, texts=texts, dropped=dropped
+        )
+        data = _orjson_canonical(_with_api(canonical, api), frozenset())
+    if data is None:
+        # A lone surrogate ("\ud800") is valid JSON input; hash it rather than fail the request.
+        data = canonical_json(_with_api(canonical, api)).encode("utf-8", "surrogatepass")
+    return f"{VERSION}:{hashlib.sha256(data).hexdigest()}"
+
+
+def _same_float(value: float) -> bool:
+    """Whether a float is written by orjson as by json (repr), and _copy keeps it a float."""
+    if value.is_integer() and abs(value) < 2**53:
+        return False
+    return orjson.dumps(value) == repr(value).encode()
+
+
+def _with_api(canonical: Any, api: str | None) -> Any:
+    return {"api": api, "request": canonical} if api is not None and api != CHAT_API else canonical
+
+
+def _orjson_canonical(value: Any, dropped: frozenset[str]) -> bytes | None:
+    """canonical_json(value) as UTF-8, written by orjson (five times faster), or None where orjson's
+    bytes could differ: a float orjson writes otherwise than repr() or that _copy makes an integer,
+    a `dropped` key, a type other than JSON's, or what orjson refuses (lone surrogates, integers
+    past 64 bits, nesting past its limit)."""
+    level = [value]
+    while level:  # level by level, each container's items added in one call
+        below: list[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind in _SCALARS:
+                continue
+            if kind is dict:
+                if dropped and not dropped.isdisjoint(item):
+                    return None
+                below.extend(item.values())
+            elif kind is list:
+                below.extend(item)
+            elif kind is not float or not _same_float(item):
+                return None
+        level = below
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # orjson.JSONEncodeError
+        return None
 
 
 # The value of a field one side does not have, in difference().

@@ -9,6 +9,10 @@ policy decides what semula stores (docs/decisions/0026-input-hardening.md):
   nor the databases can hold them;
 * containers nest at most MAX_DEPTH deep, so every recursive walk over a stored value (fingerprint,
   redaction, templates, JSON Schema) stays far from Python's recursion limit.
+
+orjson reads a document about four times faster than json; what it reads differently (integers past
+64 bits it makes floats of, a byte order mark or UTF-16 it refuses, lone surrogates it refuses) and
+every error go through json as before, so the values and the error texts are json's.
 """
 
 from __future__ import annotations
@@ -19,12 +23,16 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import orjson
+
 from semula.core.errors import BadRequest
 
 MAX_DEPTH = 64
 # Where a lone surrogate could come from: a \uD800-\uDFFF escape (raw ones are not valid UTF-8).
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+# orjson reads an integer past 64 bits as a float: one this large may have been such an integer.
+_BIG = float(2**63)
 
 
 class InvalidJSON(BadRequest):
@@ -44,6 +52,56 @@ def _float(text: str) -> float:
 
 def loads(raw: bytes | str, what: str = "The body") -> Any:
     """Parse one JSON document by the policy above; BadRequest (400) naming `what` when it breaks it."""
+    if isinstance(raw, bytes | str):
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass  # json names the error (or reads what orjson refuses: a byte order mark, UTF-16)
+        else:
+            # orjson refuses NaN, infinities and lone surrogates itself; the depth is ours to check.
+            if _ordinary(value):
+                return value
+    return _loads(raw, what)
+
+
+def stored(text: str | bytes) -> Any:
+    """A JSON document semula wrote itself (an entry's response), read as json.loads reads it, by orjson
+    when that gives the same value: no policy, no error text of ours."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)  # a lone surrogate escape, NaN: json reads what orjson refuses
+    return value if _ordinary(value) else json.loads(text)
+
+
+def _ordinary(value: Any) -> bool:
+    """Whether orjson's reading needs no second look: nested at most MAX_DEPTH deep, and no float
+    that may have been an integer too large for 64 bits. One walk over the containers, level by level."""
+    level, depth = [value], 0
+    while level:
+        below: list[Any] = []
+        nested = False
+        for item in level:
+            kind = type(item)
+            if kind is str:
+                continue
+            if kind is dict:
+                nested = True
+                below.extend(item.values())
+            elif kind is list:
+                nested = True
+                below.extend(item)
+            elif kind is float and not -_BIG < item < _BIG:
+                return False
+        if nested:
+            depth += 1
+            if depth > MAX_DEPTH:
+                return False
+        level = below
+    return True
+
+
+def _loads(raw: bytes | str, what: str) -> Any:
     try:
         value = json.loads(raw, parse_constant=_constant, parse_float=_float)
     except InvalidJSON:

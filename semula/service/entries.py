@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from semula import dialects
+from semula.core import jsonio
 from semula.core.errors import BadRequest, Conflict, NotFound
 from semula.core.ids import new_id
 from semula.db import Store, Tx
@@ -142,7 +143,8 @@ def check_quota(ctx: Context, project_id: str, fingerprint: str) -> None:
 
 def decode(row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
     """The stored completion and chunks of an entry row."""
-    return json.loads(row["response"]), json.loads(row["chunks"]) if row.get("chunks") else None
+    chunks = row.get("chunks")
+    return jsonio.stored(row["response"]), jsonio.stored(chunks) if chunks else None
 
 
 def meta(row: dict[str, Any]) -> dict[str, Any]:

@@ -10,22 +10,30 @@ request, as without this cache (docs/decisions/0024-kept-replay-hits.md).
 
 The first sight of a request only notes which project and fingerprint it led to; the next one reads
 the version first and keeps what it finds. Streams and answers with templates are never kept.
+
+A body longer than MAX_BODY is kept under its length and its first and last SAMPLE bytes, and a
+kept answer is served only to a body with the SHA-256 digest of the one that found it: a first sight
+of a large body costs no pass over all of its bytes, a kept hit one. A kept hit holds neither the
+request nor the recorded entry (only what the call log and the answer need), so the memory stays
+bounded whatever the size of the requests agents send.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from semula.service import Context
 from semula.service.auth import require, visible
 from semula.service.replay import Call, replay_headers, templated
 
-# Bounds the memory: at most SIZE requests of at most MAX_BODY bytes each (64 MiB in all).
+# Bounds the memory: at most SIZE requests, each keyed by at most MAX_BODY bytes (64 MiB in all).
 SIZE = 2048
 MAX_BODY = 32 * 1024
-Key = tuple[str, str, str | None, str | None, str | None, bool, tuple[str | None, ...], bytes]
+SAMPLE = 2048
+Key = tuple[str, str, str | None, str | None, str | None, bool, tuple[str | None, ...], object]
 
 
 def key(
@@ -45,7 +53,8 @@ def key(
     headers its API reads into the request (Anthropic's betas).
     """
     workspace, bound = ctx.principal.workspace_id, ctx.principal.project_id
-    return (api, workspace, bound, path_project, header_project, session is not None, headers, raw)
+    body = raw if len(raw) <= MAX_BODY else (len(raw), raw[:SAMPLE], raw[-SAMPLE:])
+    return (api, workspace, bound, path_project, header_project, session is not None, headers, body)
 
 
 @dataclass
@@ -56,23 +65,23 @@ class Kept:
     call: Call | None = None  # the call that found the hit: the call log's row is made from it
     completion: dict[str, Any] | None = None  # as render() made it; stamped afresh for each response
     headers: list[tuple[str, str]] = field(default_factory=list)  # recorded provider headers
+    digest: bytes | None = None  # a large body's SHA-256, which a body must have to be served this hit
 
 
 class HitCache:
-    def __init__(self, size: int = SIZE, max_body: int = MAX_BODY):
+    def __init__(self, size: int = SIZE):
         self.size = size
-        self.max_body = max_body
         self._kept: dict[Key, Kept] = {}
 
-    def find(self, ctx: Context, key: Key) -> tuple[Kept | None, object]:
+    def find(self, ctx: Context, key: Key, raw: bytes) -> tuple[Kept | None, object]:
         """The kept hit for this request if the rows it came from are unchanged, and the version.
 
         Without a current hit, the version is what `keep()` keeps the slow path's hit under: it was
         read before the slow path reads the project and the entry (None on a first sight).
         """
         kept = self._kept.get(key)
-        if kept is None:
-            return None, None
+        if kept is None or kept.digest is not None and hashlib.sha256(raw).digest() != kept.digest:
+            return None, None  # a first sight (or another large body with the same length and ends)
         version = ctx.store.version(kept.project_id, kept.fingerprint)
         if kept.completion is None or not visible(ctx, kept.project_id):
             return None, version
@@ -82,9 +91,9 @@ class HitCache:
         require(ctx, role="viewer", scope="replay")
         return kept, version
 
-    def keep(self, key: Key, call: Call, completion: dict[str, Any], version: object) -> None:
+    def keep(self, key: Key, call: Call, completion: dict[str, Any], version: object, raw: bytes) -> None:
         """Keep a hit that `find()` read `version` for; a first sight only notes where it led."""
-        if call.stream or call.entry is None or templated(call.entry) or len(key[-1]) > self.max_body:
+        if call.stream or call.entry is None or templated(call.entry):
             return
         if call.session is not None and (call.call_number or call.project["sequences"] == "record"):
             return  # its answer depends on its number in the session, or would for a caller who may record
@@ -95,8 +104,11 @@ class HitCache:
                 self._kept.clear()
             self._kept[key] = Kept(*found)
             return
-        kept.version, kept.call, kept.completion = version, call, completion
         kept.headers = replay_headers(call.entry)
+        kept.digest = hashlib.sha256(raw).digest() if len(raw) > MAX_BODY else None
+        # What the call log's row and restamp() read of the call: not the request, not the entry's rows.
+        call = replace(call, body={}, entry={"id": call.entry["id"]})
+        kept.version, kept.call, kept.completion = version, call, completion
 
     @staticmethod
     def completion(kept: Kept) -> dict[str, Any]:

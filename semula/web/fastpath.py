@@ -123,13 +123,13 @@ class ProxyApp:
             ctx = self.base.as_(self.principals.authenticate(self.base, authorization))
             header_project = environ.get("HTTP_X_SEMULA_PROJECT")
             api = APIS.get(what)
-            key, version = None, None
+            key, version, raw = None, None, b""
             session = match["session"] or self._session(environ)
             if api is not None and environ.get("REQUEST_METHOD") == "POST":
                 headers = tuple(environ.get(name) for name in speaks.answer_headers)
                 raw = self._read(environ)
                 key = hits.key(ctx, api, match["project"], header_project, raw, session, headers)
-                kept, version = self.hits.find(ctx, key)
+                kept, version = self.hits.find(ctx, key, raw)
                 if kept is not None:
                     self._log(ctx, kept.call, "hit", 200, started)
                     return self._json(start_response, 200, self.hits.completion(kept), kept.headers)
@@ -148,7 +148,7 @@ class ProxyApp:
                 return self._stored_response(ctx, project, match, environ, start_response)
             self._method(environ, "POST")
             assert key is not None
-            body = speaks.with_headers(policy.parse_json(key[-1]), _header(environ))
+            body = speaks.with_headers(policy.parse_json(raw), _header(environ))
             call = replay_service.start(ctx, project, body, speaks, session)
             outcome = "hit" if call.entry else self._miss(ctx, call)
             if call.live is not None:
@@ -164,7 +164,7 @@ class ProxyApp:
                 return _paced(call.dialect.sse(events), gaps) if gaps else call.dialect.sse(events)
             assert body is not None
             if outcome == "hit":
-                self.hits.keep(key, call, body, version)
+                self.hits.keep(key, call, body, version, raw)
             return self._json(start_response, 200, body, extra)
         except errors.SemulaError as exc:
             return self._error(start_response, exc, ctx, call, started, speaks)

@@ -80,6 +80,33 @@ def test_a_repeated_hit_skips_the_entry_query_and_keeps_its_log_and_fresh_ids(
     assert {(c["outcome"], c["status"], c["entry_id"]) for c in calls} == {("hit", 200, shop["id"])}
 
 
+def test_a_large_request_is_kept_by_its_digest_and_holds_no_copy_of_itself(
+    ctx, app, client, make_token, entry_queries
+):
+    # Agents send requests of hundreds of kilobytes; a repeat is a kept hit all the same.
+    projects.create(ctx, {"name": "shop", "mode": "replay"})
+    prompt = "a long agent transcript " * 8000
+    save_entry(ctx, "shop", prompt, {"content": "big"})
+    app.extensions["semula"]["calllog"].batched = True
+    headers = make_token("viewer", scope="replay")
+    big = request_for(prompt)
+    assert [answer(client, headers, big) for _ in range(3)] == [(200, "big")] * 3
+    entry_queries.clear()
+    assert answer(client, headers, big) == (200, "big")
+    assert "entry_by_fingerprint" not in entry_queries
+    [(key, kept)] = app.wsgi_app.hits._kept.items()
+    assert sum(map(len, key[-1][1:])) <= 2 * hits.SAMPLE  # not the body's 190 KB
+    assert kept.call.body == {} and set(kept.call.entry) == {"id"}
+    # A body of the same length with the same ends is another request, and each gets its own answer.
+    middle = len(prompt) // 2
+    same_ends = prompt[:middle] + "A MIDDLE" + prompt[middle + 8 :]
+    save_entry(ctx, "shop", same_ends, {"content": "other"})
+    other = request_for(same_ends)
+    for _ in range(3):
+        assert answer(client, headers, other) == (200, "other")
+        assert answer(client, headers, big) == (200, "big")
+
+
 def edit(other, shop):
     entries.edit(other, shop["id"], {"content": "second"})
 

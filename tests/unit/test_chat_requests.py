@@ -109,3 +109,32 @@ def test_requests_openai_refuses_are_400_naming_the_field(case):
     assert refused.value.status == 400 and error["type"] == "invalid_request_error"
     assert (error["param"], error["code"]) == (param, code), error
     assert param.split(".")[0].split("[")[0] in error["message"] or "schema" in error["message"]
+
+
+def test_a_tool_schema_seen_before_is_not_checked_again(monkeypatch):
+    # Agents send the same tools with every request; checking each schema costs about a millisecond.
+    checked = []
+    check_schema = chat_requests.Draft202012Validator.check_schema
+    monkeypatch.setattr(chat_requests, "_VALID_SCHEMAS", {})
+    monkeypatch.setattr(
+        chat_requests.Draft202012Validator,
+        "check_schema",
+        lambda schema: checked.append(schema) or check_schema(schema),
+    )
+    schema = {"type": "object", "properties": {"q": {"type": "string", "minLength": 1}}}
+    for _ in range(3):
+        chat_requests.check(body(tools=[tool("a", schema), tool("b", schema)]))
+    assert checked == [schema]
+    # Only a schema found valid is remembered: a bad one is refused every time, as before.
+    bad = {"type": "object", "properties": {"q": {"type": 12}}}
+    for _ in range(2):
+        with pytest.raises(BadRequest, match="Invalid schema for function 'a'"):
+            chat_requests.check(body(tools=[tool("a", bad)]))
+    # 1 and 1.0, true and 1 are different schemas to remember.
+    for limit in (1, 1.0, True):
+        with_limit = {**schema, "minProperties": limit}
+        if limit is True:
+            with pytest.raises(BadRequest):
+                chat_requests.check(body(tools=[tool("a", with_limit)]))
+        else:
+            chat_requests.check(body(tools=[tool("a", with_limit)]))

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from semula.core.errors import BadRequest
 from semula.core.fingerprint import (
@@ -311,3 +314,97 @@ def test_a_body_nested_too_deeply_is_a_bad_request():
         node = node["x"]
     with pytest.raises(BadRequest):
         fingerprint(request(extra=deep))
+
+
+# Digests computed by the fingerprint code of before the orjson fast path: recordings made then must
+# still match. Each body has what a faster serialisation could get wrong (floats, escapes, non-ASCII,
+# transport fields, Anthropic's cache_control, embeddings' input).
+RECORDED = [
+    (
+        "openai.chat",
+        {
+            "model": "gpt-4o",
+            "messages": [{"role": "user", "content": 'héllo \u2028 \x01 "q"'}],
+            "temperature": 0.2,
+            "top_p": 1.0,
+            "seed": 1e20,
+            "n": -0.0,
+            "stream": True,
+            "x": 1e-05,
+        },
+        "v1:58bca66ccc3915d254a3b8010a5027f6011bb55364689174c7ddef7397b36af0",
+    ),
+    (
+        "openai.responses",
+        {
+            "model": "gpt-4o",
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi 😀"}]}],
+            "store": False,
+        },
+        "v1:eb537e8c2f9288b6f122c96831b9f163757861aa02b3bc32ffcb047fa464ea02",
+    ),
+    (
+        "anthropic.messages",
+        {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 100,
+            "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+        "v1:066e5d622cf1584bb40a823ec24c802e7653ea5ad7e3357e3e7c57262b6f8308",
+    ),
+    (
+        "openai.embeddings",
+        {"model": "text-embedding-3-small", "input": "a b", "encoding_format": "base64"},
+        "v1:1ebf71d3b4174d754d551be4fa553589c580b37c4026af3cf6678af204330f49",
+    ),
+]
+
+
+@pytest.mark.parametrize("api, body, digest", RECORDED, ids=[case[0] for case in RECORDED])
+def test_fingerprints_of_earlier_recordings_are_unchanged(api, body, digest):
+    from semula import dialects
+
+    assert dialects.get(api).fingerprint(body, [], []) == digest
+
+
+def reference_fingerprint(body, ignore_fields=(), normalize=(), *, api=None, dropped=frozenset()):
+    """The fingerprint as first defined: json.dumps of the canonical request copy, hashed."""
+    canonical = canonical_request(body, ignore_fields, normalize, dropped=dropped)
+    if api is not None and api != "openai.chat":
+        canonical = {"api": api, "request": canonical}
+    text = canonical_json(canonical)
+    return "v1:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | st.sampled_from([1.0, -0.0, 1e-05, 1e16, 1e20, 2.0**53, 0.1 + 0.2, 5e-324])
+    | st.text()
+    | st.just("lone \ud800 surrogate"),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.text(max_size=3) | st.sampled_from(["cache_control", "stream"]), children, max_size=4
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    extra=st.dictionaries(st.text(max_size=4), json_values, max_size=5),
+    api=st.sampled_from([None, "openai.chat", "anthropic.messages"]),
+    dropped=st.sampled_from([frozenset(), frozenset({"cache_control"})]),
+)
+def test_the_fingerprint_is_the_reference_digest_of_any_request(extra, api, dropped):
+    body = {**request(), **extra}
+    assert fingerprint(body, api=api, dropped=dropped) == reference_fingerprint(
+        body, api=api, dropped=dropped
+    )
+    rules = ([], [{"pattern": "a", "replacement": "b"}])
+    assert fingerprint(body, *rules, api=api) == reference_fingerprint(body, *rules, api=api)

@@ -58,3 +58,41 @@ def test_streamed_events_are_limited_with_the_container_allowance():
     too_deep = nested(jsonio.MAX_DEPTH + 3).encode()
     with pytest.raises(BadRequest, match="The bundle nests deeper"):
         list(jsonio.checked_events(ijson.basic_parse(io.BytesIO(too_deep)), base=2))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"[123456789012345678901234567890, -9223372036854775809, 18446744073709551616]",
+        b'{"n": 18446744073709551615, "m": -9223372036854775808, "f": 1.8446744073709552e19}',
+        b'\xef\xbb\xbf{"bom": true}',
+        '{"utf16": "é"}'.encode("utf-16"),
+        b'{"a": 1, "a": 2, "z": [0.1, 1E5, -0.0, 1e-400, "\\u0000\\u2028\xc3\xa9"]}',
+    ],
+)
+def test_what_standard_json_reads_is_read_the_same(raw):
+    # Integers past 64 bits stay exact integers; a byte order mark and UTF-16 are read as json reads them.
+    value = jsonio.loads(raw)
+    assert value == json.loads(raw)
+    assert json.dumps(value) == json.dumps(json.loads(raw))
+
+
+def test_a_large_body_is_parsed_with_orjson(monkeypatch):
+    # json.loads is the fallback for what orjson cannot read as json would; a plain body never needs it.
+    calls = []
+    monkeypatch.setattr(jsonio.json, "loads", lambda *a, **k: calls.append(1))
+    body = {"messages": [{"role": "user", "content": "x" * 1000, "n": i, "t": 0.5} for i in range(50)]}
+    assert jsonio.loads(json.dumps(body).encode()) == body
+    assert calls == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"id": "x", "n": 123456789012345678901234567890, "v": [0.25, -1e-7, 3]}',
+        '{"text": "\\ud800 lone", "f": NaN}',
+        nested(jsonio.MAX_DEPTH + 5),
+    ],
+)
+def test_stored_json_reads_as_json_reads_it(text):
+    assert json.dumps(jsonio.stored(text)) == json.dumps(json.loads(text))
