@@ -3,8 +3,9 @@
 A hit is kept under the exact request it answered (the raw body, the project selector and the
 caller's workspace and binding) with the value of `store.version(project, fingerprint)` read *before*
 the request's project and entry were read. It is served again only while that value is unchanged:
-on SQLite a counter that moves with every commit of any other connection, on PostgreSQL the row
-versions of the project and the entry. An edit, revert, rejection, deletion or re-recording, or a
+on SQLite a counter that triggers move with every change of a row an answer is made of
+(docs/decisions/0040-replay-change-counter.md), on PostgreSQL the row versions of the project and
+the entry. An edit, revert, rejection, deletion or re-recording, or a
 change of the project's settings, made through any process, is therefore seen by the very next
 request, as without this cache (docs/decisions/0024-kept-replay-hits.md).
 

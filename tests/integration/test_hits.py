@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import sqlite3
 from dataclasses import replace
 
 import pytest
 
-from semula.db import connect
-from semula.service import Context, bundles, entries, hits, projects
+from semula.db import QUERIES, connect
+from semula.migrate import migrate
+from semula.service import Context, bundles, entries, hits, projects, proxy
+from semula.service.calllog import CallLog
 from tests.entry_helpers import request_for, save_entry
 
 URL = "/p/shop/v1/chat/completions"
@@ -62,7 +66,7 @@ def warm(client, headers, times=3):
 def test_a_repeated_hit_skips_the_entry_query_and_keeps_its_log_and_fresh_ids(
     ctx, shop, app, client, make_token, entry_queries
 ):
-    # As in a server: call-log rows are written in batches (on SQLite every commit ends kept hits).
+    # As in a server: call-log rows are written in batches.
     calllog = app.extensions["semula"]["calllog"]
     calllog.batched = True
     headers = make_token("viewer", scope="replay")
@@ -164,3 +168,77 @@ def test_templates_and_streams_are_rendered_afresh_each_time(ctx, client, make_t
     stream = {**BODY, "stream": True}
     streams = [client.post(URL, json=stream, headers=headers).get_data(as_text=True) for _ in range(4)]
     assert all(s.endswith("data: [DONE]\n\n") for s in streams) and len(set(streams)) == 4
+
+
+def project_id(other):
+    return projects.get_row(other, "shop")["id"]
+
+
+def log_a_call(other, shop):
+    """Another process's call-log flush: a row of the call log, which no answer depends on."""
+    calllog = CallLog(other.store)
+    calllog.record(
+        proxy.log_row(other, None, outcome="hit", status=200, started=0.0, project_id=project_id(other))
+    )
+
+
+def count_a_session_call(other, shop):
+    with other.store.transaction() as tx:
+        tx.one(
+            "count_session_call",
+            workspace_id="wsp_default",
+            project_id=project_id(other),
+            session="s1",
+            fingerprint=shop["fingerprint"],
+            now=0.0,
+        )
+
+
+def touch_a_token(other, shop):
+    """Its last use, written once a minute: not what authenticates it."""
+    token = other.store.all("list_tokens", workspace_id="wsp_default", after=None, limit=1)[0]
+    with other.store.transaction() as tx:
+        assert tx.run("touch_token", id=token["id"], workspace_id="wsp_default", now=1e10, before=1e10) == 1
+
+
+@pytest.mark.parametrize("write", [log_a_call, count_a_session_call, touch_a_token])
+def test_a_write_no_answer_depends_on_keeps_the_kept_hits(
+    shop, other, client, make_token, entry_queries, write
+):
+    headers = make_token("admin")
+    assert warm(client, headers) == [(200, "first")] * 3
+    write(other, shop)
+    entry_queries.clear()
+    assert answer(client, headers) == (200, "first")
+    assert "entry_by_fingerprint" not in entry_queries  # served kept, not read again
+    # ... while a change of the entry made by that other process is still seen at once.
+    edit(other, shop)
+    assert answer(client, headers) == (200, "second")
+
+
+# The queries whose rows a replay answer is made of: the caller's token, the project, the entry and
+# the answers of its sequence.
+ANSWER_QUERIES = (
+    "token_by_hash",
+    "get_project_by_name",
+    "get_project",
+    "entry_by_fingerprint",
+    "entry_answer",
+)
+
+
+def test_every_table_an_answer_reads_moves_the_sqlite_change_counter(tmp_path):
+    store = connect(f"sqlite:///{tmp_path / 'x.db'}", pool_size=1)
+    migrate(store)
+    read = {t for name in ANSWER_QUERIES for t in re.findall(r"(?:FROM|JOIN)\s+(\w+)", QUERIES[name])}
+    store.close()
+    with sqlite3.connect(tmp_path / "x.db") as raw:
+        rows = raw.execute("SELECT tbl_name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    counted = {
+        (table, event)
+        for table, sql in rows
+        for event in ("INSERT", "UPDATE", "DELETE")
+        if f"AFTER {event}" in sql and "replay_changes SET counter = counter + 1" in sql
+    }
+    assert read == {"tokens", "workspaces", "projects", "entries", "entry_answers"}
+    assert {(t, e) for t in read for e in ("INSERT", "UPDATE", "DELETE")} <= counted
