@@ -16,16 +16,21 @@ the version first and keeps what it finds. Streams and answers with templates ar
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from semula.service import Context
 from semula.service.auth import require, visible
 from semula.service.proxy import Call, replay_headers, templated
 
-# Bounds the memory: at most SIZE requests of at most MAX_BODY bytes each (64 MiB in all).
-SIZE = 2048
+# Bounds the memory: requests of at most MAX_BODY bytes each, and about MAX_BYTES per process in all
+# (`cost()`: ~5 KiB for a 1.6 KB request with a short answer, so ~8,000 of those). A full cache admits
+# one new request in ADMIT, dropping its oldest (docs/decisions/0040-replay-change-counter.md).
 MAX_BODY = 32 * 1024
+MAX_BYTES = 40 * 1024 * 1024
+# What a kept hit holds besides its request and answer text: the dicts, the key, the slimmed call.
+OVERHEAD = 2560
+ADMIT = 8
 Key = tuple[str, str, str | None, str | None, str | None, bool, tuple[str | None, ...], bytes]
 
 
@@ -57,13 +62,21 @@ class Kept:
     call: Call | None = None  # the call that found the hit: the call log's row is made from it
     completion: dict[str, Any] | None = None  # as render() made it; stamped afresh for each response
     headers: list[tuple[str, str]] = field(default_factory=list)  # recorded provider headers
+    size: int = 0  # the length of the answer's JSON, for cost()
+
+
+def cost(key: Key, kept: Kept) -> int:
+    """About how many bytes a kept hit holds: its request, its answer (parsed: ~3× its JSON) and the rest."""
+    return len(key[-1]) + 3 * kept.size + OVERHEAD
 
 
 class HitCache:
-    def __init__(self, size: int = SIZE, max_body: int = MAX_BODY):
-        self.size = size
+    def __init__(self, max_bytes: int = MAX_BYTES, max_body: int = MAX_BODY):
+        self.max_bytes = max_bytes
         self.max_body = max_body
         self._kept: dict[Key, Kept] = {}
+        self._bytes = 0  # cost() of everything kept
+        self._refused = 0  # new requests met while full
 
     def find(self, ctx: Context, key: Key) -> tuple[Kept | None, object]:
         """The kept hit for this request if the rows it came from are unchanged, and the version.
@@ -92,12 +105,40 @@ class HitCache:
         kept = self._kept.get(key)
         found = (call.project["id"], call.fingerprint)
         if kept is None or version is None or (kept.project_id, kept.fingerprint) != found:
-            if len(self._kept) >= self.size:
-                self._kept.clear()
-            self._kept[key] = Kept(*found)
+            self._put(key, Kept(*found))
             return
-        kept.version, kept.call, kept.completion = version, call, completion
+        # Only what the call log and restamp() read of the call: not its parsed body, project or entry rows.
+        slim = replace(
+            call,
+            body={},
+            project={k: call.project[k] for k in ("id", "name")},
+            entry={"id": call.entry["id"]},
+        )
+        kept.version, kept.call, kept.completion = version, slim, completion
         kept.headers = replay_headers(call.entry)
+        self._put(key, kept, len(call.entry["response"]))
+
+    def _put(self, key: Key, kept: Kept, size: int = 0) -> None:
+        """Keep (or keep again, as answered) a request, dropping the oldest while over max_bytes.
+
+        When full, a new request is kept only one time in ADMIT: requests cycling through more than
+        fit (a test suite's recordings) then find most of the cache still there on their next pass,
+        where dropping the oldest for each would leave nothing of it, and a new set of requests
+        still takes the cache over within a few passes.
+        """
+        old = self._kept.pop(key, None)
+        if old is not None:
+            self._bytes -= cost(key, old)
+        elif self._bytes + cost(key, kept) > self.max_bytes:
+            self._refused += 1
+            if self._refused % ADMIT:
+                return
+        kept.size = size
+        self._bytes += cost(key, kept)
+        self._kept[key] = kept
+        while self._bytes > self.max_bytes and len(self._kept) > 1:
+            oldest = next(iter(self._kept))
+            self._bytes -= cost(oldest, self._kept.pop(oldest))
 
     @staticmethod
     def completion(kept: Kept) -> dict[str, Any]:

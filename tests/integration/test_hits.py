@@ -242,3 +242,24 @@ def test_every_table_an_answer_reads_moves_the_sqlite_change_counter(tmp_path):
     }
     assert read == {"tokens", "workspaces", "projects", "entries", "entry_answers"}
     assert {(t, e) for t in read for e in ("INSERT", "UPDATE", "DELETE")} <= counted
+
+
+def test_kept_hits_stay_within_their_byte_budget_and_keep_most_of_a_larger_cycle(
+    ctx, app, client, make_token, entry_queries
+):
+    projects.create(ctx, {"name": "shop", "mode": "replay"})
+    texts = [f"question {i}" for i in range(40)]
+    for text in texts:
+        save_entry(ctx, "shop", text)
+    cache = app.wsgi_app.hits
+    cache.max_bytes = 20 * hits.OVERHEAD * 2  # room for some 20 to 30 of the 40 requests
+    headers = make_token("admin")
+    served = []
+    for _ in range(10):  # a test suite run over and over: each request once per pass
+        entry_queries.clear()
+        served = [answer(client, headers, request_for(text)) for text in texts]
+        assert cache._bytes <= cache.max_bytes
+    assert served == [(200, f"answer to {text}") for text in texts]
+    assert 15 <= len(cache._kept) < 40
+    assert entry_queries.count("entry_by_fingerprint") <= 25  # most of those it holds were served kept
+    assert all(k.call is None or k.call.body == {} for k in cache._kept.values())  # not the parsed body

@@ -347,3 +347,33 @@ def test_answered_calls_free_their_max_misses_slots(ctx, shop, client, admin):
     r = late.result(10)
     assert r.status_code == 200, r.json
     assert r.json["choices"][0]["message"]["content"] == "parked after all"
+
+
+def test_a_miss_compares_the_newest_entries_of_its_model_first_then_the_others(ctx, monkeypatch):
+    from semula.service import proxy
+    from tests.entry_helpers import save_entry
+
+    projects.create(ctx, {"name": "many", "mode": "replay"})
+    for text, model in [("a1", "gpt-4o"), ("b1", "o3"), ("a2", "gpt-4o"), ("b2", "o3"), ("b3", "o3")]:
+        save_entry(ctx, "many", text, model=model)
+    monkeypatch.setattr(proxy, "CANDIDATES", 3)
+    project = projects.get_row(ctx, "many")
+    call = proxy.start(ctx, project, {"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
+    texts = [json.loads(r["request"])["messages"][0]["content"] for r in proxy._candidates(ctx, call)]
+    assert texts == ["a2", "a1", "b3"]
+
+
+def test_the_miss_candidates_are_read_in_index_order_not_sorted(tmp_path):
+    import sqlite3
+
+    from semula.db import QUERIES, connect
+    from semula.migrate import migrate
+
+    store = connect(f"sqlite:///{tmp_path / 'x.db'}", pool_size=1)
+    migrate(store)
+    store.close()
+    with sqlite3.connect(tmp_path / "x.db") as raw:
+        for name in ("entry_candidates", "entry_candidates_other_models"):
+            params = {"project_id": "p", "api": "openai.chat", "model": "m", "limit": 200}
+            plan = " ".join(r[-1] for r in raw.execute("EXPLAIN QUERY PLAN " + QUERIES[name], params))
+            assert "USING INDEX entries_" in plan and "TEMP B-TREE" not in plan, plan

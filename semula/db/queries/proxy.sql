@@ -24,9 +24,20 @@ ORDER BY id DESC
 LIMIT 1
 
 -- name: entry_candidates
+-- The newest entries a replay miss is compared with, of the request's model (entries_candidates_idx:
+-- it reads :limit rows, however many entries the project has).
 SELECT id, request, answers FROM entries
-WHERE project_id = :project_id AND api = :api AND review_status <> 'rejected'
-ORDER BY CASE WHEN model = :model THEN 0 ELSE 1 END, id DESC
+WHERE project_id = :project_id AND api = :api AND model = :model AND review_status <> 'rejected'
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: entry_candidates_other_models
+-- The rest when the model has fewer than :limit entries: those it passes over are then fewer than
+-- :limit too (entries_api_idx).
+SELECT id, request, answers FROM entries
+WHERE project_id = :project_id AND api = :api AND (model IS NULL OR model <> :model)
+  AND review_status <> 'rejected'
+ORDER BY id DESC
 LIMIT :limit
 
 -- name: save_entry
