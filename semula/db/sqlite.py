@@ -300,9 +300,9 @@ class SQLiteStore:
             while rows := cursor.fetchmany(batch):
                 yield from (dict(r) for r in rows)
 
-    def version(self, project_id: str, fingerprint: str) -> object:
-        """The replay change counter: moved, by triggers, in the transaction of every change of a row
-        a replay answer is made of (semula/migrations/0017_replay_changes.sqlite.sql).
+    def version(self, workspace_id: str) -> object:
+        """The replay change counter (one for all workspaces): moved, by triggers, in the transaction
+        of every change of a row a replay answer is made of (0017_replay_changes.sqlite.sql).
 
         Read only when the WAL-index header moved since it was last read: every commit of any
         connection, in this process or another, writes a new header, so an unchanged header means

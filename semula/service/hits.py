@@ -1,13 +1,13 @@
 """Replay hits kept per process: a repeated request costs no fingerprint, no entry query and no render.
 
 A hit is kept under the exact request it answered (the raw body, the project selector and the
-caller's workspace and binding) with the value of `store.version(project, fingerprint)` read *before*
-the request's project and entry were read. It is served again only while that value is unchanged:
-on SQLite a counter that triggers move with every change of a row an answer is made of
-(docs/decisions/0040-replay-change-counter.md), on PostgreSQL the row versions of the project and
-the entry. An edit, revert, rejection, deletion or re-recording, or a
-change of the project's settings, made through any process, is therefore seen by the very next
-request, as without this cache (docs/decisions/0024-kept-replay-hits.md).
+caller's workspace and binding) with the value of `store.version(workspace)` read *before* the
+request's project and entry were read. It is served again only while that value is unchanged: a
+counter that triggers move in the transaction of every change of a row an answer is made of (on
+SQLite one for the database, behind the WAL-index header; on PostgreSQL one per workspace). An edit,
+revert, rejection, deletion or re-recording, or a change of the project's settings, made through any
+process, is therefore seen by the very next request, as without this cache
+(docs/decisions/0024-kept-replay-hits.md, docs/decisions/0040-replay-change-counter.md).
 
 The first sight of a request only notes which project and fingerprint it led to; the next one reads
 the version first and keeps what it finds. Streams and answers with templates are never kept.
@@ -58,6 +58,7 @@ def key(
 class Kept:
     project_id: str
     fingerprint: str
+    workspace_id: str  # the project's: store.version() covers its rows
     version: object = None  # None until a request has read it before its rows
     call: Call | None = None  # the call that found the hit: the call log's row is made from it
     completion: dict[str, Any] | None = None  # as render() made it; stamped afresh for each response
@@ -87,7 +88,7 @@ class HitCache:
         kept = self._kept.get(key)
         if kept is None:
             return None, None
-        version = ctx.store.version(kept.project_id, kept.fingerprint)
+        version = ctx.store.version(kept.workspace_id)
         if kept.completion is None or not visible(ctx, kept.project_id):
             return None, version
         if version != kept.version:
@@ -105,7 +106,7 @@ class HitCache:
         kept = self._kept.get(key)
         found = (call.project["id"], call.fingerprint)
         if kept is None or version is None or (kept.project_id, kept.fingerprint) != found:
-            self._put(key, Kept(*found))
+            self._put(key, Kept(*found, call.project["workspace_id"]))
             return
         # Only what the call log and restamp() read of the call: not its parsed body, project or entry rows.
         slim = replace(

@@ -15,7 +15,6 @@ from dataclasses import replace
 import pytest
 
 from semula.db import QUERIES, connect
-from semula.migrate import migrate
 from semula.service import Context, bundles, entries, hits, projects, proxy
 from semula.service.calllog import CallLog
 from tests.entry_helpers import request_for, save_entry
@@ -227,21 +226,33 @@ ANSWER_QUERIES = (
 )
 
 
-def test_every_table_an_answer_reads_moves_the_sqlite_change_counter(tmp_path):
-    store = connect(f"sqlite:///{tmp_path / 'x.db'}", pool_size=1)
-    migrate(store)
+def counting_triggers(store, url):
+    """(table, event) of every trigger that moves the replay change counter."""
+    if store.dialect == "sqlite":
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as raw:
+            rows = raw.execute("SELECT tbl_name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+        return {
+            (table, event)
+            for table, sql in rows
+            for event in ("INSERT", "UPDATE", "DELETE")
+            if f"AFTER {event}" in sql and "UPDATE replay_changes SET counter = counter + 1" in sql
+        }
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return set(
+            conn.execute(
+                "SELECT event_object_table, event_manipulation FROM information_schema.triggers "
+                "WHERE action_statement = 'EXECUTE FUNCTION semula_count_replay_change()' "
+                "AND action_timing = 'AFTER' AND action_orientation = 'ROW'"
+            ).fetchall()
+        )
+
+
+def test_every_table_an_answer_reads_moves_the_change_counter(store, db_url):
     read = {t for name in ANSWER_QUERIES for t in re.findall(r"(?:FROM|JOIN)\s+(\w+)", QUERIES[name])}
-    store.close()
-    with sqlite3.connect(tmp_path / "x.db") as raw:
-        rows = raw.execute("SELECT tbl_name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
-    counted = {
-        (table, event)
-        for table, sql in rows
-        for event in ("INSERT", "UPDATE", "DELETE")
-        if f"AFTER {event}" in sql and "replay_changes SET counter = counter + 1" in sql
-    }
     assert read == {"tokens", "workspaces", "projects", "entries", "entry_answers"}
-    assert {(t, e) for t in read for e in ("INSERT", "UPDATE", "DELETE")} <= counted
+    assert {(t, e) for t in read for e in ("INSERT", "UPDATE", "DELETE")} <= counting_triggers(store, db_url)
 
 
 def test_kept_hits_stay_within_their_byte_budget_and_keep_most_of_a_larger_cycle(

@@ -71,20 +71,20 @@ def test_the_store_sees_every_change_counted_and_only_those(tmp_path):
         BEGIN UPDATE replay_changes SET counter = counter + 1; END;"""
     ):
         other.execute(statement)
-    store.version("p", "f")  # the first read opens the watch connection and maps its -shm file
+    store.version("wsp_default")  # the first read opens the watch connection and maps its -shm file
     index = store._wal_index
     assert index is not None and index.header() is not None  # the header is there to read
-    before, header = store.version("p", "f"), index.header()
+    before, header = store.version("wsp_default"), index.header()
     for value in range(3):
         other.execute("INSERT INTO log VALUES (?)", (value,))  # commits, but moves no counter
-        assert index.header() != header and store.version("p", "f") == before
+        assert index.header() != header and store.version("wsp_default") == before
         header = index.header()
         other.execute("INSERT INTO t VALUES (?)", (value,))
-        after = store.version("p", "f")
+        after = store.version("wsp_default")
         assert after != before
         before = after
     other.execute("SELECT * FROM t").fetchall()  # a read commits nothing
-    assert store.version("p", "f") == before
+    assert store.version("wsp_default") == before
     other.close()
     store.close()
 
@@ -96,11 +96,11 @@ def test_an_unchanged_header_costs_no_query(tmp_path, monkeypatch):
             "CREATE TABLE replay_changes (id INTEGER PRIMARY KEY, counter INTEGER);"
             "INSERT INTO replay_changes VALUES (1, 5)"
         )
-    assert store.version("p", "f") == 5
-    assert store.version("p", "f") == 5
+    assert store.version("wsp_default") == 5
+    assert store.version("wsp_default") == 5
     store._watch = None  # a query now would open a connection: none is opened
     monkeypatch.setattr(store, "_open", lambda: pytest.fail("queried"))
-    assert store.version("p", "f") == 5
+    assert store.version("wsp_default") == 5
     store.close()
 
 

@@ -4,14 +4,9 @@
 SELECT id, response, chunks, review_status, model, meta, answers FROM entries
 WHERE project_id = :project_id AND fingerprint = :fingerprint
 
--- name: replay_versions.postgresql
--- store.version() for many hits at once: an update always writes a new row version, so xmin changes
--- with every edit (and an entry deleted and recorded again has a new id).
-SELECT k.project_id, k.fingerprint,
-    CAST(p.xmin AS TEXT) AS project_version, CAST(e.xmin AS TEXT) || e.id AS entry_version
-FROM unnest(CAST(:project_ids AS TEXT[]), CAST(:fingerprints AS TEXT[])) AS k (project_id, fingerprint)
-JOIN projects p ON p.id = k.project_id
-LEFT JOIN entries e ON e.project_id = k.project_id AND e.fingerprint = k.fingerprint
+-- name: replay_counter.postgresql
+-- store.version(): the workspace's replay change counter (0017_replay_changes.postgresql.sql).
+SELECT counter FROM replay_changes WHERE workspace_id = :workspace_id
 
 -- name: get_entry
 SELECT * FROM entries WHERE id = :id
