@@ -138,8 +138,9 @@ class Store(Protocol):
     def scoped(self, workspace_id: str) -> Store: ...
     def migration_transaction(self) -> AbstractContextManager[Tx]: ...
     def iterate(self, name: str, /, batch: int = 500, **params: Any) -> Iterator[Row]: ...
-    def version(self, project_id: str, fingerprint: str) -> object:
-        """A value that differs once the project row or its entry for `fingerprint` may have changed.
+    def version(self, workspace_id: str) -> object:
+        """A value that differs once a row a replay answer of this workspace is made of may have changed
+        (its projects and their settings, entries and their answers, tokens, the workspace itself).
 
         Read before the rows it covers, it tells a later caller whether what it read then is still
         current (semula.service.hits). It may change more often than those rows, never less.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -143,7 +143,7 @@ class _Conn:
             self.raw.execute(sql)
 
 
-Key = tuple[str, str]  # a project id and a fingerprint
+Key = Hashable  # what a version is read for (a workspace's change counter)
 Query = Callable[[list[Key]], dict[Key, object]]
 
 
@@ -165,16 +165,16 @@ class VersionReads:
 
     A caller gets its value from a query that began *after* it asked, as a query of its own would
     (so it sees every commit that completed before it asked): keys that arrive while a query is in
-    flight wait for it to end and are then read together by one of them. One query per workspace is
-    in flight at a time: under row-level security a query reads as one tenant.
+    flight wait for it to end and are then read together by one of them. One query per group is in
+    flight at a time (the store reads a workspace's counter in a group of its own, as its tenant).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._open: dict[str | None, _Batch] = {}  # per workspace, the batch not sent yet
-        self._flying: dict[str | None, _Batch] = {}  # per workspace, the batch being read
+        self._open: dict[Hashable, _Batch] = {}  # per group, the batch not sent yet
+        self._flying: dict[Hashable, _Batch] = {}  # per group, the batch being read
 
-    def read(self, workspace: str | None, key: Key, query: Query) -> object:
+    def read(self, workspace: Hashable, key: Key, query: Query) -> object:
         with self._lock:
             batch = self._open.setdefault(workspace, _Batch())
             batch.keys.add(key)
@@ -192,7 +192,7 @@ class VersionReads:
             flying.done.wait()  # the query in flight (ours, or one that began before we asked)
         return batch.answer(key)
 
-    def _send(self, workspace: str | None, batch: _Batch, query: Query) -> None:
+    def _send(self, workspace: Hashable, batch: _Batch, query: Query) -> None:
         try:
             batch.found = query(sorted(batch.keys))
         except Exception as exc:
@@ -283,18 +283,20 @@ class PostgresStore:
 
         return self._again_if_lost(name, call)
 
-    def version(self, project_id: str, fingerprint: str) -> object:
-        """The row versions (xmin) of the project and of its entry: every update writes a new one.
+    def version(self, workspace_id: str) -> object:
+        """The workspace's replay change counter: triggers move it in the transaction of every change
+        of a row a replay answer is made of (semula/migrations/0017_replay_changes.postgresql.sql).
 
-        Concurrent hits read theirs together (VersionReads), each in a query that began after it asked.
+        Concurrent hits of a workspace read it together (VersionReads), each in a query that began
+        after it asked: one row by primary key, whatever the number of hits waiting.
         """
-        return self._versions.read(self.workspace_id, (project_id, fingerprint), self._read_versions)
+        group = (self.workspace_id, workspace_id)  # under row-level security, a query reads as one tenant
+        return self._versions.read(group, workspace_id, self._read_counter)
 
-    def _read_versions(self, keys: list[Key]) -> dict[Key, object]:
-        rows = self.all(
-            "replay_versions", project_ids=[k[0] for k in keys], fingerprints=[k[1] for k in keys]
-        )
-        return {(r["project_id"], r["fingerprint"]): (r["project_version"], r["entry_version"]) for r in rows}
+    def _read_counter(self, keys: list[Key]) -> dict[Key, object]:
+        [workspace_id] = keys  # one workspace per group
+        row = self.one("replay_counter", workspace_id=workspace_id)
+        return {workspace_id: row["counter"]} if row is not None else {}
 
     def run(self, name: str, /, **params: Any) -> int:
         with self._conn() as conn:

@@ -40,6 +40,8 @@ WAL_ATTEMPTS = 100
 # the -shm file, of which a writer updates the second, then the first, at every commit.
 WAL_INDEX_HEADER = 48
 WAL_INDEX_VERSION = 3007000
+# The replay change counter (store.version()): its triggers are in the migration that made it.
+COUNTER = "SELECT counter FROM replay_changes WHERE id = 1"
 
 
 @contextmanager
@@ -145,9 +147,18 @@ def _chunk_sizes(count: int) -> Iterator[int]:
 
 
 def split_statements(sql: str) -> list[str]:
-    """Split SQL on its semicolons (migrations and queries keep them out of strings and comments)."""
+    """Split SQL into its statements at the semicolons that end one (those inside a trigger's
+    BEGIN … END do not, as sqlite3.complete_statement knows); migrations and queries keep semicolons
+    out of strings and comments."""
     lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    statements, current = [], ""
+    for piece in "\n".join(lines).split(";"):
+        current += piece + ";"
+        if sqlite3.complete_statement(current):
+            statements.append(current.strip().rstrip(";").strip())
+            current = ""
+    statements.append(current.strip().rstrip(";").strip())
+    return [s for s in statements if s]
 
 
 # The rare query SQLite needs several statements for (the twin of one PostgreSQL statement with
@@ -199,6 +210,7 @@ class SQLiteStore:
         self._idle: list[_Conn] = []
         self._watch: _Conn | None = None
         self._wal_index: WalIndex | None = None
+        self._seen: tuple[bytes, int] | None = None  # a WAL-index header and the counter read after it
         self._watch_lock = threading.Lock()
         if path not in ("", ":memory:"):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -288,25 +300,37 @@ class SQLiteStore:
             while rows := cursor.fetchmany(batch):
                 yield from (dict(r) for r in rows)
 
-    def version(self, project_id: str, fingerprint: str) -> object:
-        """What moves with every commit of any other connection, in this process or another, so it
-        covers every row at once: the WAL-index header, else PRAGMA data_version of a connection
-        that never writes (which reads that header too, with a lock and three system calls)."""
+    def version(self, workspace_id: str) -> object:
+        """The replay change counter (one for all workspaces): moved, by triggers, in the transaction
+        of every change of a row a replay answer is made of (0017_replay_changes.sqlite.sql).
+
+        Read only when the WAL-index header moved since it was last read: every commit of any
+        connection, in this process or another, writes a new header, so an unchanged header means
+        an unchanged counter, and a read costs no lock and no system call. A commit that changed
+        nothing an answer depends on (the call log, a session's counter) moves the header but not
+        the counter, and kept hits stay kept. Without a header to read, the counter is read each time.
+        """
         if self.path in ("", ":memory:"):
             return object()  # every connection has a database of its own: nothing to compare
         index = self._wal_index
-        if index is not None and (header := index.header()) is not None:
-            return header
+        header = index.header() if index is not None else None
+        seen = self._seen
+        if header is not None and seen is not None and seen[0] == header:
+            return seen[1]
         with self._watch_lock:
             if self._watch is None:
                 self._watch = self._open()
+            # Read after the header: a commit between the two moves the header away from `header`
+            # for good, so the pair is only ever used while the counter read is still current.
             with _translated():
-                version = self._watch.raw.execute("PRAGMA data_version").fetchone()[0]
+                counter = self._watch.raw.execute(COUNTER).fetchone()[0]
+            if header is not None:
+                self._seen = (header, counter)
             if self._wal_index is None:
                 # The watch connection has the -shm file open now, and keeps it until close().
-                with contextlib.suppress(OSError, ValueError):  # none to read: data_version it stays
+                with contextlib.suppress(OSError, ValueError):  # none to read: the counter it is, each time
                     self._wal_index = WalIndex(self.path)
-            return version
+            return counter
 
     def close(self) -> None:
         with self._watch_lock:

@@ -1,12 +1,13 @@
 """Replay hits kept per process: a repeated request costs no fingerprint, no entry query and no render.
 
 A hit is kept under the exact request it answered (the raw body, the project selector and the
-caller's workspace and binding) with the value of `store.version(project, fingerprint)` read *before*
-the request's project and entry were read. It is served again only while that value is unchanged:
-on SQLite a counter that moves with every commit of any other connection, on PostgreSQL the row
-versions of the project and the entry. An edit, revert, rejection, deletion or re-recording, or a
-change of the project's settings, made through any process, is therefore seen by the very next
-request, as without this cache (docs/decisions/0024-kept-replay-hits.md).
+caller's workspace and binding) with the value of `store.version(workspace)` read *before* the
+request's project and entry were read. It is served again only while that value is unchanged: a
+counter that triggers move in the transaction of every change of a row an answer is made of (on
+SQLite one for the database, behind the WAL-index header; on PostgreSQL one per workspace). An edit,
+revert, rejection, deletion or re-recording, or a change of the project's settings, made through any
+process, is therefore seen by the very next request, as without this cache
+(docs/decisions/0024-kept-replay-hits.md, docs/decisions/0040-replay-change-counter.md).
 
 The first sight of a request only notes which project and fingerprint it led to; the next one reads
 the version first and keeps what it finds. Streams and answers with templates are never kept.
@@ -29,10 +30,16 @@ from semula.service import Context
 from semula.service.auth import require, visible
 from semula.service.replay import Call, replay_headers, templated
 
-# Bounds the memory: at most SIZE requests, each keyed by at most MAX_BODY bytes (64 MiB in all).
-SIZE = 2048
+# Bounds the memory: a request is keyed by at most MAX_BODY bytes (a longer one by its length and its
+# first and last SAMPLE bytes), and the cache holds about MAX_BYTES per process in all (`cost()`:
+# ~5 KiB for a 1.6 KB request with a short answer, so ~8,000 of those). A full cache admits one new
+# request in ADMIT, dropping its oldest (docs/decisions/0040-replay-change-counter.md).
 MAX_BODY = 32 * 1024
 SAMPLE = 2048
+MAX_BYTES = 40 * 1024 * 1024
+# What a kept hit holds besides its request and answer text: the dicts, the key, the slimmed call.
+OVERHEAD = 2560
+ADMIT = 8
 Key = tuple[str, str, str | None, str | None, str | None, bool, tuple[str | None, ...], object]
 
 
@@ -61,17 +68,30 @@ def key(
 class Kept:
     project_id: str
     fingerprint: str
+    workspace_id: str  # the project's: store.version() covers its rows
     version: object = None  # None until a request has read it before its rows
     call: Call | None = None  # the call that found the hit: the call log's row is made from it
     completion: dict[str, Any] | None = None  # as render() made it; stamped afresh for each response
     headers: list[tuple[str, str]] = field(default_factory=list)  # recorded provider headers
     digest: bytes | None = None  # a large body's SHA-256, which a body must have to be served this hit
+    size: int = 0  # the length of the answer's JSON, for cost()
+
+
+def _key_bytes(body: object) -> int:
+    return len(body) if isinstance(body, bytes) else 2 * SAMPLE + 64  # a long body's (length, head, tail)
+
+
+def cost(key: Key, kept: Kept) -> int:
+    """About how many bytes a kept hit holds: its request, its answer (parsed: ~3× its JSON) and the rest."""
+    return _key_bytes(key[-1]) + 3 * kept.size + OVERHEAD
 
 
 class HitCache:
-    def __init__(self, size: int = SIZE):
-        self.size = size
+    def __init__(self, max_bytes: int = MAX_BYTES):
+        self.max_bytes = max_bytes
         self._kept: dict[Key, Kept] = {}
+        self._bytes = 0  # cost() of everything kept
+        self._refused = 0  # new requests met while full
 
     def find(self, ctx: Context, key: Key, raw: bytes) -> tuple[Kept | None, object]:
         """The kept hit for this request if the rows it came from are unchanged, and the version.
@@ -82,7 +102,7 @@ class HitCache:
         kept = self._kept.get(key)
         if kept is None or kept.digest is not None and hashlib.sha256(raw).digest() != kept.digest:
             return None, None  # a first sight (or another large body with the same length and ends)
-        version = ctx.store.version(kept.project_id, kept.fingerprint)
+        version = ctx.store.version(kept.workspace_id)
         if kept.completion is None or not visible(ctx, kept.project_id):
             return None, version
         if version != kept.version:
@@ -100,15 +120,41 @@ class HitCache:
         kept = self._kept.get(key)
         found = (call.project["id"], call.fingerprint)
         if kept is None or version is None or (kept.project_id, kept.fingerprint) != found:
-            if len(self._kept) >= self.size:
-                self._kept.clear()
-            self._kept[key] = Kept(*found)
+            self._put(key, Kept(*found, call.project["workspace_id"]))
             return
+        # Only what the call log and restamp() read of the call: not its parsed body, project or entry rows.
+        slim = replace(
+            call,
+            body={},
+            project={k: call.project[k] for k in ("id", "name")},
+            entry={"id": call.entry["id"]},
+        )
+        kept.version, kept.call, kept.completion = version, slim, completion
         kept.headers = replay_headers(call.entry)
         kept.digest = hashlib.sha256(raw).digest() if len(raw) > MAX_BODY else None
-        # What the call log's row and restamp() read of the call: not the request, not the entry's rows.
-        call = replace(call, body={}, entry={"id": call.entry["id"]})
-        kept.version, kept.call, kept.completion = version, call, completion
+        self._put(key, kept, len(call.entry["response"]))
+
+    def _put(self, key: Key, kept: Kept, size: int = 0) -> None:
+        """Keep (or keep again, as answered) a request, dropping the oldest while over max_bytes.
+
+        When full, a new request is kept only one time in ADMIT: requests cycling through more than
+        fit (a test suite's recordings) then find most of the cache still there on their next pass,
+        where dropping the oldest for each would leave nothing of it, and a new set of requests
+        still takes the cache over within a few passes.
+        """
+        old = self._kept.pop(key, None)
+        if old is not None:
+            self._bytes -= cost(key, old)
+        elif self._bytes + cost(key, kept) > self.max_bytes:
+            self._refused += 1
+            if self._refused % ADMIT:
+                return
+        kept.size = size
+        self._bytes += cost(key, kept)
+        self._kept[key] = kept
+        while self._bytes > self.max_bytes and len(self._kept) > 1:
+            oldest = next(iter(self._kept))
+            self._bytes -= cost(oldest, self._kept.pop(oldest))
 
     @staticmethod
     def completion(kept: Kept) -> dict[str, Any]:

@@ -153,13 +153,7 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
     rules = (json.loads(call.project["ignore_fields"]), json.loads(call.project["normalize"]))
     mine = call.dialect.canonical(call.body, *rules)
     best, best_score = None, -1.0
-    for row in ctx.store.all(
-        "entry_candidates",
-        project_id=call.project["id"],
-        api=call.dialect.name,
-        model=call.model,
-        limit=CANDIDATES,
-    ):
+    for row in _candidates(ctx, call):
         theirs = call.dialect.canonical(json.loads(row["request"]), *rules)
         score = fp.closeness(mine, theirs)
         if score > best_score:
@@ -185,6 +179,16 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
         f"No recorded entry matches this request in project {name!r}. "
         f"Closest entry: {_entry_name(ctx, best[0]['id'])}{count}; {where}.{session}" + _scope_note(ctx, call)
     )
+
+
+def _candidates(ctx: Context, call: Call) -> list[dict[str, Any]]:
+    """The CANDIDATES newest entries of the call's API a miss is compared with, its model's first:
+    two indexed reads of at most CANDIDATES rows each, not a sort of every entry of the project."""
+    where = dict(project_id=call.project["id"], api=call.dialect.name, model=call.model)
+    rows = ctx.store.all("entry_candidates", **where, limit=CANDIDATES)
+    if len(rows) < CANDIDATES:
+        rows += ctx.store.all("entry_candidates_other_models", **where, limit=CANDIDATES - len(rows))
+    return rows
 
 
 def _entry_name(ctx: Context, entry_id: str) -> str:

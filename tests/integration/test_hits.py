@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import sqlite3
 from dataclasses import replace
 
 import pytest
 
-from semula.db import connect
-from semula.service import Context, bundles, entries, hits, projects
+from semula.db import QUERIES, connect
+from semula.service import Context, bundles, entries, hits, projects, replay
+from semula.service.calllog import CallLog
 from tests.entry_helpers import request_for, save_entry
 
 URL = "/p/shop/v1/chat/completions"
@@ -62,7 +65,7 @@ def warm(client, headers, times=3):
 def test_a_repeated_hit_skips_the_entry_query_and_keeps_its_log_and_fresh_ids(
     ctx, shop, app, client, make_token, entry_queries
 ):
-    # As in a server: call-log rows are written in batches (on SQLite every commit ends kept hits).
+    # As in a server: call-log rows are written in batches.
     calllog = app.extensions["semula"]["calllog"]
     calllog.batched = True
     headers = make_token("viewer", scope="replay")
@@ -191,3 +194,110 @@ def test_templates_and_streams_are_rendered_afresh_each_time(ctx, client, make_t
     stream = {**BODY, "stream": True}
     streams = [client.post(URL, json=stream, headers=headers).get_data(as_text=True) for _ in range(4)]
     assert all(s.endswith("data: [DONE]\n\n") for s in streams) and len(set(streams)) == 4
+
+
+def project_id(other):
+    return projects.get_row(other, "shop")["id"]
+
+
+def log_a_call(other, shop):
+    """Another process's call-log flush: a row of the call log, which no answer depends on."""
+    calllog = CallLog(other.store)
+    calllog.record(
+        replay.log_row(other, None, outcome="hit", status=200, started=0.0, project_id=project_id(other))
+    )
+
+
+def count_a_session_call(other, shop):
+    with other.store.transaction() as tx:
+        tx.one(
+            "count_session_call",
+            workspace_id="wsp_default",
+            project_id=project_id(other),
+            session="s1",
+            fingerprint=shop["fingerprint"],
+            now=0.0,
+        )
+
+
+def touch_a_token(other, shop):
+    """Its last use, written once a minute: not what authenticates it."""
+    token = other.store.all("list_tokens", workspace_id="wsp_default", after=None, limit=1)[0]
+    with other.store.transaction() as tx:
+        assert tx.run("touch_token", id=token["id"], workspace_id="wsp_default", now=1e10, before=1e10) == 1
+
+
+@pytest.mark.parametrize("write", [log_a_call, count_a_session_call, touch_a_token])
+def test_a_write_no_answer_depends_on_keeps_the_kept_hits(
+    shop, other, client, make_token, entry_queries, write
+):
+    headers = make_token("admin")
+    assert warm(client, headers) == [(200, "first")] * 3
+    write(other, shop)
+    entry_queries.clear()
+    assert answer(client, headers) == (200, "first")
+    assert "entry_by_fingerprint" not in entry_queries  # served kept, not read again
+    # ... while a change of the entry made by that other process is still seen at once.
+    edit(other, shop)
+    assert answer(client, headers) == (200, "second")
+
+
+# The queries whose rows a replay answer is made of: the caller's token, the project, the entry and
+# the answers of its sequence.
+ANSWER_QUERIES = (
+    "token_by_hash",
+    "get_project_by_name",
+    "get_project",
+    "entry_by_fingerprint",
+    "entry_answer",
+)
+
+
+def counting_triggers(store, url):
+    """(table, event) of every trigger that moves the replay change counter."""
+    if store.dialect == "sqlite":
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as raw:
+            rows = raw.execute("SELECT tbl_name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+        return {
+            (table, event)
+            for table, sql in rows
+            for event in ("INSERT", "UPDATE", "DELETE")
+            if f"AFTER {event}" in sql and "UPDATE replay_changes SET counter = counter + 1" in sql
+        }
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return set(
+            conn.execute(
+                "SELECT event_object_table, event_manipulation FROM information_schema.triggers "
+                "WHERE action_statement = 'EXECUTE FUNCTION semula_count_replay_change()' "
+                "AND action_timing = 'AFTER' AND action_orientation = 'ROW'"
+            ).fetchall()
+        )
+
+
+def test_every_table_an_answer_reads_moves_the_change_counter(store, db_url):
+    read = {t for name in ANSWER_QUERIES for t in re.findall(r"(?:FROM|JOIN)\s+(\w+)", QUERIES[name])}
+    assert read == {"tokens", "workspaces", "projects", "entries", "entry_answers"}
+    assert {(t, e) for t in read for e in ("INSERT", "UPDATE", "DELETE")} <= counting_triggers(store, db_url)
+
+
+def test_kept_hits_stay_within_their_byte_budget_and_keep_most_of_a_larger_cycle(
+    ctx, app, client, make_token, entry_queries
+):
+    projects.create(ctx, {"name": "shop", "mode": "replay"})
+    texts = [f"question {i}" for i in range(40)]
+    for text in texts:
+        save_entry(ctx, "shop", text)
+    cache = app.wsgi_app.hits
+    cache.max_bytes = 20 * hits.OVERHEAD * 2  # room for some 20 to 30 of the 40 requests
+    headers = make_token("admin")
+    served = []
+    for _ in range(10):  # a test suite run over and over: each request once per pass
+        entry_queries.clear()
+        served = [answer(client, headers, request_for(text)) for text in texts]
+        assert cache._bytes <= cache.max_bytes
+    assert served == [(200, f"answer to {text}") for text in texts]
+    assert 15 <= len(cache._kept) < 40
+    assert entry_queries.count("entry_by_fingerprint") <= 25  # most of those it holds were served kept
+    assert all(k.call is None or k.call.body == {} for k in cache._kept.values())  # not the parsed body

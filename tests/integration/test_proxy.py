@@ -369,3 +369,33 @@ def test_an_answer_over_this_apps_rest_releases_its_held_call_without_a_poll(
     assert held.status_code == 200
     assert held.get_json()["choices"][0]["message"]["content"] == "at once"
     assert app.extensions["semula"]["parking"].polls == 0
+
+
+def test_a_miss_compares_the_newest_entries_of_its_model_first_then_the_others(ctx, monkeypatch):
+    from semula.service import replay
+    from tests.entry_helpers import save_entry
+
+    projects.create(ctx, {"name": "many", "mode": "replay"})
+    for text, model in [("a1", "gpt-4o"), ("b1", "o3"), ("a2", "gpt-4o"), ("b2", "o3"), ("b3", "o3")]:
+        save_entry(ctx, "many", text, model=model)
+    monkeypatch.setattr(replay, "CANDIDATES", 3)
+    project = projects.get_row(ctx, "many")
+    call = replay.start(ctx, project, {"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
+    texts = [json.loads(r["request"])["messages"][0]["content"] for r in replay._candidates(ctx, call)]
+    assert texts == ["a2", "a1", "b3"]
+
+
+def test_the_miss_candidates_are_read_in_index_order_not_sorted(tmp_path):
+    import sqlite3
+
+    from semula.db import QUERIES, connect
+    from semula.migrate import migrate
+
+    store = connect(f"sqlite:///{tmp_path / 'x.db'}", pool_size=1)
+    migrate(store)
+    store.close()
+    with sqlite3.connect(tmp_path / "x.db") as raw:
+        for name in ("entry_candidates", "entry_candidates_other_models"):
+            params = {"project_id": "p", "api": "openai.chat", "model": "m", "limit": 200}
+            plan = " ".join(r[-1] for r in raw.execute("EXPLAIN QUERY PLAN " + QUERIES[name], params))
+            assert "USING INDEX entries_" in plan and "TEMP B-TREE" not in plan, plan

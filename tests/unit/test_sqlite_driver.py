@@ -15,6 +15,7 @@ from semula.db.sqlite import (
     WalIndex,
     _chunk_sizes,
     _multi_row_insert,
+    split_statements,
 )
 
 
@@ -57,25 +58,61 @@ def test_a_short_file_is_refused_before_it_is_mapped(tmp_path):
         WalIndex(str(tmp_path / "x.db"))
 
 
-def test_the_store_reads_it_and_sees_every_commit_of_another_connection(tmp_path):
+def test_the_store_sees_every_change_counted_and_only_those(tmp_path):
     path = tmp_path / "x.db"
     store = connect(f"sqlite:///{path}", pool_size=1)
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("PRAGMA journal_mode=WAL")
-    other.execute("CREATE TABLE t (x)")
-    store.version("p", "f")  # the first read opens the watch connection and maps its -shm file
-    before = store.version("p", "f")
-    assert isinstance(before, bytes)  # read from the header, not by PRAGMA data_version
-    assert store.version("p", "f") == before
+    for statement in split_statements(
+        """CREATE TABLE replay_changes (id INTEGER PRIMARY KEY, counter INTEGER NOT NULL);
+        INSERT INTO replay_changes VALUES (1, 0);
+        CREATE TABLE t (x); CREATE TABLE log (x);
+        CREATE TRIGGER t_changes AFTER INSERT ON t
+        BEGIN UPDATE replay_changes SET counter = counter + 1; END;"""
+    ):
+        other.execute(statement)
+    store.version("wsp_default")  # the first read opens the watch connection and maps its -shm file
+    index = store._wal_index
+    assert index is not None and index.header() is not None  # the header is there to read
+    before, header = store.version("wsp_default"), index.header()
     for value in range(3):
+        other.execute("INSERT INTO log VALUES (?)", (value,))  # commits, but moves no counter
+        assert index.header() != header and store.version("wsp_default") == before
+        header = index.header()
         other.execute("INSERT INTO t VALUES (?)", (value,))
-        after = store.version("p", "f")
+        after = store.version("wsp_default")
         assert after != before
         before = after
     other.execute("SELECT * FROM t").fetchall()  # a read commits nothing
-    assert store.version("p", "f") == before
+    assert store.version("wsp_default") == before
     other.close()
     store.close()
+
+
+def test_an_unchanged_header_costs_no_query(tmp_path, monkeypatch):
+    store = connect(f"sqlite:///{tmp_path / 'x.db'}", pool_size=1)
+    with store.transaction() as tx:
+        tx.script(
+            "CREATE TABLE replay_changes (id INTEGER PRIMARY KEY, counter INTEGER);"
+            "INSERT INTO replay_changes VALUES (1, 5)"
+        )
+    assert store.version("wsp_default") == 5
+    assert store.version("wsp_default") == 5
+    store._watch = None  # a query now would open a connection: none is opened
+    monkeypatch.setattr(store, "_open", lambda: pytest.fail("queried"))
+    assert store.version("wsp_default") == 5
+    store.close()
+
+
+def test_a_trigger_body_is_one_statement():
+    assert split_statements(
+        "CREATE TABLE a (x);\n-- a; comment\nCREATE TRIGGER t AFTER INSERT ON a BEGIN UPDATE b SET y = 1; "
+        "UPDATE c SET z = 2; END;\nSELECT 1"
+    ) == [
+        "CREATE TABLE a (x)",
+        "CREATE TRIGGER t AFTER INSERT ON a BEGIN UPDATE b SET y = 1; UPDATE c SET z = 2; END",
+        "SELECT 1",
+    ]
 
 
 @pytest.mark.parametrize("count", [0, 1, 7, 127, 128, 129, 300, 1000])

@@ -4,14 +4,9 @@
 SELECT id, response, chunks, review_status, model, meta, answers FROM entries
 WHERE project_id = :project_id AND fingerprint = :fingerprint
 
--- name: replay_versions.postgresql
--- store.version() for many hits at once: an update always writes a new row version, so xmin changes
--- with every edit (and an entry deleted and recorded again has a new id).
-SELECT k.project_id, k.fingerprint,
-    CAST(p.xmin AS TEXT) AS project_version, CAST(e.xmin AS TEXT) || e.id AS entry_version
-FROM unnest(CAST(:project_ids AS TEXT[]), CAST(:fingerprints AS TEXT[])) AS k (project_id, fingerprint)
-JOIN projects p ON p.id = k.project_id
-LEFT JOIN entries e ON e.project_id = k.project_id AND e.fingerprint = k.fingerprint
+-- name: replay_counter.postgresql
+-- store.version(): the workspace's replay change counter (0017_replay_changes.postgresql.sql).
+SELECT counter FROM replay_changes WHERE workspace_id = :workspace_id
 
 -- name: get_entry
 SELECT * FROM entries WHERE id = :id
@@ -24,9 +19,20 @@ ORDER BY id DESC
 LIMIT 1
 
 -- name: entry_candidates
+-- The newest entries a replay miss is compared with, of the request's model (entries_candidates_idx:
+-- it reads :limit rows, however many entries the project has).
 SELECT id, request, answers FROM entries
-WHERE project_id = :project_id AND api = :api AND review_status <> 'rejected'
-ORDER BY CASE WHEN model = :model THEN 0 ELSE 1 END, id DESC
+WHERE project_id = :project_id AND api = :api AND model = :model AND review_status <> 'rejected'
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: entry_candidates_other_models
+-- The rest when the model has fewer than :limit entries: those it passes over are then fewer than
+-- :limit too (entries_api_idx).
+SELECT id, request, answers FROM entries
+WHERE project_id = :project_id AND api = :api AND (model IS NULL OR model <> :model)
+  AND review_status <> 'rejected'
+ORDER BY id DESC
 LIMIT :limit
 
 -- name: save_entry
