@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(str(n // 1024) for n in firstsight.SIZES),
         help="firstsight: request sizes in KiB",
     )
+    parser.add_argument(
+        "--no-tools", action="store_true", help="firstsight: agent requests without tool definitions"
+    )
     args = parser.parse_args(argv)
     replay.PATIENCE = args.patience
     which = args.which or ["replay", "hold"]
@@ -101,10 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         if "firstsight" in which:
             text = firstsight.run(
                 counts=tuple(int(n) for n in args.counts.split(",") if n.strip()),
-                sizes=tuple(1024 * int(n) for n in args.sizes.split(",") if n.strip()),
+                request_sizes=tuple(1024 * int(n) for n in args.sizes.split(",") if n.strip()),
                 dbs=dbs,
                 rounds=args.rounds,
                 duration=args.duration,
+                warmup=min(args.warmup, 2),
+                tools=not args.no_tools,
             )
             sections += ["", "## First sight: server CPU per request", "", text]
         if "hold" in which:

@@ -33,17 +33,18 @@ def probes_per_size(count: int, n_sizes: int) -> int:
     return max(1, min(PROBES, count // n_sizes))
 
 
-def probe(size: int, variant: int) -> Recording:
-    request = workloads.agent_request(size, variant)
+def probe(size: int, variant: int, tools: bool = True) -> Recording:
+    """An agent request of about `size`, its `user` the nonce (without `tools`, no tool definitions)."""
+    request = workloads.agent_request(size, variant, tools=tools)
     request["user"] = NONCE  # each request of the run puts a value of its own here
     return Recording(request, workloads.answer(request, variant))
 
 
-def recordings(count: int, request_sizes: tuple[int, ...]) -> Iterator[Recording]:
+def recordings(count: int, request_sizes: tuple[int, ...], tools: bool = True) -> Iterator[Recording]:
     """The store for one count: the probes of every size, then the pair's variants up to count."""
     per_size = probes_per_size(count, len(request_sizes))
     for size in request_sizes:
-        yield from (probe(size, variant) for variant in range(per_size))
+        yield from (probe(size, variant, tools) for variant in range(per_size))
     yield from (workloads.pair_recording(v) for v in range(max(0, count - per_size * len(request_sizes))))
 
 
@@ -55,6 +56,7 @@ def run_count(
     rounds: int,
     duration: int,
     warmup: int,
+    tools: bool,
 ) -> tuple[dict[tuple[int, str], list[dict[str, float]]], list[str], dict[int, int]]:
     """Measure every size against one store of `count` recordings; the rounds by (size, server)."""
     loads: dict[str, float] = {}
@@ -64,12 +66,14 @@ def run_count(
         files = sizes.timed(
             f"{count:,} recordings' files",
             loads,
-            lambda: sizes.write_files(run.workdir, "all", recordings(count, request_sizes), bodies=False),
+            lambda: sizes.write_files(
+                run.workdir, "all", recordings(count, request_sizes, tools), bodies=False
+            ),
         )
         bodies, actual = {}, {}
         for size in request_sizes:
             bodies[size] = run.workdir / f"probes-{size}.bodies"
-            made = [probe(size, v) for v in range(per_size)]
+            made = [probe(size, v, tools) for v in range(per_size)]
             bodies[size].write_bytes(b"".join(r.request_bytes() + b"\n" for r in made))
             actual[size] = len(made[0].request_bytes())
         servers = [run.track(replay.start_flask(files.recordings))]
@@ -83,7 +87,7 @@ def run_count(
                 target.script = sizes.cycle_script(
                     run.workdir / f"wrk-{size}-{len(targets)}.lua", target, bodies[size], NONCE
                 )
-                sizes.check(target, probe(size, per_size - 1))
+                sizes.check(target, probe(size, per_size - 1, tools))
                 if warmup:
                     replay.run_wrk(target, warmup)
                 targets.append((size, target))
@@ -96,21 +100,22 @@ def run_count(
 def run(
     *,
     counts: tuple[int, ...] = COUNTS,
-    sizes: tuple[int, ...] = SIZES,
+    request_sizes: tuple[int, ...] = SIZES,
     dbs: tuple[str, ...] = runs.DATABASES,
     rounds: int = 3,
     duration: int = 10,
     warmup: int = 2,
+    tools: bool = True,
 ) -> str:
     require_tool("wrk", "install it with `apt-get install -y wrk` (Debian/Ubuntu)")
-    if not counts or not sizes or min(counts) < 1 or min(sizes) < 1024:
+    if not counts or not request_sizes or min(counts) < 1 or min(request_sizes) < 1024:
         raise BenchError("firstsight needs counts of at least 1 and sizes of at least 1 KiB")
     results: dict[tuple[int, int, str], list[dict[str, float]]] = {}
     notes: list[str] = []
     actual: dict[int, int] = {}
     for count in counts:
         measured, said, actual = run_count(
-            count, sizes, dbs=dbs, rounds=rounds, duration=duration, warmup=warmup
+            count, request_sizes, dbs=dbs, rounds=rounds, duration=duration, warmup=warmup, tools=tools
         )
         results |= {(count, size, name): rounds_ for (size, name), rounds_ in measured.items()}
         notes += said
@@ -129,12 +134,12 @@ def run(
         f"-d{duration}s per run, medians of {rounds} interleaved rounds; every request new to semula (a "
         "`user` of its own, outside the fingerprint) and matching a recording. CPU read from /proc of the "
         "server's processes (and, on PostgreSQL, its database's backends) around each run, per request "
-        "completed.",
+        "completed." + ("" if tools else " The agent requests define no tools (--no-tools)."),
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---:|" * len(header),
     ]
-    for size in sizes:
+    for size in request_sizes:
         for count in counts:
             cpu = {n: median([r["cpu_us"] for r in results[(count, size, n)]]) for n in servers}
             bad = sum(r["non2xx"] + r["socket_errors"] for n in servers for r in results[(count, size, n)])

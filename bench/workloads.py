@@ -212,13 +212,14 @@ def agent_request(target_bytes: int, variant: int = 0, *, tools: bool = True) ->
             }
         )
         messages.append({"role": "tool", "tool_call_id": call_id, "content": _tool_output(rng, call)})
-    messages.append({"role": "user", "content": _question(variant)})
+    messages.append({"role": "user", "content": _question(0)})  # sized on variant 0: all share the rest
     body: dict[str, Any] = {"model": MODEL, "messages": messages, "temperature": 0, "max_tokens": 1024}
     if tools_:
         body |= {"tools": tools_, "tool_choice": "auto", "parallel_tool_calls": False}
     body["user"] = "agent-42"
     size = len(json.dumps(body, separators=(",", ":")))
     messages[0]["content"] = _system(max(200, target_bytes - size))
+    messages[-1]["content"] = _question(variant)
     return body
 
 
