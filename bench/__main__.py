@@ -65,6 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     replay.PATIENCE = args.patience
+
+    def numbers(text: str, option: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(n) for n in text.split(",") if n.strip())
+        except ValueError:
+            parser.error(f"{option} takes whole numbers separated by commas, not {text!r}")
+
     which = args.which or ["replay", "hold"]
     if set(which) - {"replay", "hold", "dialects", "sessions", "sizes", "firstsight"}:
         parser.error("choose among: replay, hold, dialects, sessions, sizes, firstsight")
@@ -103,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             sections += ["", "## Replay at realistic sizes", "", text]
         if "firstsight" in which:
             text = firstsight.run(
-                counts=tuple(int(n) for n in args.counts.split(",") if n.strip()),
-                request_sizes=tuple(1024 * int(n) for n in args.sizes.split(",") if n.strip()),
+                counts=numbers(args.counts, "--counts"),
+                request_sizes=tuple(1024 * n for n in numbers(args.sizes, "--sizes")),
                 dbs=dbs,
                 rounds=args.rounds,
                 duration=args.duration,

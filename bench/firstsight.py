@@ -10,8 +10,9 @@ so it is never a kept hit (those are kept under the exact body). The bare Flask 
 fields out of its key. A count smaller than the sizes times one probe still holds one probe per size.
 
 Server CPU is read from /proc (utime + stime of the server's processes and, on PostgreSQL, of its
-database's backends) before and after each wrk run, divided by the requests wrk completed: what the
-machine paid per request, gevent's loop, the call log's flushes and the database included.
+database's backends) before and after each wrk run (wrk -c4, once the server has finished what the
+run before left queued), divided by the requests wrk completed: what the machine paid per request,
+gevent's loop, the call log's flushes and the database included.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from bench.workloads import NONCE, Recording
 COUNTS = (1, 1_000, 10_000, 100_000)
 SIZES = (2 * 1024, 8 * 1024, 32 * 1024, 128 * 1024)
 PROBES = 64  # distinct recordings per size the requests go round
+# Few connections: a test suite replays mostly one call at a time, and a slow cell (128 KB on a slow
+# path) then answers what it was sent instead of queueing it past wrk's timeout; the CPU of the
+# requests still in flight when a run ends is at most this many requests' worth.
+CONNECTIONS = 4
 
 
 def probes_per_size(count: int, n_sizes: int) -> int:
@@ -64,7 +69,7 @@ def run_count(
     per_size = probes_per_size(count, len(request_sizes))
     with runs.Run(f"firstsight-{count}") as run:
         files = sizes.timed(
-            f"{count:,} recordings' files",
+            f"the files of {sizes.plural(count, 'recording')}",
             loads,
             lambda: sizes.write_files(
                 run.workdir, "all", recordings(count, request_sizes, tools), bodies=False
@@ -84,6 +89,7 @@ def run_count(
                 target = Target(
                     server.name, server.url, dict(server.headers), server.process, server.database
                 )
+                target.connections = CONNECTIONS
                 target.script = sizes.cycle_script(
                     run.workdir / f"wrk-{size}-{len(targets)}.lua", target, bodies[size], NONCE
                 )
@@ -91,9 +97,12 @@ def run_count(
                 if warmup:
                     replay.run_wrk(target, warmup)
                 targets.append((size, target))
-        print(f"{count:,} recordings: measuring {len(targets)} runs per round", file=sys.stderr)
+        print(f"{sizes.plural(count, 'recording')}: measuring {len(targets)} runs per round", file=sys.stderr)
         runs.interleave([t for _, t in targets], rounds=rounds, duration=duration)
-    notes += [f"{count:,} recordings: loading " + "; ".join(f"{w} {s:.1f} s" for w, s in loads.items())]
+    notes += [
+        f"{sizes.plural(count, 'recording')}: loading "
+        + "; ".join(f"{w} {s:.1f} s" for w, s in loads.items())
+    ]
     return {(size, t.name): t.rounds for size, t in targets}, notes, actual
 
 
@@ -130,7 +139,7 @@ def run(
     ]
     header.append("non-2xx + errors")
     lines = [
-        f"Server CPU per request on first sight: wrk -t{replay.THREADS} -c{replay.CONNECTIONS} "
+        f"Server CPU per request on first sight: wrk -t{replay.THREADS} -c{CONNECTIONS} "
         f"-d{duration}s per run, medians of {rounds} interleaved rounds; every request new to semula (a "
         "`user` of its own, outside the fingerprint) and matching a recording. CPU read from /proc of the "
         "server's processes (and, on PostgreSQL, its database's backends) around each run, per request "

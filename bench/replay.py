@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ class Target:
     rounds: list[dict[str, float]] = field(default_factory=list)
     body: bytes | None = None  # what wrk posts; the recorded pair's request when None
     script: Path | None = None  # wrk's Lua script, when it is not the one made from `body`
+    connections: int = CONNECTIONS  # wrk's -c
 
     def cpu_by_pid(self) -> dict[int, float]:
         pids = self.process.pids() if self.process else []
@@ -196,6 +198,9 @@ def start_flask(recordings: Path | None = None) -> Target:
     """The bare Flask route, serving bench.pair or the recordings of a JSON-lines file."""
     port = free_port()
     argv = [sys.executable, "-m", "gunicorn", "-k", "gevent", "-w", "2", "-b", f"{HOST}:{port}"]
+    # A worker reads 100,000 recordings in ~13 s on a busy machine: more than gunicorn's 30 s allows it
+    # before its first heartbeat would be, on a busier one.
+    argv += ["--timeout", "300"]
     env = {"SEMULA_BENCH_RECORDINGS": str(recordings)} if recordings else {}
     process = Process("flask", [*argv, "--log-level", "warning", "bench.flask_app:app"], env=env)
     url = f"http://{HOST}:{port}"
@@ -268,6 +273,23 @@ def parse_wrk(output: str) -> dict[str, float]:
     }
 
 
+SETTLE_LIMIT = 30.0  # seconds a server may take to finish what an earlier run left queued
+IDLE = 0.07  # share of one core below which a server counts as idle
+
+
+def settle(target: Target) -> None:
+    """Wait (boundedly) until the server has answered what an earlier run left queued: a slow server
+    keeps working after wrk stops, and that work would count against the next run (of any target)."""
+    deadline = time.monotonic() + SETTLE_LIMIT
+    last = sum(target.cpu_by_pid().values())
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        now = sum(target.cpu_by_pid().values())
+        if now - last <= IDLE * 0.3:
+            return
+        last = now
+
+
 def run_wrk(target: Target, duration: int) -> dict[str, float]:
     """One wrk run, with the server's CPU time per request added to wrk's figures.
 
@@ -275,10 +297,11 @@ def run_wrk(target: Target, duration: int) -> dict[str, float]:
     than OTHERS_LIMIT of the cores meanwhile: whatever else runs on the two cores skews the row.
     """
     wrk = require_tool("wrk", "install it with `apt-get install -y wrk` (Debian/Ubuntu)")
-    argv = [wrk, f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{duration}s", "--latency", "--timeout", WRK_TIMEOUT]
-    argv += ["-s", str(wrk_script(target)), target.url]
+    argv = [wrk, f"-t{THREADS}", f"-c{target.connections}", f"-d{duration}s", "--latency"]
+    argv += ["--timeout", WRK_TIMEOUT, "-s", str(wrk_script(target)), target.url]
     attempts = ATTEMPTS if PATIENCE > 0 else 1
     for attempt in range(1, attempts + 1):
+        settle(target)
         if PATIENCE > 0:
             wait_quiet(patience=PATIENCE)
         machine0, wrk0 = machine_busy_seconds(), children_cpu_seconds()

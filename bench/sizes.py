@@ -83,6 +83,10 @@ end
 """
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def lua_string(text: str) -> str:
     return json.dumps(text)  # a JSON string of ASCII is a Lua string literal
 
@@ -176,7 +180,7 @@ def semula_targets(
         except BenchError as exc:
             if db != "postgres":
                 raise
-            notes.append(f"semula on PostgreSQL skipped: {exc}")
+            notes.append(f"semula on PostgreSQL skipped: {' '.join(str(exc).split())}")
             continue
         token = timed(
             f"semula {label} (bundle import)", loads, lambda url=url: replay.load_bundle(url, bundle)
@@ -209,7 +213,9 @@ def run_workload(
         targets: list[Target] = []
         if workload.count <= wiremock_max:
             wm = timed(
-                f"WireMock ({files.count:,} stubs)", loads, lambda: replay.start_wiremock(stubs(files))
+                f"WireMock ({plural(files.count, 'stub')})",
+                loads,
+                lambda: replay.start_wiremock(stubs(files)),
             )
             targets.append(run.track(wm))
         else:
@@ -233,7 +239,7 @@ def run_workload(
     lines = [
         f"### Workload {workload.name}: {workload.title}",
         "",
-        f"{files.count:,} recordings, requests of {files.request_bytes:,} B and answers of "
+        f"{plural(files.count, 'recording')}, requests of {files.request_bytes:,} B and answers of "
         f"{files.answer_bytes:,} B on average; wrk -t{replay.THREADS} -c{replay.CONNECTIONS} -d{duration}s "
         "--latency, every connection cycling through all the bodies; "
         f"medians of {rounds} interleaved rounds.",
