@@ -131,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the runs have stopped their servers and dropped their databases
+        print("bench: interrupted; servers stopped, temporary databases and files removed", file=sys.stderr)
+        return 130
     report = "\n".join(sections) + "\n"
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "report.md").write_text(report)
