@@ -1,4 +1,5 @@
-"""`python -m bench [replay|hold|dialects|sessions] [options]`: run semula's benchmarks and print a report."""
+"""`python -m bench [replay|hold|dialects|sessions|sizes|firstsight] [options]`: run semula's benchmarks
+and print a report."""
 
 from __future__ import annotations
 
@@ -6,27 +7,74 @@ import argparse
 import sys
 import time
 
-from bench import dialects, hold, replay, sessions
+from bench import dialects, firstsight, hold, replay, runs, sessions, sizes, workloads
 from bench.common import OUT, BenchError, machine
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("which", nargs="*", help="replay and/or hold (default: both)")
-    parser.add_argument("--duration", type=int, default=10, help="seconds of each wrk run (replay)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (replay)")
-    parser.add_argument("--warmup", type=int, default=5, help="seconds of warm-up per server (replay)")
+    parser.add_argument(
+        "which",
+        nargs="*",
+        help="of replay, hold, dialects, sessions, sizes, firstsight (default: replay hold)",
+    )
+    parser.add_argument("--duration", type=int, default=10, help="seconds of each wrk run")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of wrk runs")
+    parser.add_argument("--warmup", type=int, default=5, help="seconds of warm-up per server (0: none)")
     parser.add_argument(
         "--servers", default=",".join(replay.SERVERS), help=f"replay servers, of {', '.join(replay.SERVERS)}"
     )
     parser.add_argument("--calls", type=int, default=5000, help="calls held at once (hold)")
     parser.add_argument(
-        "--db", default="postgres,sqlite", help="databases for hold and dialects: postgres,sqlite"
+        "--db",
+        default="postgres,sqlite",
+        help="databases for hold, dialects, sessions, sizes, firstsight: postgres,sqlite",
+    )
+    parser.add_argument(
+        "--patience",
+        type=float,
+        default=replay.PATIENCE,
+        help="seconds each wrk run waits for the machine to be quiet (0: no wait, no rerun; smoke runs)",
+    )
+    parser.add_argument(
+        "--workloads",
+        default=",".join(workloads.DEFAULT),
+        help=f"sizes: of {', '.join(workloads.WORKLOADS)} (issue #22)",
+    )
+    parser.add_argument(
+        "--wiremock-max",
+        type=int,
+        default=sizes.WIREMOCK_MAX,
+        help="sizes: the most recordings WireMock is loaded with; above, its row is skipped",
+    )
+    parser.add_argument(
+        "--recordings", type=int, default=None, help="sizes: cut every workload to this many (smoke runs)"
+    )
+    parser.add_argument(
+        "--counts",
+        default=",".join(str(n) for n in firstsight.COUNTS),
+        help="firstsight: recordings in the store",
+    )
+    parser.add_argument(
+        "--sizes",
+        default=",".join(str(n // 1024) for n in firstsight.SIZES),
+        help="firstsight: request sizes in KiB",
+    )
+    parser.add_argument(
+        "--no-tools", action="store_true", help="firstsight: agent requests without tool definitions"
     )
     args = parser.parse_args(argv)
+    replay.PATIENCE = args.patience
+
+    def numbers(text: str, option: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(n) for n in text.split(",") if n.strip())
+        except ValueError:
+            parser.error(f"{option} takes whole numbers separated by commas, not {text!r}")
+
     which = args.which or ["replay", "hold"]
-    if set(which) - {"replay", "hold", "dialects", "sessions"}:
-        parser.error("choose among: replay, hold, dialects, sessions")
+    if set(which) - {"replay", "hold", "dialects", "sessions", "sizes", "firstsight"}:
+        parser.error("choose among: replay, hold, dialects, sessions, sizes, firstsight")
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
     sections = [
         f"# semula benchmarks, {time.strftime('%Y-%m-%d %H:%M')}",
@@ -42,16 +90,37 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"unknown servers: {', '.join(sorted(unknown))}")
             text = replay.run(duration=args.duration, rounds=args.rounds, warmup=args.warmup, only=servers)
             sections += ["", "## Replay", "", text]
+        dbs = runs.parse_dbs(args.db)
         if "dialects" in which:
-            dbs = tuple(d.strip() for d in args.db.split(",") if d.strip())
             text = dialects.run(duration=args.duration, rounds=args.rounds, warmup=args.warmup, dbs=dbs)
             sections += ["", "## Replay hits per API", "", text]
         if "sessions" in which:
-            dbs = tuple(d.strip() for d in args.db.split(",") if d.strip())
             text = sessions.run(duration=args.duration, rounds=args.rounds, warmup=args.warmup, dbs=dbs)
             sections += ["", "## Replay hits in sessions", "", text]
+        if "sizes" in which:
+            text = sizes.run(
+                names=tuple(w.strip() for w in args.workloads.split(",") if w.strip()),
+                dbs=dbs,
+                rounds=args.rounds,
+                duration=args.duration,
+                warmup=args.warmup,
+                wiremock_max=args.wiremock_max,
+                limit=args.recordings,
+            )
+            sections += ["", "## Replay at realistic sizes", "", text]
+        if "firstsight" in which:
+            text = firstsight.run(
+                counts=numbers(args.counts, "--counts"),
+                request_sizes=tuple(1024 * n for n in numbers(args.sizes, "--sizes")),
+                dbs=dbs,
+                rounds=args.rounds,
+                duration=args.duration,
+                warmup=min(args.warmup, 2),
+                tools=not args.no_tools,
+            )
+            sections += ["", "## First sight: server CPU per request", "", text]
         if "hold" in which:
-            for db in (d.strip() for d in args.db.split(",") if d.strip()):
+            for db in dbs:
                 try:
                     text = hold.run(db=db, calls=args.calls)
                 except BenchError as exc:
@@ -62,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the runs have stopped their servers and dropped their databases
+        print("bench: interrupted; servers stopped, temporary databases and files removed", file=sys.stderr)
+        return 130
     report = "\n".join(sections) + "\n"
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "report.md").write_text(report)

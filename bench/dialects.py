@@ -9,14 +9,11 @@ hit rate, on SQLite and PostgreSQL. `python -m bench dialects [--db sqlite,postg
 from __future__ import annotations
 
 import json
-import shutil
-import sys
-import time
 
 import requests
 
-from bench import pair, replay
-from bench.common import OUT, BenchError, PostgresDatabase, median, require_tool
+from bench import pair, replay, runs
+from bench.common import BenchError, median, require_tool
 
 TARGET = 0.9
 # The other APIs measured against Chat Completions: label, dialect, route under /v1, the pair's body,
@@ -72,20 +69,13 @@ def run(
     *, duration: int = 10, rounds: int = 3, warmup: int = 5, dbs: tuple[str, ...] = ("sqlite", "postgres")
 ) -> str:
     require_tool("wrk", "install it with `apt-get install -y wrk` (Debian/Ubuntu)")
-    workdir = OUT / f"dialects-{int(time.time())}"
-    workdir.mkdir(parents=True)
     targets: list[replay.Target] = []
-    pg: PostgresDatabase | None = None
-    try:
+    with runs.Run("dialects") as run:
         for db in dbs:
-            if db == "sqlite":
-                url = f"sqlite:///{workdir}/semula.db"
-            else:
-                pg = PostgresDatabase().create()
-                url = pg.url
+            url, pg = run.database(db)
             token = load(url)
-            chat = replay.start_semula(
-                f"{db}: Chat Completions", f"semula-{db}", url, token, database=pg if db != "sqlite" else None
+            chat = run.track(
+                replay.start_semula(f"{db}: Chat Completions", f"semula-{db}", url, token, database=pg)
             )
             chat.body = pair.request_bytes()
             chat.headers["Content-Type"] = "application/json"
@@ -107,22 +97,8 @@ def run(
                 if warmup:
                     replay.warm_up(target, warmup)
                 targets.append(target)
-        for number in range(rounds):
-            order = targets[number % len(targets) :] + targets[: number % len(targets)]
-            for target in order:
-                result = replay.run_wrk(target, duration)
-                target.rounds.append(result)
-                print(f"round {number + 1} {target.name}: {result['rps']:,.0f} req/s", file=sys.stderr)
+        runs.interleave(targets, rounds=rounds, duration=duration)
         return report(targets, duration, rounds)
-    finally:
-        stopped = set()
-        for target in targets:
-            if target.process and id(target.process) not in stopped:
-                stopped.add(id(target.process))
-                target.process.stop()
-        if pg is not None:
-            pg.drop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def report(targets: list[replay.Target], duration: int, rounds: int) -> str:

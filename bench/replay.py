@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 import requests
 
-from bench import pair
+from bench import pair, runs
 from bench.common import (
     CACHE,
     HOST,
@@ -44,6 +45,7 @@ CONNECTIONS, THREADS = 50, 2
 WRK_TIMEOUT = "2s"
 OTHERS_LIMIT = 0.10  # share of the cores that work other than server and wrk may take during a run
 ATTEMPTS = 3
+PATIENCE = 120.0  # seconds each run waits for a quiet machine; 0: neither wait nor run again (smoke runs)
 
 
 @dataclass
@@ -55,6 +57,8 @@ class Target:
     database: PostgresDatabase | None = None  # its backends' CPU counts as the server's
     rounds: list[dict[str, float]] = field(default_factory=list)
     body: bytes | None = None  # what wrk posts; the recorded pair's request when None
+    script: Path | None = None  # wrk's Lua script, when it is not the one made from `body`
+    connections: int = CONNECTIONS  # wrk's -c
 
     def cpu_by_pid(self) -> dict[int, float]:
         pids = self.process.pids() if self.process else []
@@ -62,29 +66,55 @@ class Target:
         return cpu_by_pid(pids)
 
 
-def load_pair(db_url: str) -> str:
-    """Record the pair into a fresh project through the service layer, switch it to replay mode, and
-    return the secret of a replay-scope token bound to it (what a CI job would use)."""
+@contextmanager
+def service(db_url: str) -> Iterator[Any]:
+    """A service-layer context (the CLI's principal) on a migrated database, closed afterwards."""
     from semula.config import Settings
-    from semula.core import fingerprint as fp
     from semula.db import connect
     from semula.migrate import migrate
-    from semula.service import CLI, Context, pending, projects, tokens
+    from semula.service import CLI, Context
 
     store = connect(db_url, pool_size=2)
     try:
         migrate(store)
-        ctx = Context(store, dc_replace(Settings(), database_url=db_url), CLI)
+        yield Context(store, dc_replace(Settings(), database_url=db_url), CLI)
+    finally:
+        store.close()
+
+
+def replay_token(ctx: Any) -> str:
+    """Switch the project to replay mode; the secret of a replay-scope token bound to it (as CI uses)."""
+    from semula.service import projects, tokens
+
+    projects.update(ctx, PROJECT, {"mode": "replay"})
+    made = tokens.create(ctx, {"role": "viewer", "scope": "replay", "project": PROJECT, "name": "bench"})
+    return made["token"]
+
+
+def load_pair(db_url: str) -> str:
+    """Record the pair into a fresh project through the service layer, switch it to replay mode, and
+    return the secret of a replay-scope token bound to it (what a CI job would use)."""
+    from semula.core import fingerprint as fp
+    from semula.service import pending, projects
+
+    with service(db_url) as ctx:
         projects.create(ctx, {"name": PROJECT, "mode": "record"})
         body = pair.request_body()
         pending_id = pending.park(ctx, projects.get_row(ctx, PROJECT), fp.fingerprint(body), body, False)
         assert pending_id is not None
         pending.answer(ctx, pending_id, pair.completion(), actor="import", summary="bench pair")
-        projects.update(ctx, PROJECT, {"mode": "replay"})
-        made = tokens.create(ctx, {"role": "viewer", "scope": "replay", "project": PROJECT, "name": "bench"})
-        return made["token"]
-    finally:
-        store.close()
+        return replay_token(ctx)
+
+
+def load_bundle(db_url: str, bundle: Path) -> str:
+    """Import a bundle into a fresh project (`semula import`'s service call); return a replay token."""
+    from semula.service import bundles, projects
+
+    with service(db_url) as ctx:
+        projects.create(ctx, {"name": PROJECT})
+        with open(bundle, "rb") as source:
+            bundles.import_bundle(ctx, PROJECT, source)
+        return replay_token(ctx)
 
 
 def wiremock_jar() -> Path:
@@ -106,7 +136,23 @@ def wiremock_jar() -> Path:
     return jars[-1]
 
 
-def start_wiremock() -> Target:
+STUB_BATCH = 500  # stubs posted to WireMock's import at once
+
+
+def stub(request: dict[str, Any], answer: bytes) -> dict[str, Any]:
+    """WireMock's stub for one recording: the request's JSON as equalToJson, the answer as recorded."""
+    return {
+        "request": {
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "bodyPatterns": [{"equalToJson": request}],
+        },
+        "response": {"status": 200, "headers": {"Content-Type": "application/json"}, "body": answer.decode()},
+    }
+
+
+def start_wiremock(stubs: Iterable[dict[str, Any]] | None = None) -> Target:
+    """WireMock with one stub per recording (the pair's when none are given)."""
     java = require_tool("java", "install a Java 11+ runtime for WireMock")
     port = free_port()
     # No request journal: it would grow by every request of the run and time the JVM's GC, not WireMock.
@@ -127,28 +173,38 @@ def start_wiremock() -> Target:
     )
     url = f"http://{HOST}:{port}"
     process.start(url + "/__admin/health")
-    stub = {
-        "request": {
-            "method": "POST",
-            "url": "/v1/chat/completions",
-            "bodyPatterns": [{"equalToJson": pair.request_body()}],
-        },
-        "response": {
-            "status": 200,
-            "headers": {"Content-Type": "application/json"},
-            "body": pair.answer_bytes().decode(),
-        },
-    }
-    requests.post(url + "/__admin/mappings", json=stub, timeout=10).raise_for_status()
+    try:
+        batch: list[dict[str, Any]] = []
+        for item in [stub(pair.request_body(), pair.answer_bytes())] if stubs is None else stubs:
+            batch.append(item)
+            if len(batch) == STUB_BATCH:
+                _import_stubs(url, batch)
+                batch = []
+        if batch:
+            _import_stubs(url, batch)
+    except BaseException:
+        process.stop()
+        raise
     return Target("WireMock", url + "/v1/chat/completions", process=process)
 
 
-def start_flask() -> Target:
+def _import_stubs(url: str, stubs: list[dict[str, Any]]) -> None:
+    response = requests.post(url + "/__admin/mappings/import", json={"mappings": stubs}, timeout=300)
+    if response.status_code >= 300:
+        raise BenchError(f"WireMock refused the stubs: {response.status_code} {response.text[:300]}")
+
+
+def start_flask(recordings: Path | None = None) -> Target:
+    """The bare Flask route, serving bench.pair or the recordings of a JSON-lines file."""
     port = free_port()
     argv = [sys.executable, "-m", "gunicorn", "-k", "gevent", "-w", "2", "-b", f"{HOST}:{port}"]
-    process = Process("flask", [*argv, "--log-level", "warning", "bench.flask_app:app"])
+    # A worker reads 100,000 recordings in ~13 s on a busy machine: more than gunicorn's 30 s allows it
+    # before its first heartbeat would be, on a busier one.
+    argv += ["--timeout", "300"]
+    env = {"SEMULA_BENCH_RECORDINGS": str(recordings)} if recordings else {}
+    process = Process("flask", [*argv, "--log-level", "warning", "bench.flask_app:app"], env=env)
     url = f"http://{HOST}:{port}"
-    process.start(url + "/healthz")
+    process.start(url + "/healthz", timeout=600)  # each worker reads every recording first
     return Target("bare Flask route (gevent, 2 workers)", url + "/v1/chat/completions", process=process)
 
 
@@ -182,6 +238,8 @@ def check(target: Target) -> None:
 
 
 def wrk_script(target: Target) -> Path:
+    if target.script is not None:
+        return target.script
     lines = ['wrk.method = "POST"', 'wrk.headers["Content-Type"] = "application/json"']
     lines += [f'wrk.headers["{k}"] = "{v}"' for k, v in target.headers.items()]
     lines.append(f"wrk.body = [==[{(target.body or pair.request_bytes()).decode()}]==]")
@@ -215,6 +273,23 @@ def parse_wrk(output: str) -> dict[str, float]:
     }
 
 
+SETTLE_LIMIT = 30.0  # seconds a server may take to finish what an earlier run left queued
+IDLE = 0.07  # share of one core below which a server counts as idle
+
+
+def settle(target: Target) -> None:
+    """Wait (boundedly) until the server has answered what an earlier run left queued: a slow server
+    keeps working after wrk stops, and that work would count against the next run (of any target)."""
+    deadline = time.monotonic() + SETTLE_LIMIT
+    last = sum(target.cpu_by_pid().values())
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        now = sum(target.cpu_by_pid().values())
+        if now - last <= IDLE * 0.3:
+            return
+        last = now
+
+
 def run_wrk(target: Target, duration: int) -> dict[str, float]:
     """One wrk run, with the server's CPU time per request added to wrk's figures.
 
@@ -222,10 +297,13 @@ def run_wrk(target: Target, duration: int) -> dict[str, float]:
     than OTHERS_LIMIT of the cores meanwhile: whatever else runs on the two cores skews the row.
     """
     wrk = require_tool("wrk", "install it with `apt-get install -y wrk` (Debian/Ubuntu)")
-    argv = [wrk, f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{duration}s", "--latency", "--timeout", WRK_TIMEOUT]
-    argv += ["-s", str(wrk_script(target)), target.url]
-    for attempt in range(1, ATTEMPTS + 1):
-        wait_quiet()
+    argv = [wrk, f"-t{THREADS}", f"-c{target.connections}", f"-d{duration}s", "--latency"]
+    argv += ["--timeout", WRK_TIMEOUT, "-s", str(wrk_script(target)), target.url]
+    attempts = ATTEMPTS if PATIENCE > 0 else 1
+    for attempt in range(1, attempts + 1):
+        settle(target)
+        if PATIENCE > 0:
+            wait_quiet(patience=PATIENCE)
         machine0, wrk0 = machine_busy_seconds(), children_cpu_seconds()
         server0 = target.cpu_by_pid()
         done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60, check=True)
@@ -240,7 +318,7 @@ def run_wrk(target: Target, duration: int) -> dict[str, float]:
             break
         print(
             f"{target.name}: other work took {result['others']:.0%} of the cores during the run"
-            + ("; running it again" if attempt < ATTEMPTS else "; keeping it"),
+            + ("; running it again" if attempt < attempts else "; keeping it"),
             file=sys.stderr,
         )
     return result
@@ -268,21 +346,21 @@ def warm_up(target: Target, seconds: int) -> None:
         last = rate
 
 
-def report(targets: list[Target], duration: int, rounds: int) -> str:
-    def row(t: Target) -> dict[str, float]:
-        return {k: median([r[k] for r in t.rounds]) for k in ("rps", "p50_ms", "p99_ms", "cpu_us")} | {
-            "non2xx": sum(r["non2xx"] for r in t.rounds),
-            "socket_errors": sum(r["socket_errors"] for r in t.rounds),
-        }
+def summary(target: Target) -> dict[str, float]:
+    """A target's rounds in one row: medians of rate, latency and CPU; non-2xx and errors added up."""
+    keys = ("rps", "p50_ms", "p99_ms", "cpu_us")
+    return {k: median([r[k] for r in target.rounds]) for k in keys} | {
+        "non2xx": sum(r["non2xx"] for r in target.rounds),
+        "socket_errors": sum(r["socket_errors"] for r in target.rounds),
+    }
 
-    rows = {t.name: row(t) for t in targets}
+
+def table(targets: list[Target]) -> list[str]:
+    """The markdown table of the targets' medians, × WireMock and × the bare Flask route among them."""
+    rows = {t.name: summary(t) for t in targets}
     by_kind = {t.name.split(" ")[0]: rows[t.name] for t in targets}
     wiremock, flask = by_kind.get("WireMock"), by_kind.get("bare")
     lines = [
-        f"Replay hits: wrk -t{THREADS} -c{CONNECTIONS} -d{duration}s --latency, POST of a "
-        f"{len(pair.request_bytes())} B request answered by a {len(pair.answer_bytes())} B recording; "
-        f"medians of {rounds} interleaved rounds.",
-        "",
         "| server | req/s | p50 ms | p99 ms | × WireMock | × bare Flask | server CPU µs/req ¹ | non-2xx "
         "| socket errors |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -297,12 +375,27 @@ def report(targets: list[Target], duration: int, rounds: int) -> str:
         )
     lines += [
         "",
-        "¹ CPU time of the server's processes (with PostgreSQL's backends for its database) per request.",
+        "¹ CPU time of the server's processes (with PostgreSQL's backends for its database) per request,",
+        "read from /proc before and after each wrk run.",
         "",
         "Per round (req/s, and the share of the cores other work took during the run):",
     ]
     lines += [
         f"- {t.name}: " + ", ".join(f"{r['rps']:,.0f} ({r['others']:.0%})" for r in t.rounds) for t in targets
+    ]
+    return lines
+
+
+def report(targets: list[Target], duration: int, rounds: int) -> str:
+    rows = {t.name: summary(t) for t in targets}
+    by_kind = {t.name.split(" ")[0]: rows[t.name] for t in targets}
+    wiremock, flask = by_kind.get("WireMock"), by_kind.get("bare")
+    lines = [
+        f"Replay hits: wrk -t{THREADS} -c{CONNECTIONS} -d{duration}s --latency, POST of a "
+        f"{len(pair.request_bytes())} B request answered by a {len(pair.answer_bytes())} B recording; "
+        f"medians of {rounds} interleaved rounds.",
+        "",
+        *table(targets),
     ]
     semula = [t for t in targets if t.name.startswith("semula")]
     if semula and wiremock and flask:
@@ -320,55 +413,37 @@ SERVERS = ("wiremock", "flask", "semula-sqlite", "semula-sqlite-noauth", "semula
 
 def run(*, duration: int = 10, rounds: int = 3, warmup: int = 5, only: tuple[str, ...] = SERVERS) -> str:
     require_tool("wrk", "install it with `apt-get install -y wrk` (Debian/Ubuntu)")
-    OUT.mkdir(parents=True, exist_ok=True)
     targets: list[Target] = []
-    pg: PostgresDatabase | None = None
-    workdir = OUT / f"replay-{int(time.time())}"
-    workdir.mkdir(parents=True)
-    try:
+    with runs.Run("replay") as run:
         if "wiremock" in only:
-            targets.append(start_wiremock())
+            targets.append(run.track(start_wiremock()))
         if "flask" in only:
-            targets.append(start_flask())
+            targets.append(run.track(start_flask()))
         if {"semula-sqlite", "semula-sqlite-noauth"} & set(only):
-            sqlite_url = f"sqlite:///{workdir}/semula.db"
+            sqlite_url, _ = run.database("sqlite")
             token = load_pair(sqlite_url)
             if "semula-sqlite" in only:
-                targets.append(start_semula("semula, SQLite, auth on", "semula-sqlite", sqlite_url, token))
+                label = "semula, SQLite, auth on"
+                targets.append(run.track(start_semula(label, "semula-sqlite", sqlite_url, token)))
             if "semula-sqlite-noauth" in only:
                 label = "semula, SQLite, auth off"
-                targets.append(start_semula(label, "semula-sqlite-noauth", sqlite_url, token, auth=False))
+                target = start_semula(label, "semula-sqlite-noauth", sqlite_url, token, auth=False)
+                targets.append(run.track(target))
         if "semula-postgres" in only:
             try:
-                pg = PostgresDatabase().create()
+                pg_url, pg = run.database("postgres")
             except BenchError as exc:  # the other rows are still worth having
                 print(f"skipping the PostgreSQL row: {exc}", file=sys.stderr)
             else:
-                token = load_pair(pg.url)
+                token = load_pair(pg_url)
                 label = "semula, PostgreSQL, auth on"
-                targets.append(start_semula(label, "semula-postgres", pg.url, token, database=pg))
+                targets.append(run.track(start_semula(label, "semula-postgres", pg_url, token, database=pg)))
         for target in targets:
             check(target)
             if warmup:
                 warm_up(target, warmup)
-        for number in range(rounds):
-            order = targets[number % len(targets) :] + targets[: number % len(targets)]
-            for target in order:
-                result = run_wrk(target, duration)
-                target.rounds.append(result)
-                print(
-                    f"round {number + 1} {target.name}: {result['rps']:,.0f} req/s, "
-                    f"p50 {result['p50_ms']:.2f} ms, p99 {result['p99_ms']:.1f} ms",
-                    file=sys.stderr,
-                )
+        runs.interleave(targets, rounds=rounds, duration=duration)
         text = report(targets, duration, rounds)
         data: dict[str, Any] = {t.name: t.rounds for t in targets}
         (OUT / "replay.json").write_text(json.dumps(data, indent=2))
         return text
-    finally:
-        for target in targets:
-            if target.process:
-                target.process.stop()
-        if pg is not None:
-            pg.drop()
-        shutil.rmtree(workdir, ignore_errors=True)  # the SQLite database: every call of the run is logged

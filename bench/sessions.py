@@ -10,14 +10,11 @@ reported. `python -m bench sessions [--db sqlite,postgres]`.
 from __future__ import annotations
 
 import json
-import shutil
-import sys
-import time
 
 import requests
 
-from bench import pair, replay
-from bench.common import OUT, BenchError, PostgresDatabase, median, require_tool
+from bench import pair, replay, runs
+from bench.common import BenchError, median, require_tool
 
 TARGET = 0.95
 ANSWERS = 3
@@ -86,42 +83,19 @@ def run(
     *, duration: int = 10, rounds: int = 3, warmup: int = 5, dbs: tuple[str, ...] = ("sqlite", "postgres")
 ) -> str:
     require_tool("wrk", "install it with `apt-get install -y wrk` (Debian/Ubuntu)")
-    workdir = OUT / f"sessions-{int(time.time())}"
-    workdir.mkdir(parents=True)
     targets: list[replay.Target] = []
-    servers: list[replay.Target] = []
-    pg: PostgresDatabase | None = None
-    try:
+    with runs.Run("sessions") as run:
         for db in dbs:
-            if db == "sqlite":
-                url = f"sqlite:///{workdir}/semula.db"
-            else:
-                pg = PostgresDatabase().create()
-                url = pg.url
+            url, pg = run.database(db)
             token = load(url)
-            base = replay.start_semula(
-                db, f"semula-{db}", url, token, database=pg if db != "sqlite" else None
-            )
-            servers.append(base)
+            base = run.track(replay.start_semula(db, f"semula-{db}", url, token, database=pg))
             for target in targets_for(db, base):
                 check(target)
                 if warmup:
                     replay.warm_up(target, warmup)
                 targets.append(target)
-        for number in range(rounds):
-            order = targets[number % len(targets) :] + targets[: number % len(targets)]
-            for target in order:
-                result = replay.run_wrk(target, duration)
-                target.rounds.append(result)
-                print(f"round {number + 1} {target.name}: {result['rps']:,.0f} req/s", file=sys.stderr)
+        runs.interleave(targets, rounds=rounds, duration=duration)
         return report(targets, duration, rounds)
-    finally:
-        for server in servers:
-            if server.process:
-                server.process.stop()
-        if pg is not None:
-            pg.drop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def report(targets: list[replay.Target], duration: int, rounds: int) -> str:
