@@ -201,6 +201,7 @@ def present(row: dict[str, Any], *, full: bool = False) -> dict[str, Any]:
 def _present_revision(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "object": "entry.revision",
+        "seq": row.get("seq") or 1,
         "number": row["number"],
         "actor": row["actor"],
         "summary": row["summary"],

@@ -13,14 +13,15 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from semula import dialects, metrics, redact
 from semula.dialects import Dialect, Request
-from semula.errors import InvalidAnswer, UpstreamBudget, UpstreamDryRun, UpstreamError
-from semula.service import Context, audit, dumps, now, provider
+from semula.errors import Conflict, InvalidAnswer, UpstreamBudget, UpstreamDryRun, UpstreamError
+from semula.service import Context, audit, dumps, now, provider, sequences
 from semula.service import entries as entries_service
 from semula.service import projects as projects_service
 from semula.service.auth import require
@@ -28,6 +29,9 @@ from semula.service.auth import require
 logger = logging.getLogger("semula.upstream")
 
 SUMMARY = "recorded from upstream"
+# How long a call recording answer k of a sequence waits for the call recording answer k-1 to start in
+# this process (two calls of one session sent at once reach the provider in either order).
+PREVIOUS_GRACE = 0.5
 
 
 @dataclass
@@ -42,6 +46,7 @@ class SingleFlight:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # notified as a flight starts or finishes
         self._flights: dict[tuple[str, ...], _Flight] = {}
 
     def run(self, key: tuple[str, ...], fn: Callable[[], Any]) -> Any:
@@ -63,7 +68,19 @@ class SingleFlight:
             if flight is not None:
                 return flight, False
             flight = self._flights[key] = _Flight()
+            self._changed.notify_all()
             return flight, True
+
+    def flying(self, key: tuple[str, ...], grace: float) -> _Flight | None:
+        """The flight for `key` in this process, waiting up to `grace` s for one to start; else None."""
+        deadline = time.monotonic() + grace
+        with self._lock:
+            while (flight := self._flights.get(key)) is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._changed.wait(left)
+            return flight
 
     @staticmethod
     def wait(flight: _Flight) -> Any:
@@ -75,14 +92,20 @@ class SingleFlight:
     def finish(
         self, key: tuple[str, ...], flight: _Flight, *, result: Any = None, error: BaseException | None = None
     ) -> None:
+        flight.result, flight.error = result, error
         with self._lock:
             if self._flights.get(key) is flight:
                 del self._flights[key]
-        flight.result, flight.error = result, error
+            self._changed.notify_all()
         flight.done.set()
 
 
 FLIGHTS = SingleFlight()
+
+
+def _flight_key(ctx: Context, project: dict[str, Any], fingerprint: str, seq: int) -> tuple[str, ...]:
+    """One flight per answer: identical calls for one place in a sequence share it, two places never do."""
+    return (ctx.principal.workspace_id, project["id"], fingerprint, str(seq))
 
 
 def _stored_or_dry_run(
@@ -111,28 +134,58 @@ def forward(
     fingerprint: str,
     body: dict[str, Any],
     dialect: Dialect | None = None,
+    seq: int = 1,
 ) -> dict[str, Any]:
     """The entry row for a miss, recorded from the upstream provider (one call per prompt per process).
 
-    A provider's answer semula cannot store is still the app's: the row then has no id and carries a
-    `warning` (and the call counts as spent, as every call that reached the provider does).
+    `seq` above 1 records that answer of the request's sequence (decision 0041). A provider's answer
+    semula cannot store is still the app's: the row then has no id and carries a `warning` (and the
+    call counts as spent, as every call that reached the provider does).
     """
     dialect = dialect or dialects.get(dialects.CHAT)
     stored = _stored_or_dry_run(ctx, project, fingerprint, body)
-    key = (ctx.principal.workspace_id, project["id"], fingerprint)
-    return FLIGHTS.run(key, lambda: _forward_once(ctx, project, fingerprint, body, stored, dialect))
+    key = _flight_key(ctx, project, fingerprint, seq)
+    return FLIGHTS.run(key, lambda: _forward_once(ctx, project, fingerprint, body, stored, dialect, seq))
 
 
-def _budget_or_entry(ctx: Context, project: dict[str, Any], fingerprint: str) -> dict[str, Any] | None:
-    """Take one call from the budget (None), or the entry recorded meanwhile; 429 when it is spent."""
+def _await_previous(ctx: Context, project: dict[str, Any], fingerprint: str, seq: int) -> None:
+    """Answer k is recorded after answer k-1 (a sequence has no gaps): while a call of this process
+    records k-1 (or starts to within PREVIOUS_GRACE), wait for it, up to the project's record_timeout.
+    Whether k-1 is there then, the budget statement checks."""
+    if seq == 1:
+        return
+    row = ctx.store.one("entry_by_fingerprint", project_id=project["id"], fingerprint=fingerprint)
+    if row is not None and row["answers"] >= seq - 1:
+        return
+    flight = FLIGHTS.flying(_flight_key(ctx, project, fingerprint, seq - 1), PREVIOUS_GRACE)
+    if flight is not None:
+        flight.done.wait(project["record_timeout"])
+
+
+def _budget_or_entry(
+    ctx: Context, project: dict[str, Any], fingerprint: str, seq: int = 1
+) -> dict[str, Any] | None:
+    """Take one call from the budget (None), or the answer recorded meanwhile; 429 when it is spent,
+    409 when answer `seq` cannot be recorded yet (its predecessor is missing: nothing is spent)."""
     entries_service.check_quota(ctx, project["id"], fingerprint)
     # An earlier flight (or another process) may have recorded it since this request looked: the
     # budget is taken only while no entry replays for the fingerprint, in the same statement.
-    if _take_budget(ctx, project, fingerprint):
+    if _take_budget(ctx, project, fingerprint, seq):
         return None
-    entry = entries_service.lookup(ctx, project["id"], fingerprint)
+    entry = sequences.recorded(ctx, project["id"], fingerprint, seq)
     if entry is not None:
         return entry
+    if seq > 1:
+        row = ctx.store.one("entry_by_fingerprint", project_id=project["id"], fingerprint=fingerprint)
+        have = row["answers"] if row is not None else 0
+        if have < seq - 1:
+            raise Conflict(
+                f"This call records answer {seq} of its request's sequence, which has {have} answer"
+                f"{'s' if have != 1 else ''}; no call of this server is recording answer {seq - 1} (it "
+                "failed, or another server is recording it). Nothing was sent to the provider: retry, "
+                "or reset the session to start it over.",
+                code="sequence_out_of_order",
+            )
     _refused(project, "budget")
     raise UpstreamBudget(
         f"Project {project['name']!r} has spent its record-through budget "
@@ -154,8 +207,10 @@ def _forward_once(
     body: dict[str, Any],
     stored: dict[str, Any],
     dialect: Dialect,
+    seq: int,
 ) -> dict[str, Any]:
-    entry = _budget_or_entry(ctx, project, fingerprint)
+    _await_previous(ctx, project, fingerprint, seq)
+    entry = _budget_or_entry(ctx, project, fingerprint, seq)
     if entry is not None:
         return entry
     try:
@@ -171,7 +226,7 @@ def _forward_once(
         )
         raise
     meta = {"headers": dialect.kept_headers(headers)}
-    return _record(ctx, project, fingerprint, stored, dialect, response, chunks, meta)
+    return _record(ctx, project, fingerprint, stored, dialect, response, chunks, meta, seq)
 
 
 def _record(
@@ -183,8 +238,10 @@ def _record(
     response: Any,
     chunks: list[dict[str, Any]] | None,
     meta: dict[str, Any],
+    seq: int = 1,
 ) -> dict[str, Any]:
-    """Save what the provider answered as an entry; what cannot be stored is returned all the same."""
+    """Save what the provider answered as an entry (answer `seq` of its sequence); what cannot be
+    stored is returned all the same."""
     meta = {key: value for key, value in meta.items() if value}
     secrets = ctx.settings.secrets()
     # A provider may echo the key back in a successful answer too: nothing from upstream is kept with it.
@@ -219,6 +276,7 @@ def _record(
         tokens=dialect.usage(response),
         api=dialect.name,
         meta=meta,
+        seq=seq,
     )
     metrics.RECORD_THROUGH.labels(project["name"], "forwarded").inc()
     prompt_tokens, completion_tokens = dialect.usage(response)
@@ -249,17 +307,19 @@ def forward_live(
     body: dict[str, Any],
     dialect: Dialect,
     req: Request,
+    seq: int = 1,
 ) -> dict[str, Any] | Relay:
     """A stream request forwarded live: the server-sent events to send the app as the provider sends
     them, its entry saved when the stream completes. Identical calls meanwhile wait for that entry
     (a dict, as forward() returns); so does a call that finds the entry recorded already."""
     stored = _stored_or_dry_run(ctx, project, fingerprint, body)
-    key = (ctx.principal.workspace_id, project["id"], fingerprint)
+    key = _flight_key(ctx, project, fingerprint, seq)
     flight, leader = FLIGHTS.join(key)
     if not leader:
         return FLIGHTS.wait(flight)
     try:
-        entry = _budget_or_entry(ctx, project, fingerprint)
+        _await_previous(ctx, project, fingerprint, seq)
+        entry = _budget_or_entry(ctx, project, fingerprint, seq)
         if entry is not None:
             FLIGHTS.finish(key, flight, result=entry)
             return entry
@@ -272,7 +332,7 @@ def forward_live(
     except BaseException as exc:
         FLIGHTS.finish(key, flight, error=exc)
         raise
-    relay = _relay(ctx, project, fingerprint, stored, dialect, req, stream, key, flight)
+    relay = _relay(ctx, project, fingerprint, stored, dialect, req, stream, key, flight, seq)
     return Relay(relay, list(dialect.kept_headers(stream.headers).items()))
 
 
@@ -300,6 +360,7 @@ def _relay(
     stream: provider.Stream,
     key: tuple[str, ...],
     flight: Any,
+    seq: int,
 ) -> Iterator[bytes]:
     events: list[dict[str, Any]] = []
     read_whole = False
@@ -315,7 +376,7 @@ def _relay(
         read_whole = True
         response, chunks = dialect.from_stream(events)
         meta = {"headers": dialect.kept_headers(stream.headers), "gaps": stream.gaps}
-        entry = _record(ctx, project, fingerprint, stored, dialect, response, chunks, meta)
+        entry = _record(ctx, project, fingerprint, stored, dialect, response, chunks, meta, seq)
         FLIGHTS.finish(key, flight, result=entry if entry["id"] else None)
         yield dialect.stream_end(req)
     except GeneratorExit:
@@ -344,11 +405,13 @@ def _refused(project: dict[str, Any], reason: str) -> None:
     logger.warning("record-through refused", extra={"project": project["name"], "reason": reason})
 
 
-def _take_budget(ctx: Context, project: dict[str, Any], fingerprint: str) -> bool:
-    """Count one upstream call against the caps, unless they are spent or the entry exists now."""
+def _take_budget(ctx: Context, project: dict[str, Any], fingerprint: str, seq: int) -> bool:
+    """Count one upstream call against the caps, unless they are spent, answer `seq` exists now, or
+    (above 1) its predecessor does not."""
     params = dict(
         project_id=project["id"],
         fingerprint=fingerprint,
+        seq=seq,
         max_calls=project["upstream_max_calls"],
         max_tokens=project["upstream_max_tokens"],
     )

@@ -255,14 +255,16 @@ class ProxyApp:
                 )
             if call.stream:
                 forwarded = upstream.forward_live(
-                    ctx, call.project, call.fingerprint, call.body, call.dialect, call.request
+                    ctx, call.project, call.fingerprint, call.body, call.dialect, call.request, call.seq
                 )
                 if not isinstance(forwarded, dict):
                     call.live = forwarded
                     return "forwarded"
                 call.entry = forwarded
             else:
-                call.entry = upstream.forward(ctx, call.project, call.fingerprint, call.body, call.dialect)
+                call.entry = upstream.forward(
+                    ctx, call.project, call.fingerprint, call.body, call.dialect, call.seq
+                )
             return "forwarded"
         proxy_service.park(ctx, call)
         if call.entry is not None:  # answered while we parked

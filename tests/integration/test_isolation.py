@@ -237,7 +237,6 @@ NO_OBJECT = {
     "entries.meta",
     "proxy.pacing",
     "proxy.count_tokens",
-    "proxy.recorded_answer",
     "proxy.replay_headers",
     "entries.present",
     "entries.check_quota",
