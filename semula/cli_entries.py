@@ -315,14 +315,25 @@ def audit_command(
     default=None,
     help="Keep this many days of call log (default SEMULA_LOG_RETENTION_DAYS, 14).",
 )
-def prune_logs_command(days: int | None) -> None:
-    """Delete call-log rows older than the retention period, in small batches."""
+@click.option(
+    "--session-days",
+    type=click.IntRange(1, 3650),
+    default=None,
+    help="Delete the counters of replay sessions unused this many days "
+    "(default SEMULA_SESSION_RETENTION_DAYS, 30).",
+)
+def prune_logs_command(days: int | None, session_days: int | None) -> None:
+    """Delete call-log rows older than the retention period, and the counters of replay sessions
+    unused for theirs, in small batches."""
     from semula.service import retention
 
     with local_context() as ctx:
         days = days or ctx.settings.log_retention_days
+        session_days = session_days or ctx.settings.session_retention_days
         deleted = retention.prune_call_log(ctx.store, days)
+        counters = retention.prune_session_counters(ctx.store, session_days)
     click.echo(f"deleted {deleted} call-log row(s) older than {days} day(s)")
+    click.echo(f"deleted {counters} session counter(s) of sessions unused for {session_days} day(s)")
 
 
 COMMANDS = (entries_command, entry, export_command, import_command, audit_command, prune_logs_command)

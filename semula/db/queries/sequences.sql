@@ -95,3 +95,16 @@ DELETE FROM entry_revisions WHERE entry_id = :entry_id AND seq > :answers
 INSERT INTO entry_revisions (id, workspace_id, entry_id, seq, number, response, chunks, actor, summary,
     created_at)
 VALUES (:id, :workspace_id, :entry_id, :seq, :number, :response, :chunks, :actor, :summary, :now)
+
+-- name: session_counters
+SELECT session, fingerprint, calls, updated_at FROM session_calls WHERE project_id = :project_id
+
+-- name: prune_session_counters
+-- One small batch of sessions whose last counted call is before :cutoff (retention, decision 0041). A
+-- session goes whole: one still in use never has some of its requests start over.
+DELETE FROM session_calls WHERE (project_id, session) IN (
+    SELECT project_id, session FROM session_calls
+    GROUP BY project_id, session
+    HAVING MAX(updated_at) < :cutoff
+    LIMIT :batch
+)
