@@ -108,3 +108,45 @@ DELETE FROM session_calls WHERE (project_id, session) IN (
     HAVING MAX(updated_at) < :cutoff
     LIMIT :batch
 )
+
+-- One answer of a sequence on every surface (docs/decisions/0041-sequence-surfaces-and-record-through.md).
+
+-- name: replace_answer_response
+-- A human edit or revert of answer :seq (2 or more): a new revision of that answer.
+UPDATE entry_answers SET response = :response, chunks = :chunks, revision = revision + 1, updated_at = :now
+WHERE entry_id = :entry_id AND seq = :seq
+RETURNING revision
+
+-- name: entry_unreviewed
+-- One of the entry's answers changed by hand: the entry has not been reviewed since.
+UPDATE entries SET review_status = 'unreviewed', updated_at = :now WHERE id = :id
+
+-- name: set_answer_pinned
+UPDATE entry_answers SET pinned = :pinned, updated_at = :now WHERE entry_id = :entry_id AND seq = :seq
+
+-- name: lock_entry_answers
+-- The first statement of a reorder or delete: takes the entry's row (PostgreSQL's row lock; SQLite's
+-- write lock) before its answers are read, so two rearrangements run one after the other.
+UPDATE entries SET updated_at = :now WHERE id = :id
+RETURNING answers
+
+-- name: set_first_answer
+-- Answer 1 after a reorder or delete: the entry row takes that answer with its revision number and pin.
+UPDATE entries SET response = :response, chunks = :chunks, revision = :revision, pinned = :pinned,
+    response_id = :response_id, answers = :answers, updated_at = :now
+WHERE id = :id
+
+-- name: restore_answer
+INSERT INTO entry_answers (workspace_id, entry_id, seq, response, chunks, revision, pinned, created_at,
+    updated_at)
+VALUES (:workspace_id, :entry_id, :seq, :response, :chunks, :revision, :pinned, :created_at, :now)
+
+-- name: drop_answer_revisions
+DELETE FROM entry_revisions WHERE entry_id = :entry_id AND seq = :seq
+
+-- name: move_answer_revisions
+-- Renumbered in two steps (to -:to, then flipped), so no step meets the unique key (entry, seq, number).
+UPDATE entry_revisions SET seq = -CAST(:to AS INTEGER) WHERE entry_id = :entry_id AND seq = :seq
+
+-- name: settle_answer_revisions
+UPDATE entry_revisions SET seq = -seq WHERE entry_id = :entry_id AND seq < 0
