@@ -332,3 +332,32 @@ def test_answer_routes_keep_the_entry_rules(ctx, client, make_token, three):
     projects.create(ctx, {"name": "other"})
     bound = make_token("admin", project="other")
     assert client.get(f"/api/v1/entries/{entry_id}/answers/2", headers=bound).status_code == 404
+
+
+def test_cli_shows_edits_pins_reorders_and_deletes_one_answer(ctx, client, admin, three, db_url, monkeypatch):
+    from click.testing import CliRunner
+
+    from semula.cli import main
+
+    monkeypatch.setenv("SEMULA_DATABASE_URL", db_url)
+    entry_id = entry_id_of(ctx)
+
+    def run(*args: str) -> dict:
+        result = CliRunner().invoke(main, ["entry", "answer", *args])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    assert said_by(run("show", entry_id, "3")) == "three"
+    edited = run("edit", entry_id, "3", "--content", "THREE", "--summary", "by hand")
+    assert said_by(edited) == "THREE" and [v["summary"] for v in edited["revisions"]] == ["test", "by hand"]
+    assert run("revert", entry_id, "3", "1")["revision"] == 3
+    assert run("pin", entry_id, "2")["pinned"] is True and run("unpin", entry_id, "2")["pinned"] is False
+    assert [said_by(a) for a in run("reorder", entry_id, "2", "3", "1")["sequence"]] == [
+        "two",
+        "three",
+        "one",
+    ]
+    assert [said_by(a) for a in run("delete", entry_id, "2", "--yes")["sequence"]] == ["two", "one"]
+    assert texts(client, admin, session_url("a"), 3) == ["two", "one", "one"]
+    missing = CliRunner().invoke(main, ["entry", "answer", "show", entry_id, "3"])
+    assert missing.exit_code != 0 and "no answer 3" in missing.output
