@@ -92,6 +92,56 @@ def save(
     return {**row, "response": response_json, "chunks": chunks_json}
 
 
+# How often an append tries again after a concurrent one took the next number (PostgreSQL).
+APPEND_TRIES = 20
+
+
+def append(
+    tx: Tx | Store,
+    ctx: Context,
+    *,
+    project_id: str,
+    fingerprint: str,
+    request: dict[str, Any],
+    response: dict[str, Any],
+    chunks: list[dict[str, Any]] | None,
+    actor: str,
+    summary: str,
+    tokens: tuple[int, int] = (0, 0),
+    api: str = dialects.CHAT,
+    meta: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Save an answer as the next of its request's sequence (answer 1, a new entry, when it has none):
+    record-through in a session that records sequences (docs/decisions/0041-sequence-surfaces-and-
+    record-through.md). Concurrent appends, in any process, get distinct numbers and lose nothing.
+    Returns the entry's id, the answer's number (`seq`) and revision, and the response and chunks."""
+    response_json = dumps(response)
+    chunks_json = dumps(chunks) if chunks is not None else None
+    params = dict(
+        workspace_id=ctx.principal.workspace_id,
+        project_id=project_id,
+        fingerprint=fingerprint,
+        model=request.get("model"),
+        request=dumps(request),
+        response=response_json,
+        chunks=chunks_json,
+        api=api,
+        response_id=dialects.get(api).response_id(response),
+        meta=dumps(meta) if meta else None,
+        actor=actor,
+        summary=summary[:500],
+        prompt_tokens=tokens[0],
+        completion_tokens=tokens[1],
+    )
+    for _ in range(APPEND_TRIES):
+        row = tx.one("append_answer", id=new_id("entry"), revision_id=new_id("revision"), now=now(), **params)
+        if row is not None:
+            return {**row, "response": response_json, "chunks": chunks_json}
+    raise Conflict(
+        "Too many answers of this request were being recorded at once; try again.", code="sequence_busy"
+    )
+
+
 def _answer_refused(tx: Tx | Store, project_id: str, fingerprint: str, seq: int) -> Conflict:
     """Why answer `seq` of a sequence was not saved: it is pinned, or its predecessor is missing."""
     entry = tx.one("entry_by_fingerprint", project_id=project_id, fingerprint=fingerprint)

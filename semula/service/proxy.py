@@ -42,6 +42,11 @@ class Call:
     exhausted: SequenceExhausted | None = None  # past the last answer, with after_last: fail
 
     @property
+    def recording(self) -> int | None:
+        """The call's number when it records the next answer of its request's sequence, else None."""
+        return self.call_number if self.call_number is not None and self.entry is None else None
+
+    @property
     def model(self) -> str:
         return self.request.model
 

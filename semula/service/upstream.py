@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from semula import dialects, metrics, redact
 from semula.dialects import Dialect, Request
-from semula.errors import Conflict, InvalidAnswer, UpstreamBudget, UpstreamDryRun, UpstreamError
+from semula.errors import InvalidAnswer, UpstreamBudget, UpstreamDryRun, UpstreamError
 from semula.service import Context, audit, dumps, now, provider, sequences
 from semula.service import entries as entries_service
 from semula.service import projects as projects_service
@@ -29,9 +28,6 @@ from semula.service.auth import require
 logger = logging.getLogger("semula.upstream")
 
 SUMMARY = "recorded from upstream"
-# How long a call recording answer k of a sequence waits for the call recording answer k-1 to start in
-# this process (two calls of one session sent at once reach the provider in either order).
-PREVIOUS_GRACE = 0.5
 
 
 @dataclass
@@ -46,7 +42,6 @@ class SingleFlight:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # notified as a flight starts or finishes
         self._flights: dict[tuple[str, ...], _Flight] = {}
 
     def run(self, key: tuple[str, ...], fn: Callable[[], Any]) -> Any:
@@ -68,19 +63,7 @@ class SingleFlight:
             if flight is not None:
                 return flight, False
             flight = self._flights[key] = _Flight()
-            self._changed.notify_all()
             return flight, True
-
-    def flying(self, key: tuple[str, ...], grace: float) -> _Flight | None:
-        """The flight for `key` in this process, waiting up to `grace` s for one to start; else None."""
-        deadline = time.monotonic() + grace
-        with self._lock:
-            while (flight := self._flights.get(key)) is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                self._changed.wait(left)
-            return flight
 
     @staticmethod
     def wait(flight: _Flight) -> Any:
@@ -92,20 +75,19 @@ class SingleFlight:
     def finish(
         self, key: tuple[str, ...], flight: _Flight, *, result: Any = None, error: BaseException | None = None
     ) -> None:
-        flight.result, flight.error = result, error
         with self._lock:
             if self._flights.get(key) is flight:
                 del self._flights[key]
-            self._changed.notify_all()
+        flight.result, flight.error = result, error
         flight.done.set()
 
 
 FLIGHTS = SingleFlight()
 
 
-def _flight_key(ctx: Context, project: dict[str, Any], fingerprint: str, seq: int) -> tuple[str, ...]:
+def _flight_key(ctx: Context, project: dict[str, Any], fingerprint: str, seq: int | None) -> tuple[str, ...]:
     """One flight per answer: identical calls for one place in a sequence share it, two places never do."""
-    return (ctx.principal.workspace_id, project["id"], fingerprint, str(seq))
+    return (ctx.principal.workspace_id, project["id"], fingerprint, str(seq or 1))
 
 
 def _stored_or_dry_run(
@@ -134,13 +116,15 @@ def forward(
     fingerprint: str,
     body: dict[str, Any],
     dialect: Dialect | None = None,
-    seq: int = 1,
+    seq: int | None = None,
 ) -> dict[str, Any]:
     """The entry row for a miss, recorded from the upstream provider (one call per prompt per process).
 
-    `seq` above 1 records that answer of the request's sequence (decision 0041). A provider's answer
-    semula cannot store is still the app's: the row then has no id and carries a `warning` (and the
-    call counts as spent, as every call that reached the provider does).
+    `seq`: the call is the seq-th of its request in a replay session that records sequences, and the
+    request has fewer answers; its answer is recorded as the next of the sequence (decision 0041). A
+    provider's answer
+    semula cannot store is still the app's: the row then has no id and carries a `warning` (and
+    the call counts as spent, as every call that reached the provider does).
     """
     dialect = dialect or dialects.get(dialects.CHAT)
     stored = _stored_or_dry_run(ctx, project, fingerprint, body)
@@ -148,44 +132,18 @@ def forward(
     return FLIGHTS.run(key, lambda: _forward_once(ctx, project, fingerprint, body, stored, dialect, seq))
 
 
-def _await_previous(ctx: Context, project: dict[str, Any], fingerprint: str, seq: int) -> None:
-    """Answer k is recorded after answer k-1 (a sequence has no gaps): while a call of this process
-    records k-1 (or starts to within PREVIOUS_GRACE), wait for it, up to the project's record_timeout.
-    Whether k-1 is there then, the budget statement checks."""
-    if seq == 1:
-        return
-    row = ctx.store.one("entry_by_fingerprint", project_id=project["id"], fingerprint=fingerprint)
-    if row is not None and row["answers"] >= seq - 1:
-        return
-    flight = FLIGHTS.flying(_flight_key(ctx, project, fingerprint, seq - 1), PREVIOUS_GRACE)
-    if flight is not None:
-        flight.done.wait(project["record_timeout"])
-
-
 def _budget_or_entry(
-    ctx: Context, project: dict[str, Any], fingerprint: str, seq: int = 1
+    ctx: Context, project: dict[str, Any], fingerprint: str, seq: int | None = None
 ) -> dict[str, Any] | None:
-    """Take one call from the budget (None), or the answer recorded meanwhile; 429 when it is spent,
-    409 when answer `seq` cannot be recorded yet (its predecessor is missing: nothing is spent)."""
+    """Take one call from the budget (None), or the answer recorded meanwhile; 429 when it is spent."""
     entries_service.check_quota(ctx, project["id"], fingerprint)
     # An earlier flight (or another process) may have recorded it since this request looked: the
-    # budget is taken only while no entry replays for the fingerprint, in the same statement.
-    if _take_budget(ctx, project, fingerprint, seq):
+    # budget is taken only while fewer than `seq` answers replay for the fingerprint, in one statement.
+    if _take_budget(ctx, project, fingerprint, seq or 1):
         return None
-    entry = sequences.recorded(ctx, project["id"], fingerprint, seq)
+    entry = sequences.recorded(ctx, project["id"], fingerprint, seq or 1)
     if entry is not None:
         return entry
-    if seq > 1:
-        row = ctx.store.one("entry_by_fingerprint", project_id=project["id"], fingerprint=fingerprint)
-        have = row["answers"] if row is not None else 0
-        if have < seq - 1:
-            raise Conflict(
-                f"This call records answer {seq} of its request's sequence, which has {have} answer"
-                f"{'s' if have != 1 else ''}; no call of this server is recording answer {seq - 1} (it "
-                "failed, or another server is recording it). Nothing was sent to the provider: retry, "
-                "or reset the session to start it over.",
-                code="sequence_out_of_order",
-            )
     _refused(project, "budget")
     raise UpstreamBudget(
         f"Project {project['name']!r} has spent its record-through budget "
@@ -207,9 +165,8 @@ def _forward_once(
     body: dict[str, Any],
     stored: dict[str, Any],
     dialect: Dialect,
-    seq: int,
+    seq: int | None,
 ) -> dict[str, Any]:
-    _await_previous(ctx, project, fingerprint, seq)
     entry = _budget_or_entry(ctx, project, fingerprint, seq)
     if entry is not None:
         return entry
@@ -238,10 +195,10 @@ def _record(
     response: Any,
     chunks: list[dict[str, Any]] | None,
     meta: dict[str, Any],
-    seq: int = 1,
+    seq: int | None = None,
 ) -> dict[str, Any]:
-    """Save what the provider answered as an entry (answer `seq` of its sequence); what cannot be
-    stored is returned all the same."""
+    """Save what the provider answered as an entry (given `seq`, as the next answer of its sequence);
+    what cannot be stored is returned all the same."""
     meta = {key: value for key, value in meta.items() if value}
     secrets = ctx.settings.secrets()
     # A provider may echo the key back in a successful answer too: nothing from upstream is kept with it.
@@ -263,7 +220,7 @@ def _record(
             "meta": dumps(meta) if meta else None,
         }
     # Not in a transaction of its own: one statement on PostgreSQL, a round trip for all of it.
-    saved = entries_service.save(
+    saved = (entries_service.save if seq is None else entries_service.append)(
         ctx.store,
         ctx,
         project_id=project["id"],
@@ -276,7 +233,6 @@ def _record(
         tokens=dialect.usage(response),
         api=dialect.name,
         meta=meta,
-        seq=seq,
     )
     metrics.RECORD_THROUGH.labels(project["name"], "forwarded").inc()
     prompt_tokens, completion_tokens = dialect.usage(response)
@@ -285,6 +241,7 @@ def _record(
         extra={
             "project": project["name"],
             "entry_id": saved["id"],
+            "seq": saved.get("seq", 1),
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
         },
@@ -307,7 +264,7 @@ def forward_live(
     body: dict[str, Any],
     dialect: Dialect,
     req: Request,
-    seq: int = 1,
+    seq: int | None = None,
 ) -> dict[str, Any] | Relay:
     """A stream request forwarded live: the server-sent events to send the app as the provider sends
     them, its entry saved when the stream completes. Identical calls meanwhile wait for that entry
@@ -318,7 +275,6 @@ def forward_live(
     if not leader:
         return FLIGHTS.wait(flight)
     try:
-        _await_previous(ctx, project, fingerprint, seq)
         entry = _budget_or_entry(ctx, project, fingerprint, seq)
         if entry is not None:
             FLIGHTS.finish(key, flight, result=entry)
@@ -360,7 +316,7 @@ def _relay(
     stream: provider.Stream,
     key: tuple[str, ...],
     flight: Any,
-    seq: int,
+    seq: int | None,
 ) -> Iterator[bytes]:
     events: list[dict[str, Any]] = []
     read_whole = False
@@ -406,8 +362,7 @@ def _refused(project: dict[str, Any], reason: str) -> None:
 
 
 def _take_budget(ctx: Context, project: dict[str, Any], fingerprint: str, seq: int) -> bool:
-    """Count one upstream call against the caps, unless they are spent, answer `seq` exists now, or
-    (above 1) its predecessor does not."""
+    """Count one upstream call against the caps, unless they are spent or answer `seq` exists now."""
     params = dict(
         project_id=project["id"],
         fingerprint=fingerprint,

@@ -255,7 +255,7 @@ class ProxyApp:
                 )
             if call.stream:
                 forwarded = upstream.forward_live(
-                    ctx, call.project, call.fingerprint, call.body, call.dialect, call.request, call.seq
+                    ctx, call.project, call.fingerprint, call.body, call.dialect, call.request, call.recording
                 )
                 if not isinstance(forwarded, dict):
                     call.live = forwarded
@@ -263,7 +263,7 @@ class ProxyApp:
                 call.entry = forwarded
             else:
                 call.entry = upstream.forward(
-                    ctx, call.project, call.fingerprint, call.body, call.dialect, call.seq
+                    ctx, call.project, call.fingerprint, call.body, call.dialect, call.recording
                 )
             return "forwarded"
         proxy_service.park(ctx, call)

@@ -244,6 +244,7 @@ NO_OBJECT = {
     "proxy.forget_response",
     "proxy.input_items",
     "entries.save",
+    "entries.append",
     "entries.decode",
     "entries.meta",
     "proxy.pacing",
