@@ -112,8 +112,8 @@ def append(
     meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Save an answer as the next of its request's sequence (answer 1, a new entry, when it has none):
-    record-through in a session that records sequences (docs/decisions/0041-sequence-surfaces-and-
-    record-through.md). Concurrent appends, in any process, get distinct numbers and lose nothing.
+    record-through in a session that records sequences (decision 0041). Concurrent appends, in any
+    process, get distinct numbers and lose nothing.
     Returns the entry's id, the answer's number (`seq`) and revision, and the response and chunks."""
     response_json = dumps(response)
     chunks_json = dumps(chunks) if chunks is not None else None
