@@ -179,6 +179,8 @@ class Settings:
     # ~9 MB/s on one core (docs/decisions/0037), so 128 MiB answers well inside a client's 30 s.
     max_import_bytes: int = setting("SEMULA_MAX_IMPORT_BYTES", 128 << 20, _number(int, 1024, 1 << 40))
     log_retention_days: int = setting("SEMULA_LOG_RETENTION_DAYS", 14, _number(int, 1, 3650))
+    # A replay session's counters go when it has counted no call for this long (decision 0041).
+    session_retention_days: int = setting("SEMULA_SESSION_RETENTION_DAYS", 30, _number(int, 1, 3650))
     log_level: str = setting("SEMULA_LOG_LEVEL", "info", _choice("debug", "info", "warning", "error"))
     db_pool_size: int = setting("SEMULA_DB_POOL_SIZE", 10, _number(int, 1, 200))
     # How long `semula serve` waits for an unreachable database before it gives up.

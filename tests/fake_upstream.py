@@ -32,6 +32,7 @@ class FakeUpstream:
         self.sent_at: list[float] = []  # time.monotonic() as each streamed chunk went out
         self.headers: dict[str, str] = {}  # response headers sent with every answer
         self.calls: list[dict[str, Any]] = []
+        self.numbered = False  # True: a chat answer ends with " #N", N its call's number (1 for the first)
         self._lock = threading.Lock()
         fake = self
 
@@ -53,6 +54,10 @@ class FakeUpstream:
                             "peer": self.client_address,
                         }
                     )
+                    if fake.numbered:  # the answer tells one call from the next
+                        *before, last = body["messages"]
+                        numbered = {**last, "content": f"{last['content']} #{len(fake.calls)}"}
+                        body = {**body, "messages": [*before, numbered]}
                 if fake.delay:
                     time.sleep(fake.delay)
                 respond = fake.respond_responses if self.path.endswith("/responses") else fake.respond

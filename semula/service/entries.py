@@ -93,6 +93,56 @@ def save(
     return {**row, "response": response_json, "chunks": chunks_json}
 
 
+# How often an append tries again after a concurrent one took the next number (PostgreSQL).
+APPEND_TRIES = 20
+
+
+def append(
+    tx: Tx | Store,
+    ctx: Context,
+    *,
+    project_id: str,
+    fingerprint: str,
+    request: dict[str, Any],
+    response: dict[str, Any],
+    chunks: list[dict[str, Any]] | None,
+    actor: str,
+    summary: str,
+    tokens: tuple[int, int] = (0, 0),
+    api: str = dialects.CHAT,
+    meta: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Save an answer as the next of its request's sequence (answer 1, a new entry, when it has none):
+    record-through in a session that records sequences (decision 0041). Concurrent appends, in any
+    process, get distinct numbers and lose nothing.
+    Returns the entry's id, the answer's number (`seq`) and revision, and the response and chunks."""
+    response_json = dumps(response)
+    chunks_json = dumps(chunks) if chunks is not None else None
+    params = dict(
+        workspace_id=ctx.principal.workspace_id,
+        project_id=project_id,
+        fingerprint=fingerprint,
+        model=request.get("model"),
+        request=dumps(request),
+        response=response_json,
+        chunks=chunks_json,
+        api=api,
+        response_id=dialects.get(api).response_id(response),
+        meta=dumps(meta) if meta else None,
+        actor=actor,
+        summary=summary[:500],
+        prompt_tokens=tokens[0],
+        completion_tokens=tokens[1],
+    )
+    for _ in range(APPEND_TRIES):
+        row = tx.one("append_answer", id=new_id("entry"), revision_id=new_id("revision"), now=now(), **params)
+        if row is not None:
+            return {**row, "response": response_json, "chunks": chunks_json}
+    raise Conflict(
+        "Too many answers of this request were being recorded at once; try again.", code="sequence_busy"
+    )
+
+
 def _answer_refused(tx: Tx | Store, project_id: str, fingerprint: str, seq: int) -> Conflict:
     """Why answer `seq` of a sequence was not saved: it is pinned, or its predecessor is missing."""
     entry = tx.one("entry_by_fingerprint", project_id=project_id, fingerprint=fingerprint)
@@ -117,13 +167,15 @@ def _add_revision(
     chunks_json: str | None,
     actor: str,
     summary: str,
+    seq: int = 1,
 ) -> None:
-    """Record the answer an entry now has as its revision `number`."""
+    """Record the answer `seq` of an entry now has as its revision `number`."""
     tx.run(
-        "insert_revision",
+        "insert_answer_revision",
         id=new_id("revision"),
         workspace_id=ctx.principal.workspace_id,
         entry_id=entry_id,
+        seq=seq,
         number=number,
         response=response_json,
         chunks=chunks_json,
@@ -203,6 +255,7 @@ def present(row: dict[str, Any], *, full: bool = False) -> dict[str, Any]:
 def _present_revision(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "object": "entry.revision",
+        "seq": row.get("seq") or 1,
         "number": row["number"],
         "actor": row["actor"],
         "summary": row["summary"],
@@ -280,6 +333,7 @@ def get(ctx: Context, entry_id: str) -> dict[str, Any]:
     require(ctx, role="viewer")
     row = get_row(ctx, entry_id)
     out = present(row, full=True)
+    out["sequence"] = [_present_answer(row, a) for a in _answers(ctx.store, row)]
     out["revisions"] = [_present_revision(r) for r in ctx.store.all("list_revisions", entry_id=row["id"])]
     return out
 
@@ -292,52 +346,83 @@ def edit(ctx: Context, entry_id: str, payload: Any, *, summary: str = "") -> dic
     re-recording, not against people.
     """
     require(ctx, role="editor")
-    row = get_row(ctx, entry_id)
-    dialect = dialects.get(row.get("api"))
-    request = json.loads(row["request"])
-    old, _ = decode(row)
-    response, chunks = dialect.accept(payload, request, dialect.conversation(request))
-    # A follow-up request names the recorded response's id: an edit keeps it.
-    recorded_id = dialect.response_id(old)
-    if recorded_id is not None and dialect.response_id(response) != recorded_id:
-        response = {**response, "id": recorded_id}
-    return _replace(ctx, row, response, chunks, "entry.edit", summary or f"edited by {ctx.principal.actor}")
+    _edit(ctx, get_row(ctx, entry_id), 1, payload, summary)
+    return get(ctx, entry_id)
 
 
 def revert(ctx: Context, entry_id: str, number: int, *, summary: str = "") -> dict[str, Any]:
     """A new revision that copies revision `number`'s response and chunks."""
     require(ctx, role="editor")
+    _revert(ctx, get_row(ctx, entry_id), 1, number, summary)
+    return get(ctx, entry_id)
+
+
+def _edit(ctx: Context, row: dict[str, Any], seq: int, payload: Any, summary: str) -> None:
+    """Answer `seq` replaced by `payload`, validated as any answer to the entry's request is."""
+    dialect = dialects.get(row.get("api"))
+    request = json.loads(row["request"])
+    old, _ = decode(_answer(ctx.store, row, seq))
+    response, chunks = dialect.accept(payload, request, dialect.conversation(request))
+    # A follow-up request names the recorded response's id: an edit keeps it.
+    recorded_id = dialect.response_id(old)
+    if recorded_id is not None and dialect.response_id(response) != recorded_id:
+        response = {**response, "id": recorded_id}
+    summary = summary or f"edited by {ctx.principal.actor}"
+    _replace(ctx, row, seq, response, chunks, "entry.edit", summary)
+
+
+def _revert(ctx: Context, row: dict[str, Any], seq: int, number: Any, summary: str) -> None:
     if isinstance(number, bool) or not isinstance(number, int) or number < 1:
         raise BadRequest("revision must be a whole number from 1.", param="revision")
-    row = get_row(ctx, entry_id)
-    old = ctx.store.one("get_revision", entry_id=row["id"], seq=1, number=number)
+    _answer(ctx.store, row, seq)
+    old = ctx.store.one("get_revision", entry_id=row["id"], seq=seq, number=number)
     if old is None:
-        raise NotFound(f"Entry {entry_id} has no revision {number}.", code="revision_not_found")
+        of = f"answer {seq} of entry {row['id']}" if seq > 1 else f"Entry {row['id']}"
+        raise NotFound(f"{of[0].upper()}{of[1:]} has no revision {number}.", code="revision_not_found")
     response, chunks = decode(old)
-    return _replace(ctx, row, response, chunks, "entry.revert", summary or f"reverted to revision {number}")
+    _replace(ctx, row, seq, response, chunks, "entry.revert", summary or f"reverted to revision {number}")
 
 
 def _replace(
     ctx: Context,
     row: dict[str, Any],
+    seq: int,
     response: dict[str, Any],
     chunks: list[dict[str, Any]] | None,
     action: str,
     summary: str,
-) -> dict[str, Any]:
+) -> None:
     response_json = dumps(response)
     chunks_json = dumps(chunks) if chunks is not None else None
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:
-        updated = tx.one(
-            "replace_entry_response", id=row["id"], response=response_json, chunks=chunks_json, now=now()
-        )
+        if seq == 1:
+            updated = tx.one(
+                "replace_entry_response", id=row["id"], response=response_json, chunks=chunks_json, now=now()
+            )
+        else:
+            updated = tx.one(
+                "replace_answer_response",
+                entry_id=row["id"],
+                seq=seq,
+                response=response_json,
+                chunks=chunks_json,
+                now=now(),
+            )
+            tx.run("entry_unreviewed", id=row["id"], now=now())
         if updated is None:
-            raise NotFound(f"No entry {row['id']}.", code="entry_not_found")
+            raise _no_answer(row, seq)
         _add_revision(
-            tx, ctx, row["id"], updated["revision"], response_json, chunks_json, "human", _summary(summary)
+            tx,
+            ctx,
+            row["id"],
+            updated["revision"],
+            response_json,
+            chunks_json,
+            "human",
+            _summary(summary),
+            seq,
         )
-        audit.record(tx, ctx, action, row["id"], ["response"])
-    return get(ctx, row["id"])
+        audit.record(tx, ctx, action, row["id"], [_field(seq, "response")])
 
 
 def _summary(summary: Any) -> str:
@@ -349,12 +434,19 @@ def _summary(summary: Any) -> str:
 def set_pinned(ctx: Context, entry_id: str, pinned: bool) -> dict[str, Any]:
     """Pin (lock against import and re-recording) or unpin; audited when it changes."""
     require(ctx, role="editor")
-    row = get_row(ctx, entry_id)
-    if bool(row["pinned"]) != pinned:
-        with ctx.store.transaction(ctx.principal.workspace_id) as tx:
-            tx.run("set_entry_pinned", id=row["id"], pinned=int(pinned), now=now())
-            audit.record(tx, ctx, "entry.pin" if pinned else "entry.unpin", row["id"], ["pinned"])
+    _pin(ctx, get_row(ctx, entry_id), 1, pinned)
     return present(get_row(ctx, entry_id))
+
+
+def _pin(ctx: Context, row: dict[str, Any], seq: int, pinned: bool) -> None:
+    if bool(_answer(ctx.store, row, seq)["pinned"]) == pinned:
+        return
+    with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+        if seq == 1:
+            tx.run("set_entry_pinned", id=row["id"], pinned=int(pinned), now=now())
+        else:
+            tx.run("set_answer_pinned", entry_id=row["id"], seq=seq, pinned=int(pinned), now=now())
+        audit.record(tx, ctx, "entry.pin" if pinned else "entry.unpin", row["id"], [_field(seq, "pinned")])
 
 
 def review(ctx: Context, entry_id: str, status: Any) -> dict[str, Any]:
@@ -378,3 +470,180 @@ def delete(ctx: Context, entry_id: str) -> dict[str, Any]:
         tx.run("delete_entry", id=row["id"])
         audit.record(tx, ctx, "entry.delete", row["id"])
     return {"object": "entry.deleted", "id": row["id"], "deleted": True}
+
+
+# One answer of a sequence (docs/decisions/0041-sequence-surfaces-and-record-through.md): answer 1 is the
+# entry row (its response, revision and pin), answers 2..n are entry_answers rows. Each answer keeps
+# its own revisions, numbered from 1, which move with it when the sequence is reordered.
+
+
+def _first(row: dict[str, Any]) -> dict[str, Any]:
+    """Answer 1, the entry row's own."""
+    keys = ("response", "chunks", "revision", "pinned", "created_at", "updated_at")
+    return {**{key: row[key] for key in keys}, "seq": 1}
+
+
+def _answers(store: Store | Tx, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every answer of the entry's sequence, 1..n, as stored."""
+    if (row.get("answers") or 1) == 1:
+        return [_first(row)]
+    return [_first(row), *store.all("list_entry_answers", entry_id=row["id"])]
+
+
+def _answer(store: Store | Tx, row: dict[str, Any], seq: Any) -> dict[str, Any]:
+    """Answer `seq` as stored; 404 when the sequence has no such answer."""
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= (row.get("answers") or 1):
+        raise _no_answer(row, seq)
+    if seq == 1:
+        return _first(row)
+    found = store.one("entry_answer", entry_id=row["id"], seq=seq)
+    if found is None:
+        raise _no_answer(row, seq)
+    return {**found, "created_at": row["created_at"], "updated_at": row["updated_at"]}
+
+
+def _no_answer(row: dict[str, Any], seq: Any) -> NotFound:
+    have = row.get("answers") or 1
+    return NotFound(
+        f"Entry {row['id']} has {have} answer{'s' if have != 1 else ''}: no answer {seq}.",
+        param="seq",
+        code="answer_not_found",
+    )
+
+
+def _field(seq: int, name: str) -> str:
+    """An audited field: the entry's own for answer 1 (as before sequences), else the answer's."""
+    return name if seq == 1 else f"answers[{seq}].{name}"
+
+
+def _present_answer(row: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    dialect = dialects.get(row.get("api"))
+    response, chunks = decode(answer)
+    common = dialect.common(response, chunks)
+    return {
+        "object": "entry.answer",
+        "entry": row["id"],
+        "seq": answer["seq"],
+        "revision": answer["revision"],
+        "pinned": bool(answer["pinned"]),
+        "updated": int(answer.get("updated_at") or row["updated_at"]),
+        "response": response,
+        "chunks": chunks,
+        "answer": (common.get("choices") or [{}])[0].get("message"),
+    }
+
+
+def get_answer(ctx: Context, entry_id: str, seq: int) -> dict[str, Any]:
+    """Answer `seq` of an entry's sequence in full, with its revisions, oldest first."""
+    require(ctx, role="viewer")
+    row = get_row(ctx, entry_id)
+    out = _present_answer(row, _answer(ctx.store, row, seq))
+    revisions = ctx.store.all("list_revisions", entry_id=row["id"])
+    out["revisions"] = [_present_revision(r) for r in revisions if (r.get("seq") or 1) == seq]
+    return out
+
+
+def edit_answer(ctx: Context, entry_id: str, seq: int, payload: Any, *, summary: str = "") -> dict[str, Any]:
+    """Replace answer `seq`, as edit() replaces an entry's (answer 1: the same thing)."""
+    require(ctx, role="editor")
+    row = get_row(ctx, entry_id)
+    _answer(ctx.store, row, seq)
+    _edit(ctx, row, seq, payload, summary)
+    return get_answer(ctx, entry_id, seq)
+
+
+def revert_answer(ctx: Context, entry_id: str, seq: int, number: int, *, summary: str = "") -> dict[str, Any]:
+    """A new revision of answer `seq` copying its revision `number`."""
+    require(ctx, role="editor")
+    _revert(ctx, get_row(ctx, entry_id), seq, number, summary)
+    return get_answer(ctx, entry_id, seq)
+
+
+def pin_answer(ctx: Context, entry_id: str, seq: int, pinned: bool) -> dict[str, Any]:
+    """Pin one answer against re-recording and imports (answer 1: the entry's pin), or unpin it."""
+    require(ctx, role="editor")
+    _pin(ctx, get_row(ctx, entry_id), seq, pinned)
+    return get_answer(ctx, entry_id, seq)
+
+
+def delete_answer(ctx: Context, entry_id: str, seq: int) -> dict[str, Any]:
+    """Delete answer `seq` and its revisions; the answers after it move up one. The last answer of an
+    entry is refused (409): delete the entry instead."""
+    require(ctx, role="editor")
+    row = get_row(ctx, entry_id)
+    _answer(ctx.store, row, seq)
+    have = row.get("answers") or 1
+    if have == 1:
+        raise Conflict(
+            f"Answer 1 is entry {entry_id}'s only answer; delete the entry instead.", code="last_answer"
+        )
+    order = [n for n in range(1, have + 1) if n != seq]
+    return _rearrange(ctx, row, order, "entry.answer.delete", [_field(seq, "response")])
+
+
+def reorder_answers(ctx: Context, entry_id: str, order: Any) -> dict[str, Any]:
+    """Put the answers in a new order: `order` lists every answer's number, once, as it is to replay."""
+    require(ctx, role="editor")
+    row = get_row(ctx, entry_id)
+    have = row.get("answers") or 1
+    if (
+        not isinstance(order, list)
+        or any(isinstance(n, bool) or not isinstance(n, int) for n in order)
+        or sorted(order) != list(range(1, have + 1))
+    ):
+        raise BadRequest(
+            f"order must list the numbers 1 to {have}, each once, in the order the answers are to replay.",
+            param="order",
+        )
+    return _rearrange(ctx, row, order, "entry.answers.reorder", ["answers"])
+
+
+def _rearrange(
+    ctx: Context, row: dict[str, Any], order: list[int], action: str, fields: list[str]
+) -> dict[str, Any]:
+    """Make the entry's answers old[order[0]], old[order[1]], …: each with its revisions and pin."""
+    entry_id = row["id"]
+    stamp = now()
+    with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+        locked = tx.one("lock_entry_answers", id=entry_id, now=stamp)
+        if locked is None or locked["answers"] != (row.get("answers") or 1):
+            raise Conflict("The entry's answers changed meanwhile; look again.", code="answers_changed")
+        # Read again under the lock: an edit meanwhile is moved, not undone.
+        old = _answers(
+            tx, tx.one("get_entry_in_workspace", id=entry_id, workspace_id=ctx.principal.workspace_id)
+        )
+        first = old[order[0] - 1]
+        tx.run(
+            "set_first_answer",
+            id=entry_id,
+            response=first["response"],
+            chunks=first["chunks"],
+            revision=first["revision"],
+            pinned=first["pinned"],
+            response_id=dialects.get(row.get("api")).response_id(json.loads(first["response"])),
+            answers=len(order),
+            now=stamp,
+        )
+        tx.run("drop_answers_after", entry_id=entry_id, answers=1)
+        for seq, was in enumerate(order[1:], start=2):
+            answer = old[was - 1]
+            tx.run(
+                "restore_answer",
+                workspace_id=ctx.principal.workspace_id,
+                entry_id=entry_id,
+                seq=seq,
+                response=answer["response"],
+                chunks=answer["chunks"],
+                revision=answer["revision"],
+                pinned=answer["pinned"],
+                created_at=answer["created_at"],
+                now=stamp,
+            )
+        for gone in sorted(set(range(1, len(old) + 1)) - set(order)):
+            tx.run("drop_answer_revisions", entry_id=entry_id, seq=gone)
+        for seq, was in enumerate(order, start=1):
+            if seq != was:
+                tx.run("move_answer_revisions", entry_id=entry_id, seq=was, to=seq)
+        tx.run("settle_answer_revisions", entry_id=entry_id)
+        audit.record(tx, ctx, action, entry_id, fields)
+    return get(ctx, entry_id)

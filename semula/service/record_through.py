@@ -21,7 +21,7 @@ from semula import dialects, metrics
 from semula.core import redact
 from semula.core.errors import InvalidAnswer, UpstreamBudget, UpstreamDryRun, UpstreamError
 from semula.dialects import Dialect, Request
-from semula.service import Context, audit, dumps, now, provider
+from semula.service import Context, audit, dumps, now, provider, sequences
 from semula.service import entries as entries_service
 from semula.service import projects as projects_service
 from semula.service.auth import require
@@ -86,6 +86,11 @@ class SingleFlight:
 FLIGHTS = SingleFlight()
 
 
+def _flight_key(ctx: Context, project: dict[str, Any], fingerprint: str, seq: int | None) -> tuple[str, ...]:
+    """One flight per answer: identical calls for one place in a sequence share it, two places never do."""
+    return (ctx.principal.workspace_id, project["id"], fingerprint, str(seq or 1))
+
+
 def _stored_or_dry_run(
     ctx: Context, project: dict[str, Any], fingerprint: str, body: dict[str, Any]
 ) -> dict[str, Any]:
@@ -112,26 +117,32 @@ def forward(
     fingerprint: str,
     body: dict[str, Any],
     dialect: Dialect | None = None,
+    seq: int | None = None,
 ) -> dict[str, Any]:
     """The entry row for a miss, recorded from the upstream provider (one call per prompt per process).
 
-    A provider's answer semula cannot store is still the app's: the row then has no id and carries a
-    `warning` (and the call counts as spent, as every call that reached the provider does).
+    `seq`: the call is the seq-th of its request in a replay session that records sequences, and the
+    request has fewer answers; its answer is recorded as the next of the sequence (decision 0041). A
+    provider's answer
+    semula cannot store is still the app's: the row then has no id and carries a `warning` (and
+    the call counts as spent, as every call that reached the provider does).
     """
     dialect = dialect or dialects.get(dialects.CHAT)
     stored = _stored_or_dry_run(ctx, project, fingerprint, body)
-    key = (ctx.principal.workspace_id, project["id"], fingerprint)
-    return FLIGHTS.run(key, lambda: _forward_once(ctx, project, fingerprint, body, stored, dialect))
+    key = _flight_key(ctx, project, fingerprint, seq)
+    return FLIGHTS.run(key, lambda: _forward_once(ctx, project, fingerprint, body, stored, dialect, seq))
 
 
-def _budget_or_entry(ctx: Context, project: dict[str, Any], fingerprint: str) -> dict[str, Any] | None:
-    """Take one call from the budget (None), or the entry recorded meanwhile; 429 when it is spent."""
+def _budget_or_entry(
+    ctx: Context, project: dict[str, Any], fingerprint: str, seq: int | None = None
+) -> dict[str, Any] | None:
+    """Take one call from the budget (None), or the answer recorded meanwhile; 429 when it is spent."""
     entries_service.check_quota(ctx, project["id"], fingerprint)
     # An earlier flight (or another process) may have recorded it since this request looked: the
-    # budget is taken only while no entry replays for the fingerprint, in the same statement.
-    if _take_budget(ctx, project, fingerprint):
+    # budget is taken only while fewer than `seq` answers replay for the fingerprint, in one statement.
+    if _take_budget(ctx, project, fingerprint, seq or 1):
         return None
-    entry = entries_service.lookup(ctx, project["id"], fingerprint)
+    entry = sequences.recorded(ctx, project["id"], fingerprint, seq or 1)
     if entry is not None:
         return entry
     _refused(project, "budget")
@@ -155,8 +166,9 @@ def _forward_once(
     body: dict[str, Any],
     stored: dict[str, Any],
     dialect: Dialect,
+    seq: int | None,
 ) -> dict[str, Any]:
-    entry = _budget_or_entry(ctx, project, fingerprint)
+    entry = _budget_or_entry(ctx, project, fingerprint, seq)
     if entry is not None:
         return entry
     try:
@@ -172,7 +184,7 @@ def _forward_once(
         )
         raise
     meta = {"headers": dialect.kept_headers(headers)}
-    return _record(ctx, project, fingerprint, stored, dialect, response, chunks, meta)
+    return _record(ctx, project, fingerprint, stored, dialect, response, chunks, meta, seq)
 
 
 def _record(
@@ -184,8 +196,10 @@ def _record(
     response: Any,
     chunks: list[dict[str, Any]] | None,
     meta: dict[str, Any],
+    seq: int | None = None,
 ) -> dict[str, Any]:
-    """Save what the provider answered as an entry; what cannot be stored is returned all the same."""
+    """Save what the provider answered as an entry (given `seq`, as the next answer of its sequence);
+    what cannot be stored is returned all the same."""
     meta = {key: value for key, value in meta.items() if value}
     secrets = ctx.settings.secrets()
     # A provider may echo the key back in a successful answer too: nothing from upstream is kept with it.
@@ -207,7 +221,7 @@ def _record(
             "meta": dumps(meta) if meta else None,
         }
     # Not in a transaction of its own: one statement on PostgreSQL, a round trip for all of it.
-    saved = entries_service.save(
+    saved = (entries_service.save if seq is None else entries_service.append)(
         ctx.store,
         ctx,
         project_id=project["id"],
@@ -228,6 +242,7 @@ def _record(
         extra={
             "project": project["name"],
             "entry_id": saved["id"],
+            "seq": saved.get("seq", 1),
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
         },
@@ -250,17 +265,18 @@ def forward_live(
     body: dict[str, Any],
     dialect: Dialect,
     req: Request,
+    seq: int | None = None,
 ) -> dict[str, Any] | Relay:
     """A stream request forwarded live: the server-sent events to send the app as the provider sends
     them, its entry saved when the stream completes. Identical calls meanwhile wait for that entry
     (a dict, as forward() returns); so does a call that finds the entry recorded already."""
     stored = _stored_or_dry_run(ctx, project, fingerprint, body)
-    key = (ctx.principal.workspace_id, project["id"], fingerprint)
+    key = _flight_key(ctx, project, fingerprint, seq)
     flight, leader = FLIGHTS.join(key)
     if not leader:
         return FLIGHTS.wait(flight)
     try:
-        entry = _budget_or_entry(ctx, project, fingerprint)
+        entry = _budget_or_entry(ctx, project, fingerprint, seq)
         if entry is not None:
             FLIGHTS.finish(key, flight, result=entry)
             return entry
@@ -273,7 +289,7 @@ def forward_live(
     except BaseException as exc:
         FLIGHTS.finish(key, flight, error=exc)
         raise
-    relay = _relay(ctx, project, fingerprint, stored, dialect, req, stream, key, flight)
+    relay = _relay(ctx, project, fingerprint, stored, dialect, req, stream, key, flight, seq)
     return Relay(relay, list(dialect.kept_headers(stream.headers).items()))
 
 
@@ -301,6 +317,7 @@ def _relay(
     stream: provider.Stream,
     key: tuple[str, ...],
     flight: Any,
+    seq: int | None,
 ) -> Iterator[bytes]:
     events: list[dict[str, Any]] = []
     read_whole = False
@@ -316,7 +333,7 @@ def _relay(
         read_whole = True
         response, chunks = dialect.from_stream(events)
         meta = {"headers": dialect.kept_headers(stream.headers), "gaps": stream.gaps}
-        entry = _record(ctx, project, fingerprint, stored, dialect, response, chunks, meta)
+        entry = _record(ctx, project, fingerprint, stored, dialect, response, chunks, meta, seq)
         FLIGHTS.finish(key, flight, result=entry if entry["id"] else None)
         yield dialect.stream_end(req)
     except GeneratorExit:
@@ -345,11 +362,12 @@ def _refused(project: dict[str, Any], reason: str) -> None:
     logger.warning("record-through refused", extra={"project": project["name"], "reason": reason})
 
 
-def _take_budget(ctx: Context, project: dict[str, Any], fingerprint: str) -> bool:
-    """Count one upstream call against the caps, unless they are spent or the entry exists now."""
+def _take_budget(ctx: Context, project: dict[str, Any], fingerprint: str, seq: int) -> bool:
+    """Count one upstream call against the caps, unless they are spent or answer `seq` exists now."""
     params = dict(
         project_id=project["id"],
         fingerprint=fingerprint,
+        seq=seq,
         max_calls=project["upstream_max_calls"],
         max_tokens=project["upstream_max_tokens"],
     )

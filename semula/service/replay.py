@@ -43,6 +43,11 @@ class Call:
     exhausted: SequenceExhausted | None = None  # past the last answer, with after_last: fail
 
     @property
+    def recording(self) -> int | None:
+        """The call's number when it records the next answer of its request's sequence, else None."""
+        return self.call_number if self.call_number is not None and self.entry is None else None
+
+    @property
     def model(self) -> str:
         return self.request.model
 
@@ -125,20 +130,12 @@ def park(ctx: Context, call: Call) -> None:
         ctx, call.project, call.fingerprint, stored, call.stream, api=call.dialect.name, seq=call.seq
     )
     if call.pending_id is None:
-        call.entry = recorded_answer(ctx, call)
+        call.entry = sequences.recorded(ctx, call.project["id"], call.fingerprint, call.seq)
         if call.entry is None:
             raise TooManyMisses(
                 f"Project {call.project['name']!r} has {call.project['max_misses']} calls parked "
                 "(max_misses); answer or cancel some first."
             )
-
-
-def recorded_answer(ctx: Context, call: Call) -> dict[str, Any] | None:
-    """The answer recorded for the call's place in its sequence since it looked, or None."""
-    entry = entries_service.lookup(ctx, call.project["id"], call.fingerprint)
-    if entry is None or entry["answers"] < call.seq:
-        return None
-    return sequences.with_answer(ctx, entry, call.seq)
 
 
 def answered_entry(ctx: Context, entry_id: str, seq: int = 1) -> dict[str, Any]:

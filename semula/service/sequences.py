@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from semula.core.errors import BadRequest, SequenceExhausted
-from semula.service import Context, now, projects
+from semula.service import Context, entries, now, projects
 from semula.service.auth import require
 
 if TYPE_CHECKING:
@@ -98,6 +98,14 @@ def with_answer(ctx: Context, entry: dict[str, Any], seq: int) -> dict[str, Any]
     if row is None:
         return None
     return {**entry, "response": row["response"], "chunks": row["chunks"], "seq": seq}
+
+
+def recorded(ctx: Context, project_id: str, fingerprint: str, seq: int) -> dict[str, Any] | None:
+    """Answer `seq` of the request's sequence as it replays, if it is recorded (by now), else None."""
+    entry = entries.lookup(ctx, project_id, fingerprint)
+    if entry is None or entry["answers"] < seq:
+        return None
+    return with_answer(ctx, entry, seq)
 
 
 def exhausted(call: Call, number: int, answers: int) -> SequenceExhausted:

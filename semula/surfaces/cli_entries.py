@@ -1,6 +1,7 @@
 """Operator commands for entries, bundles, the audit log and retention, on the local database.
 
 `semula entries P`, `semula entry show|edit|revert|pin|unpin|approve|reject|delete`,
+`semula entry answer show|edit|revert|pin|unpin|delete|reorder` (one answer of a sequence),
 `semula export P`, `semula import P FILE`, `semula audit`, `semula prune-logs`.
 """
 
@@ -110,16 +111,16 @@ def _read_answer(content: str | None, path: str | None) -> Any:
     return value if isinstance(value, dict) else {"content": text.strip()}
 
 
+ANSWER_FILE_HELP = (
+    "A file holding the answer: JSON in any answer form ({content}, {tool_calls}, {message}, "
+    "a chat.completion) or plain text. Default: standard input."
+)
+
+
 @entry.command("edit")
 @click.argument("entry_id")
 @click.option("--content", default=None, help="The new reply text.")
-@click.option(
-    "--file",
-    "path",
-    default=None,
-    help="A file holding the answer: JSON in any answer form ({content}, {tool_calls}, {message}, "
-    "a chat.completion) or plain text. Default: standard input.",
-)
+@click.option("--file", "path", default=None, help=ANSWER_FILE_HELP)
 @click.option("--summary", default="", help="What changed and why, kept with the revision.")
 def entry_edit(entry_id: str, content: str | None, path: str | None, summary: str) -> None:
     """Replace ENTRY_ID's response (a new revision by a human), validated against its request."""
@@ -183,6 +184,98 @@ def entry_delete(entry_id: str) -> None:
 
     with local_context() as ctx:
         emit(entries.delete(ctx, entry_id))
+
+
+@entry.group("answer")
+def answer() -> None:
+    """Show, edit, revert, pin, delete or reorder one answer of an entry's sequence (answer SEQ is what
+    the SEQ-th identical call of a replay session gets)."""
+
+
+@answer.command("show")
+@click.argument("entry_id")
+@click.argument("seq", type=click.IntRange(1))
+def answer_show(entry_id: str, seq: int) -> None:
+    """Show answer SEQ of ENTRY_ID with its revisions."""
+    from semula.service import entries
+
+    with local_context() as ctx:
+        emit(entries.get_answer(ctx, entry_id, seq))
+
+
+@answer.command("edit")
+@click.argument("entry_id")
+@click.argument("seq", type=click.IntRange(1))
+@click.option("--content", default=None, help="The new reply text.")
+@click.option("--file", "path", default=None, help=ANSWER_FILE_HELP)
+@click.option("--summary", default="", help="What changed and why, kept with the answer's revision.")
+def answer_edit(entry_id: str, seq: int, content: str | None, path: str | None, summary: str) -> None:
+    """Replace answer SEQ of ENTRY_ID (a new revision of it, by a human), validated against the request."""
+    from semula.service import entries
+
+    payload = _read_answer(content, path)
+    with local_context() as ctx:
+        emit(entries.edit_answer(ctx, entry_id, seq, payload, summary=summary))
+
+
+@answer.command("revert")
+@click.argument("entry_id")
+@click.argument("seq", type=click.IntRange(1))
+@click.argument("revision", type=click.IntRange(1))
+@click.option("--summary", default="", help="Why, kept with the new revision.")
+def answer_revert(entry_id: str, seq: int, revision: int, summary: str) -> None:
+    """Make REVISION of answer SEQ current again (as a new revision of that answer)."""
+    from semula.service import entries
+
+    with local_context() as ctx:
+        emit(entries.revert_answer(ctx, entry_id, seq, revision, summary=summary))
+
+
+def _pin_answer(entry_id: str, seq: int, pinned: bool) -> None:
+    from semula.service import entries
+
+    with local_context() as ctx:
+        emit(entries.pin_answer(ctx, entry_id, seq, pinned))
+
+
+@answer.command("pin")
+@click.argument("entry_id")
+@click.argument("seq", type=click.IntRange(1))
+def answer_pin(entry_id: str, seq: int) -> None:
+    """Pin answer SEQ of ENTRY_ID: imports and re-recording leave it alone (answer 1's pin is the entry's)."""
+    _pin_answer(entry_id, seq, True)
+
+
+@answer.command("unpin")
+@click.argument("entry_id")
+@click.argument("seq", type=click.IntRange(1))
+def answer_unpin(entry_id: str, seq: int) -> None:
+    """Unpin answer SEQ of ENTRY_ID."""
+    _pin_answer(entry_id, seq, False)
+
+
+@answer.command("delete")
+@click.argument("entry_id")
+@click.argument("seq", type=click.IntRange(1))
+@click.confirmation_option(prompt="Delete this answer and its revisions?")
+def answer_delete(entry_id: str, seq: int) -> None:
+    """Delete answer SEQ of ENTRY_ID and its revisions; the answers after it move up one."""
+    from semula.service import entries
+
+    with local_context() as ctx:
+        emit(entries.delete_answer(ctx, entry_id, seq))
+
+
+@answer.command("reorder")
+@click.argument("entry_id")
+@click.argument("order", nargs=-1, required=True, type=click.IntRange(1))
+def answer_reorder(entry_id: str, order: tuple[int, ...]) -> None:
+    """Put ENTRY_ID's answers in a new ORDER: every answer's number once, as they are to replay
+    (`3 1 2` makes answer 3 the first)."""
+    from semula.service import entries
+
+    with local_context() as ctx:
+        emit(entries.reorder_answers(ctx, entry_id, list(order)))
 
 
 @click.command("export")
@@ -316,14 +409,25 @@ def audit_command(
     default=None,
     help="Keep this many days of call log (default SEMULA_LOG_RETENTION_DAYS, 14).",
 )
-def prune_logs_command(days: int | None) -> None:
-    """Delete call-log rows older than the retention period, in small batches."""
+@click.option(
+    "--session-days",
+    type=click.IntRange(1, 3650),
+    default=None,
+    help="Delete the counters of replay sessions unused this many days "
+    "(default SEMULA_SESSION_RETENTION_DAYS, 30).",
+)
+def prune_logs_command(days: int | None, session_days: int | None) -> None:
+    """Delete call-log rows older than the retention period, and the counters of replay sessions
+    unused for theirs, in small batches."""
     from semula.service import retention
 
     with local_context() as ctx:
         days = days or ctx.settings.log_retention_days
+        session_days = session_days or ctx.settings.session_retention_days
         deleted = retention.prune_call_log(ctx.store, days)
+        counters = retention.prune_session_counters(ctx.store, session_days)
     click.echo(f"deleted {deleted} call-log row(s) older than {days} day(s)")
+    click.echo(f"deleted {counters} session counter(s) of sessions unused for {session_days} day(s)")
 
 
 COMMANDS = (entries_command, entry, export_command, import_command, audit_command, prune_logs_command)

@@ -187,6 +187,35 @@ class Client:
             "POST", "/api/v1/pending/claim", json={k: v for k, v in body.items() if v is not None}
         )
 
+    # One answer of an entry's sequence (docs/decisions/0041-sequence-surfaces-and-record-through.md).
+
+    def get_entry(self, entry_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/entries/{_segment(entry_id)}")
+
+    def _answer_path(self, entry_id: str, seq: int) -> str:
+        return f"/api/v1/entries/{_segment(entry_id)}/answers/{int(seq)}"
+
+    def get_entry_answer(self, entry_id: str, seq: int) -> dict[str, Any]:
+        return self.request("GET", self._answer_path(entry_id, seq))
+
+    def edit_entry_answer(
+        self, entry_id: str, seq: int, answer: Any, summary: str | None = None
+    ) -> dict[str, Any]:
+        body = answer if isinstance(answer, dict) else {"content": answer}
+        if summary:
+            body = {**body, "summary": summary}
+        return self.request("PATCH", self._answer_path(entry_id, seq), json=body)
+
+    def pin_entry_answer(self, entry_id: str, seq: int, pinned: bool) -> dict[str, Any]:
+        return self.request("POST", f"{self._answer_path(entry_id, seq)}/{'pin' if pinned else 'unpin'}")
+
+    def delete_entry_answer(self, entry_id: str, seq: int) -> dict[str, Any]:
+        return self.request("DELETE", self._answer_path(entry_id, seq))
+
+    def reorder_entry_answers(self, entry_id: str, order: list[int]) -> dict[str, Any]:
+        path = f"/api/v1/entries/{_segment(entry_id)}/answers/reorder"
+        return self.request("POST", path, json={"order": order})
+
 
 def _segment(value: str) -> str:
     # An id is one path segment: "../tokens" must not walk to another route.

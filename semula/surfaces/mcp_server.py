@@ -95,6 +95,38 @@ Cancel a parked call for good: the application waiting on it gets an error at on
 recorded, so the same request parks again next time. Use it for a call that should never have been \
 made; to leave a call for someone else, use release_claim instead."""
 
+GET_ENTRY = """\
+Get a recorded entry in full: its request (conversation), its answer, and its sequence: answers 1..n, \
+where the k-th identical call of a replay session gets answer k (entries recorded once have one). The \
+entry tools need a token of scope full (the queue's record scope does not change entries)."""
+
+ENTRY_ANSWER = """\
+Get one answer of an entry's sequence (seq 1 is the first, what a session's first identical call gets) \
+with its own revisions, oldest first."""
+
+EDIT_ENTRY_ANSWER = (
+    "Replace one answer of an entry's sequence: checked against the entry's request as any answer is, "
+    "saved as a new revision of that answer (the others are untouched). Needs role editor, scope full.\n\n"
+    + ANSWER_FORMS
+)
+
+PIN_ENTRY_ANSWER = """\
+Pin (pinned: true) or unpin one answer of an entry's sequence: a pinned answer is not re-recorded or \
+replaced by an import. Pinning answer 1 pins the entry. Needs role editor, scope full."""
+
+DELETE_ENTRY_ANSWER = """\
+Delete one answer of an entry's sequence with its revisions: the answers after it move up one. The \
+only answer of an entry cannot be deleted (last_answer): delete the entry instead. Needs role editor, \
+scope full."""
+
+REORDER_ENTRY_ANSWERS = """\
+Put an entry's answers in a new order: order lists every answer's number once, as they are to replay \
+([3, 1, 2] makes answer 3 the first). Each answer keeps its revisions and pin. Needs role editor, \
+scope full."""
+
+EntryId = Annotated[str, Field(description="The entry's id, like ent_0190a1b2c3d4e5f6a7b8c9d0.")]
+Seq = Annotated[int, Field(ge=1, description="The answer's number in the sequence (1 is the first).")]
+
 
 def _call(fn: Callable[[], T]) -> T:
     """Run one REST call; a REST error becomes a tool error the agent can read and act on."""
@@ -131,7 +163,7 @@ def _with_images(call: dict[str, Any]) -> CallToolResult:
 
 
 def build(client: Client | None = None) -> MCPServer:
-    """The MCP server with the pending tools, talking to semula through client."""
+    """The MCP server with the pending tools and the entry-answer tools, talking to semula through client."""
     client = client or Client()
     server = MCPServer(
         "semula",
@@ -219,6 +251,57 @@ def build(client: Client | None = None) -> MCPServer:
         pending_id: Annotated[str, Field(description="The call's id (pnd_...).")],
     ) -> dict[str, Any]:
         return _call(lambda: client.cancel_pending(pending_id))
+
+    @server.tool(description=GET_ENTRY, annotations=read_only)
+    def get_entry(entry_id: EntryId) -> dict[str, Any]:
+        return _call(lambda: client.get_entry(entry_id))
+
+    @server.tool(description=ENTRY_ANSWER, annotations=read_only)
+    def get_entry_answer(entry_id: EntryId, seq: Seq) -> dict[str, Any]:
+        return _call(lambda: client.get_entry_answer(entry_id, seq))
+
+    @server.tool(
+        description=EDIT_ENTRY_ANSWER,
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+    )
+    def edit_entry_answer(
+        entry_id: EntryId,
+        seq: Seq,
+        answer: Annotated[
+            dict[str, Any] | str,
+            Field(description="The answer object (see the tool description), or plain text for content."),
+        ],
+        summary: Annotated[str | None, Field(description="What changed and why (optional).")] = None,
+    ) -> dict[str, Any]:
+        return _call(lambda: client.edit_entry_answer(entry_id, seq, answer, summary=summary))
+
+    @server.tool(
+        description=PIN_ENTRY_ANSWER,
+        annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True, open_world_hint=False),
+    )
+    def pin_entry_answer(
+        entry_id: EntryId,
+        seq: Seq,
+        pinned: Annotated[bool, Field(description="true to pin, false to unpin.")] = True,
+    ) -> dict[str, Any]:
+        return _call(lambda: client.pin_entry_answer(entry_id, seq, pinned))
+
+    @server.tool(
+        description=DELETE_ENTRY_ANSWER,
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False),
+    )
+    def delete_entry_answer(entry_id: EntryId, seq: Seq) -> dict[str, Any]:
+        return _call(lambda: client.delete_entry_answer(entry_id, seq))
+
+    @server.tool(
+        description=REORDER_ENTRY_ANSWERS,
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+    )
+    def reorder_entry_answers(
+        entry_id: EntryId,
+        order: Annotated[list[int], Field(description="Every answer's number once, in the new order.")],
+    ) -> dict[str, Any]:
+        return _call(lambda: client.reorder_entry_answers(entry_id, order))
 
     return server
 

@@ -55,9 +55,8 @@ def get_entry(entry_id: str) -> Any:
     return entries_service.get(context(), entry_id)
 
 
-@api_entries.patch("/entries/<entry_id>")
-def edit_entry(entry_id: str) -> Any:
-    """The body is an answer (any form of docs/design/product.md §4), and an optional `summary`."""
+def _answer_and_summary() -> tuple[Any, str]:
+    """An edit's body: an answer (any form of docs/design/product.md §4), and an optional `summary`."""
     body = json_body()
     summary = ""
     if isinstance(body, dict) and "summary" in body:
@@ -65,11 +64,10 @@ def edit_entry(entry_id: str) -> Any:
         summary = body.pop("summary")
         if not isinstance(summary, str):
             raise BadRequest("summary must be text.", param="summary")
-    return entries_service.edit(context(), entry_id, body, summary=summary)
+    return body, summary
 
 
-@api_entries.post("/entries/<entry_id>/revert")
-def revert_entry(entry_id: str) -> Any:
+def _revision_and_summary() -> tuple[Any, str]:
     body = _object_body()
     unknown = sorted(set(body) - {"revision", "summary"})
     if unknown:
@@ -77,7 +75,63 @@ def revert_entry(entry_id: str) -> Any:
     summary = body.get("summary", "")
     if not isinstance(summary, str):
         raise BadRequest("summary must be text.", param="summary")
-    return entries_service.revert(context(), entry_id, body.get("revision"), summary=summary)
+    return body.get("revision"), summary
+
+
+@api_entries.patch("/entries/<entry_id>")
+def edit_entry(entry_id: str) -> Any:
+    body, summary = _answer_and_summary()
+    return entries_service.edit(context(), entry_id, body, summary=summary)
+
+
+@api_entries.post("/entries/<entry_id>/revert")
+def revert_entry(entry_id: str) -> Any:
+    revision, summary = _revision_and_summary()
+    return entries_service.revert(context(), entry_id, revision, summary=summary)
+
+
+# One answer of a sequence (docs/decisions/0041-sequence-surfaces-and-record-through.md).
+
+
+@api_entries.get("/entries/<entry_id>/answers/<int:seq>")
+def get_answer(entry_id: str, seq: int) -> Any:
+    return entries_service.get_answer(context(), entry_id, seq)
+
+
+@api_entries.patch("/entries/<entry_id>/answers/<int:seq>")
+def edit_answer(entry_id: str, seq: int) -> Any:
+    body, summary = _answer_and_summary()
+    return entries_service.edit_answer(context(), entry_id, seq, body, summary=summary)
+
+
+@api_entries.post("/entries/<entry_id>/answers/<int:seq>/revert")
+def revert_answer(entry_id: str, seq: int) -> Any:
+    revision, summary = _revision_and_summary()
+    return entries_service.revert_answer(context(), entry_id, seq, revision, summary=summary)
+
+
+@api_entries.post("/entries/<entry_id>/answers/<int:seq>/pin")
+def pin_answer(entry_id: str, seq: int) -> Any:
+    return entries_service.pin_answer(context(), entry_id, seq, True)
+
+
+@api_entries.post("/entries/<entry_id>/answers/<int:seq>/unpin")
+def unpin_answer(entry_id: str, seq: int) -> Any:
+    return entries_service.pin_answer(context(), entry_id, seq, False)
+
+
+@api_entries.delete("/entries/<entry_id>/answers/<int:seq>")
+def delete_answer(entry_id: str, seq: int) -> Any:
+    return entries_service.delete_answer(context(), entry_id, seq)
+
+
+@api_entries.post("/entries/<entry_id>/answers/reorder")
+def reorder_answers(entry_id: str) -> Any:
+    body = _object_body()
+    unknown = sorted(set(body) - {"order"})
+    if unknown:
+        raise BadRequest(f"Unknown field {unknown[0]!r}.", param=unknown[0])
+    return entries_service.reorder_answers(context(), entry_id, body.get("order"))
 
 
 @api_entries.post("/entries/<entry_id>/pin")

@@ -210,7 +210,7 @@ class ProxyApp:
                 )
             if call.stream:
                 forwarded = record_through.forward_live(
-                    ctx, call.project, call.fingerprint, call.body, call.dialect, call.request
+                    ctx, call.project, call.fingerprint, call.body, call.dialect, call.request, call.recording
                 )
                 if not isinstance(forwarded, dict):
                     call.live = forwarded
@@ -218,7 +218,7 @@ class ProxyApp:
                 call.entry = forwarded
             else:
                 call.entry = record_through.forward(
-                    ctx, call.project, call.fingerprint, call.body, call.dialect
+                    ctx, call.project, call.fingerprint, call.body, call.dialect, call.recording
                 )
             return "forwarded"
         replay_service.park(ctx, call)

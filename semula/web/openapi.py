@@ -673,6 +673,21 @@ ENTRY_PROPERTIES: dict[str, Any] = {
     "created": {"type": "integer"},
     "updated": {"type": "integer"},
 }
+ANSWER_PROPERTIES: dict[str, Any] = {
+    "object": {"const": "entry.answer"},
+    "entry": {"type": "string", "pattern": "^ent_"},
+    "seq": {"type": "integer", "minimum": 1, "description": "Its number in the entry's sequence."},
+    "revision": {"type": "integer", "minimum": 1},
+    "pinned": {"type": "boolean"},
+    "updated": {"type": "integer"},
+    "response": {"type": "object"},
+    "chunks": nullable({"type": "array", "items": {"type": "object"}}),
+    "answer": nullable({"type": "object", "description": "The response as an assistant message."}),
+}
+SEQ = {
+    **path_param("seq", "The answer's number in the entry's sequence, from 1."),
+    "schema": {"type": "integer"},
+}
 SCHEMAS.update(
     {
         "Entry": obj(
@@ -685,6 +700,11 @@ SCHEMAS.update(
         "EntryRevision": obj(
             {
                 "object": {"const": "entry.revision"},
+                "seq": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "The answer of the sequence it is of.",
+                },
                 "number": {"type": "integer", "minimum": 1},
                 "actor": {"type": "string", "enum": ["agent", "human", "import"]},
                 "summary": {"type": "string"},
@@ -703,8 +723,40 @@ SCHEMAS.update(
                     {"type": "object", "description": "The response as an assistant message, for every API."}
                 ),
                 "chunks": nullable({"type": "array", "items": {"type": "object"}}),
+                "answers": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "How many answers its sequence has.",
+                },
+                "sequence": {
+                    "type": "array",
+                    "items": ref("EntryAnswer"),
+                    "description": "Every answer, 1..n: the k-th identical call of a session gets answer k.",
+                },
                 "revisions": {"type": "array", "items": ref("EntryRevision")},
             }
+        ),
+        "EntryAnswer": obj(ANSWER_PROPERTIES),
+        "EntryAnswerFull": obj(
+            {
+                **ANSWER_PROPERTIES,
+                "revisions": {
+                    "type": "array",
+                    "items": ref("EntryRevision"),
+                    "description": "This answer's own.",
+                },
+            }
+        ),
+        "ReorderRequest": obj(
+            {
+                "order": {
+                    "type": "array",
+                    "items": {"type": "integer", "minimum": 1},
+                    "description": "Every answer's number, once, in the order they are to replay: [3, 1, 2].",
+                }
+            },
+            ["order"],
+            additionalProperties=False,
         ),
         "EntryDeleted": obj(
             {"object": {"const": "entry.deleted"}, "id": {"type": "string"}, "deleted": {"const": True}}
@@ -845,6 +897,75 @@ PATHS.update(
                 errors=(404,),
                 parameters=[ENTRY_ID],
                 body=ref("ReviewRequest"),
+                tag="entries",
+            ),
+        },
+        "/api/v1/entries/{entry_id}/answers/{seq}": {
+            "get": operation(
+                "getEntryAnswer",
+                "Get one answer of an entry's sequence with its revisions",
+                {200: ("The answer.", ref("EntryAnswerFull"))},
+                errors=(404,),
+                parameters=[ENTRY_ID, SEQ],
+                tag="entries",
+            ),
+            "patch": operation(
+                "editEntryAnswer",
+                "Replace one answer of a sequence, validated as any answer (editor; audited)",
+                {200: ("The answer.", ref("EntryAnswerFull"))},
+                errors=(404, 422),
+                parameters=[ENTRY_ID, SEQ],
+                body=ref("Answer"),
+                tag="entries",
+            ),
+            "delete": operation(
+                "deleteEntryAnswer",
+                "Delete one answer and its revisions; later ones move up (editor; audited)",
+                {200: ("The entry.", ref("EntryFull"))},
+                errors=(404, 409),
+                parameters=[ENTRY_ID, SEQ],
+                tag="entries",
+            ),
+        },
+        "/api/v1/entries/{entry_id}/answers/{seq}/revert": {
+            "post": operation(
+                "revertEntryAnswer",
+                "Make an earlier revision of one answer current again, as a new revision (editor; audited)",
+                {200: ("The answer.", ref("EntryAnswerFull"))},
+                errors=(404,),
+                parameters=[ENTRY_ID, SEQ],
+                body=ref("RevertRequest"),
+                tag="entries",
+            ),
+        },
+        "/api/v1/entries/{entry_id}/answers/{seq}/pin": {
+            "post": operation(
+                "pinEntryAnswer",
+                "Pin one answer against imports and re-recording (editor; audited)",
+                {200: ("The answer.", ref("EntryAnswerFull"))},
+                errors=(404,),
+                parameters=[ENTRY_ID, SEQ],
+                tag="entries",
+            ),
+        },
+        "/api/v1/entries/{entry_id}/answers/{seq}/unpin": {
+            "post": operation(
+                "unpinEntryAnswer",
+                "Unpin one answer (editor; audited)",
+                {200: ("The answer.", ref("EntryAnswerFull"))},
+                errors=(404,),
+                parameters=[ENTRY_ID, SEQ],
+                tag="entries",
+            ),
+        },
+        "/api/v1/entries/{entry_id}/answers/reorder": {
+            "post": operation(
+                "reorderEntryAnswers",
+                "Put a sequence's answers in a new order, each with its revisions and pin (editor; audited)",
+                {200: ("The entry.", ref("EntryFull"))},
+                errors=(400, 404, 409),
+                parameters=[ENTRY_ID],
+                body=ref("ReorderRequest"),
                 tag="entries",
             ),
         },

@@ -271,12 +271,17 @@ def entries_list(name: str) -> Any:
 
 
 @ui.route("/entries/<entry_id>", methods=["GET", "POST"])
+@ui.route("/entries/<entry_id>/answers/<int:seq>", methods=["GET", "POST"])
 @page
-def entry_view(entry_id: str) -> Any:
+def entry_view(entry_id: str, seq: int = 1) -> Any:
+    """An entry, showing answer `seq` of its sequence (1: the entry's own page) with that answer's
+    revisions; editors edit, revert or pin that answer, and move or delete any answer of the sequence."""
     ctx = ui_context()
     entry = entries.get(ctx, entry_id)
+    answer = entries.get_answer(ctx, entry_id, seq)
+    here = url_for("ui.entry_view", entry_id=entry_id, **({"seq": seq} if seq > 1 else {}))
     error = None
-    edited = json.dumps(entry["answer"] or entry["response"], indent=2, ensure_ascii=False)
+    edited = json.dumps(answer["answer"] or answer["response"], indent=2, ensure_ascii=False)
     if request.method == "POST":
         action = request.form.get("action")
         try:
@@ -286,18 +291,22 @@ def entry_view(entry_id: str) -> Any:
                     payload = jsonio.loads(edited, "The answer")
                 except errors.BadRequest:
                     payload = {"content": edited}  # plain text is a text answer
-                entries.edit(
+                entries.edit_answer(
                     ctx,
                     entry_id,
+                    seq,
                     {"message": payload} if isinstance(payload, dict) and "role" in payload else payload,
                     summary=request.form.get("summary", "") or "edited in the dashboard",
                 )
             elif action in ("pin", "unpin"):
-                entries.set_pinned(ctx, entry_id, action == "pin")
+                entries.pin_answer(ctx, entry_id, seq, action == "pin")
             elif action in ("approved", "rejected", "unreviewed"):
                 entries.review(ctx, entry_id, action)
             elif action == "revert":
-                entries.revert(ctx, entry_id, int(request.form.get("number", "0") or 0))
+                entries.revert_answer(ctx, entry_id, seq, int(request.form.get("number", "0") or 0))
+            elif action in ("up", "down", "delete_answer"):
+                _rearrange(ctx, entry, action, int(request.form.get("seq", "0") or 0))
+                here = url_for("ui.entry_view", entry_id=entry_id)
             elif action == "delete":
                 entries.delete(ctx, entry_id)
                 flash(f"Deleted {entry_id}.")
@@ -308,11 +317,25 @@ def entry_view(entry_id: str) -> Any:
             error = exc
         else:
             flash("Saved.")
-            return redirect(url_for("ui.entry_view", entry_id=entry_id))
-    diff = revision_diff(entry["revisions"], request.args.get("a"), request.args.get("b"))
-    return render_template("ui/entry.html", entry=entry, error=error, edited=edited, diff=diff), (
-        error.status if error else 200
+            return redirect(here)
+    diff = revision_diff(answer["revisions"], request.args.get("a"), request.args.get("b"))
+    page_ = render_template(
+        "ui/entry.html", entry=entry, answer=answer, error=error, edited=edited, diff=diff
     )
+    return page_, (error.status if error else 200)
+
+
+def _rearrange(ctx: Context, entry: dict[str, Any], action: str, seq: int) -> None:
+    """Move answer `seq` one place up or down, or delete it."""
+    if action == "delete_answer":
+        entries.delete_answer(ctx, entry["id"], seq)
+        return
+    order = list(range(1, entry["answers"] + 1))
+    other = seq - 1 if action == "up" else seq + 1
+    if seq not in order or other not in order:
+        raise errors.BadRequest(f"Answer {seq} cannot move {action}.", param="seq")
+    order[seq - 1], order[other - 1] = other, seq
+    entries.reorder_answers(ctx, entry["id"], order)
 
 
 def revision_diff(revisions: list[dict[str, Any]], a: str | None, b: str | None) -> dict[str, Any] | None:

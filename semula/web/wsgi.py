@@ -19,5 +19,6 @@ app.extensions["semula"]["calllog"].start(
 # A bundle import parses and checks for seconds of CPU: in a native thread, the event loop keeps
 # serving this worker's other requests meanwhile (Python switches threads every few milliseconds).
 app.extensions["semula"]["offload"] = gevent.get_hub().threadpool.apply
-# Call-log retention: every worker prunes hourly in small batches (docs/retention.md).
-retention.start_pruner(store, settings.log_retention_days)
+# Retention of the call log and of session counters: every worker prunes hourly in small batches
+# (docs/retention.md).
+retention.start_pruner(store, settings.log_retention_days, session_days=settings.session_retention_days)

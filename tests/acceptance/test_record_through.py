@@ -60,3 +60,29 @@ def test_budget_holds_across_two_workers_and_the_key_stays_secret(start_server, 
     assert CANARY not in server.log()
     logged = ctx.store.all("calls_in_project", project_id=projects.get(ctx, "shop")["id"])
     assert len(logged) == 301 and CANARY not in json.dumps(logged)
+
+
+def test_identical_calls_of_one_session_across_two_workers_record_distinct_answers(
+    start_server, ctx, fake, openai_client
+):
+    """Issue 21 with record-through: a session's identical calls in flight at once, over two gunicorn
+    workers and the official SDK, each get their own provider answer, recorded once as a sequence."""
+    server = start_server(workers=2, SEMULA_UPSTREAM_KEY=CANARY, SEMULA_UPSTREAM_URL=fake.url)
+    operator = Context(ctx.store, replace(ctx.settings, upstream_key=CANARY), ctx.principal)
+    projects.create(operator, {"name": "shop", "record_through": True, "sequences": "record"})
+    fake.numbered = True
+    loop = {"model": "gpt-4o", "messages": [{"role": "user", "content": "sample"}]}
+
+    def ask(client) -> str:
+        return client.chat.completions.create(**loop).choices[0].message.content
+
+    racing = openai_client(server, "shop/s/race")
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: ask(racing), range(4)))
+    assert sorted(got) == [f"upstream says: sample #{n}" for n in range(1, 5)]
+    assert len(fake.calls) == 4
+    # Another session replays the four answers in the order they were recorded, then records a fifth.
+    replay = openai_client(server, "shop/s/replay")
+    replayed = [ask(replay) for _ in range(5)]
+    assert sorted(replayed[:4]) == sorted(got) and replayed[4] == "upstream says: sample #5"
+    assert len(fake.calls) == 5

@@ -41,6 +41,7 @@ PARAMETERS = {
     "token_id": "token",
     "session_id": "session",
     "session": "replay_session",  # a replay session's name, in B's project
+    "seq": "seq",  # an answer's number in its entry's sequence
 }
 # Routes that hold no tenant data at all.
 NO_TENANT_DATA = {
@@ -57,6 +58,9 @@ BODIES = {
     "api_pending.answer": {"content": "from A"},
     "api_entries.edit_entry": {"content": "from A"},
     "api_entries.revert_entry": {"revision": 1},
+    "api_entries.edit_answer": {"content": "from A"},
+    "api_entries.revert_answer": {"revision": 1},
+    "api_entries.reorder_answers": {"order": [1]},
     "api_entries.review_entry": {"status": "rejected"},
     "ui.entry_view": {"action": "rejected"},
     "ui.pending_call": {"kind": "text", "content": "from A"},
@@ -88,6 +92,7 @@ def world(hosted):  # noqa: F811 - the fixture imported above
         "token": b_token["id"],
         "session": b_session["id"],
         "replay_session": "b-session",
+        "seq": "1",
     }
     return {
         "operator": operator,
@@ -128,7 +133,7 @@ def test_every_route_hides_another_workspace(world):
         )
         url = rule.rule
         for arg in rule.arguments:
-            url = url.replace(f"<{arg}>", objects[PARAMETERS[arg]])
+            url = re.sub(rf"<(?:\w+:)?{arg}>", objects[PARAMETERS[arg]], url)
         body = BODIES.get(rule.endpoint, {})
         if url.startswith("/ui/"):
             response = client.open(url, method=method, data={**body, "csrf": csrf})
@@ -196,6 +201,12 @@ SERVICE_CALLS = {
     "entries.review": lambda a, o: entries.review(a, o["entry"], "rejected"),
     "entries.delete": lambda a, o: entries.delete(a, o["entry"]),
     "entries.list_entries": lambda a, o: entries.list_entries(a, o["project"]),
+    "entries.get_answer": lambda a, o: entries.get_answer(a, o["entry"], 1),
+    "entries.edit_answer": lambda a, o: entries.edit_answer(a, o["entry"], 1, {"content": "x"}),
+    "entries.revert_answer": lambda a, o: entries.revert_answer(a, o["entry"], 1, 1),
+    "entries.pin_answer": lambda a, o: entries.pin_answer(a, o["entry"], 1, True),
+    "entries.delete_answer": lambda a, o: entries.delete_answer(a, o["entry"], 1),
+    "entries.reorder_answers": lambda a, o: entries.reorder_answers(a, o["entry"], [1]),
     "calllog.list_calls": lambda a, o: calllog.list_calls(a, o["project"]),
     "bundles.export_bundle": lambda a, o: bundles.export_bundle(a, o["project"]),
     "bundles.import_bundle": lambda a, o: bundles.import_bundle(
@@ -233,11 +244,11 @@ NO_OBJECT = {
     "replay.forget_response",
     "replay.input_items",
     "entries.save",
+    "entries.append",
     "entries.decode",
     "entries.meta",
     "replay.pacing",
     "replay.count_tokens",
-    "replay.recorded_answer",
     "replay.replay_headers",
     "entries.present",
     "entries.check_quota",
@@ -328,6 +339,7 @@ def test_project_binding_matrix_inside_one_workspace(world):
         "token": "tok_nope",
         "session": "ses_nope",
         "replay_session": "ant-session",
+        "seq": "1",
     }
     for rule, method in routes(world["app"]):
         if rule.rule in NO_TENANT_DATA or rule.rule.startswith("/ui/") or not rule.arguments:
@@ -336,7 +348,7 @@ def test_project_binding_matrix_inside_one_workspace(world):
             continue  # token management is workspace-wide: 403 to a bound token (test_auth)
         url = rule.rule
         for arg in rule.arguments:
-            url = url.replace(f"<{arg}>", objects[PARAMETERS[arg]])
+            url = re.sub(rf"<(?:\w+:)?{arg}>", objects[PARAMETERS[arg]], url)
         body = BODIES.get(rule.endpoint, {})
         r = client.open(url, method=method, json=body if method != "GET" else None, headers=headers)
         assert r.status_code == 404, (

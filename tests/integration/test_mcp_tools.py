@@ -15,13 +15,28 @@ from mcp import Client
 from semula.service import projects as projects_service
 from semula.surfaces.mcp_server import build
 from tests.agent_helpers import PNG, PNG_URL, REMOTE_IMAGE, in_process_client, park, two_project_queue
+from tests.entry_helpers import save_entry
 
-TOOLS = {"list_pending", "get_pending", "claim_next", "answer_pending", "release_claim", "cancel_pending"}
+TOOLS = {
+    "list_pending",
+    "get_pending",
+    "claim_next",
+    "answer_pending",
+    "release_claim",
+    "cancel_pending",
+    "get_entry",
+    "get_entry_answer",
+    "edit_entry_answer",
+    "pin_entry_answer",
+    "delete_entry_answer",
+    "reorder_entry_answers",
+}
 
 
 @pytest.fixture
 def queue(ctx):
-    return two_project_queue(ctx)
+    """The two projects' parked calls, and an entry of beta's (e1)."""
+    return {**two_project_queue(ctx), "e1": save_entry(ctx, "beta", "recorded?", {"content": "x"})["id"]}
 
 
 @pytest.fixture
@@ -143,6 +158,12 @@ def tool_calls(queue):
         "answer_pending": {"pending_id": queue["b1"], "answer": "hello"},
         "release_claim": {"pending_id": queue["b1"]},
         "cancel_pending": {"pending_id": queue["b1"]},
+        "get_entry": {"entry_id": queue["e1"]},
+        "get_entry_answer": {"entry_id": queue["e1"], "seq": 1},
+        "edit_entry_answer": {"entry_id": queue["e1"], "seq": 1, "answer": "y"},
+        "pin_entry_answer": {"entry_id": queue["e1"], "seq": 1},
+        "delete_entry_answer": {"entry_id": queue["e1"], "seq": 1},
+        "reorder_entry_answers": {"entry_id": queue["e1"], "order": [1]},
     }
 
 
@@ -160,8 +181,10 @@ def test_replay_scope_cannot_use_the_queue(mcp_call, queue, tool):
 
 @pytest.mark.parametrize("tool", sorted(TOOLS))
 def test_bound_token_gets_not_found_for_another_project(mcp_call, queue, tool):
-    result, own = mcp_call((tool, tool_calls(queue)[tool]), ("list_pending", {}), project="alpha")
-    assert error_of(result)["code"] in ("pending_not_found", "project_not_found")
+    result, own = mcp_call(
+        (tool, tool_calls(queue)[tool]), ("list_pending", {}), project="alpha", scope="full"
+    )
+    assert error_of(result)["code"] in ("pending_not_found", "project_not_found", "entry_not_found")
     assert [p["id"] for p in own.structured_content["data"]] == [queue["a1"]]
 
 
@@ -180,3 +203,51 @@ def test_release_gives_a_claim_back_and_cancel_ends_the_call(mcp_call, queue):
     assert again.structured_content["id"] == queue["b1"]  # at once, not after w1's lease
     assert cancelled.structured_content["status"] == "cancelled"
     assert gone.structured_content["claimed"] is False
+
+
+def test_one_answer_of_a_sequence_through_the_tools(mcp_call, ctx):
+    """Show, edit, pin, reorder and delete one answer of a sequence, as an editor would over REST."""
+    from tests.integration.test_sequences import add_answer
+
+    projects_service.create(ctx, {"name": "shop", "mode": "replay"})
+    entry_id = save_entry(ctx, "shop", "next step?", {"content": "one"})["id"]
+    add_answer(ctx, "shop", 2, "two")
+    add_answer(ctx, "shop", 3, "three")
+    whole, shown, edited, bad, pinned, reordered, deleted = mcp_call(
+        ("get_entry", {"entry_id": entry_id}),
+        ("get_entry_answer", {"entry_id": entry_id, "seq": 2}),
+        ("edit_entry_answer", {"entry_id": entry_id, "seq": 2, "answer": "TWO", "summary": "by an agent"}),
+        ("edit_entry_answer", {"entry_id": entry_id, "seq": 3, "answer": {"tool_calls": "nope"}}),
+        ("pin_entry_answer", {"entry_id": entry_id, "seq": 3}),
+        ("reorder_entry_answers", {"entry_id": entry_id, "order": [3, 2, 1]}),
+        ("delete_entry_answer", {"entry_id": entry_id, "seq": 3}),
+        scope="full",
+    )
+    said = lambda answers: [a["answer"]["content"] for a in answers]  # noqa: E731
+    assert whole.structured_content["answers"] == 3
+    assert shown.structured_content["answer"]["content"] == "two"
+    assert edited.structured_content["revision"] == 2
+    assert [r["summary"] for r in edited.structured_content["revisions"]] == ["test", "by an agent"]
+    assert error_of(bad)["code"] == "invalid_answer" and error_of(bad)["param"].startswith("tool_calls")
+    assert pinned.structured_content["pinned"] is True
+    assert said(reordered.structured_content["sequence"]) == ["three", "TWO", "one"]
+    assert reordered.structured_content["pinned"] is True  # the pin moved with its answer, now answer 1
+    assert said(deleted.structured_content["sequence"]) == ["three", "TWO"]
+
+
+def test_a_viewer_reads_answers_but_cannot_change_them(mcp_call, ctx):
+    projects_service.create(ctx, {"name": "shop", "mode": "replay"})
+    entry_id = save_entry(ctx, "shop", "next step?", {"content": "one"})["id"]
+    shown, refused, whole = mcp_call(
+        ("get_entry_answer", {"entry_id": entry_id, "seq": 1}),
+        ("delete_entry_answer", {"entry_id": entry_id, "seq": 1}),
+        ("get_entry", {"entry_id": entry_id}),
+        role="viewer",
+        scope="full",
+    )
+    assert shown.structured_content["answer"]["content"] == "one"
+    assert refused.is_error and error_of(refused)["code"] == "insufficient_role"
+    # The entry tools keep the entry rules: the queue's usual token (scope record) does not edit entries.
+    (record_scope,) = mcp_call(("edit_entry_answer", {"entry_id": entry_id, "seq": 1, "answer": "x"}))
+    assert error_of(record_scope)["code"] == "insufficient_scope"
+    assert whole.structured_content["answers"] == 1

@@ -227,3 +227,136 @@ def test_cli_session_reset(ctx, client, admin, three, db_url, monkeypatch):
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["reset"] is True
     assert texts(client, admin, session_url("a"), 1) == ["one"]
+
+
+# One answer of a sequence on every surface (decision 0041): REST here, the CLI, MCP and the dashboard below.
+
+
+def entry_id_of(ctx) -> str:
+    return entries.list_entries(ctx, "shop")["data"][0]["id"]
+
+
+def said_by(answer: dict) -> str:
+    return answer["answer"]["content"]
+
+
+def test_rest_shows_edits_and_reverts_one_answer_with_its_own_revisions(ctx, client, admin, three):
+    entry_id = entry_id_of(ctx)
+    whole = client.get(f"/api/v1/entries/{entry_id}", headers=admin).json
+    assert [(a["seq"], said_by(a)) for a in whole["sequence"]] == [(1, "one"), (2, "two"), (3, "three")]
+    r = client.get(f"/api/v1/entries/{entry_id}/answers/2", headers=admin)
+    assert r.status_code == 200, r.json
+    assert r.json["object"] == "entry.answer" and said_by(r.json) == "two" and r.json["revision"] == 1
+    assert [(v["seq"], v["number"]) for v in r.json["revisions"]] == [(2, 1)]
+
+    r = client.patch(
+        f"/api/v1/entries/{entry_id}/answers/2", json={"content": "TWO", "summary": "louder"}, headers=admin
+    )
+    assert r.status_code == 200, r.json
+    assert said_by(r.json) == "TWO" and r.json["revision"] == 2
+    assert [(v["number"], v["summary"]) for v in r.json["revisions"]] == [(1, "test"), (2, "louder")]
+    assert texts(client, admin, session_url("a"), 3) == ["one", "TWO", "three"]
+    # Answer 1 and 3 are untouched, and the entry is unreviewed again, as after any edit.
+    assert client.get(f"/api/v1/entries/{entry_id}", headers=admin).json["revision"] == 1
+    r = client.post(f"/api/v1/entries/{entry_id}/answers/2/revert", json={"revision": 1}, headers=admin)
+    assert r.status_code == 200 and said_by(r.json) == "two" and r.json["revision"] == 3
+    # Validated as any answer is.
+    r = client.patch(f"/api/v1/entries/{entry_id}/answers/3", json={"tool_calls": "nope"}, headers=admin)
+    assert r.status_code == 422 and r.json["error"]["param"].startswith("tool_calls")
+    assert said_by(client.get(f"/api/v1/entries/{entry_id}/answers/3", headers=admin).json) == "three"
+    r = client.get(f"/api/v1/entries/{entry_id}/answers/4", headers=admin)
+    assert r.status_code == 404 and r.json["error"]["code"] == "answer_not_found"
+    actions = [(e["action"], e["fields"]) for e in client.get("/api/v1/audit", headers=admin).json["data"]]
+    assert ("entry.edit", ["answers[2].response"]) in actions and (
+        "entry.revert",
+        ["answers[2].response"],
+    ) in actions
+
+
+def test_rest_reorders_and_deletes_answers_with_their_revisions(ctx, client, admin, three):
+    entry_id = entry_id_of(ctx)
+    client.patch(f"/api/v1/entries/{entry_id}/answers/3", json={"content": "THREE"}, headers=admin)
+    r = client.post(f"/api/v1/entries/{entry_id}/answers/reorder", json={"order": [3, 1, 2]}, headers=admin)
+    assert r.status_code == 200, r.json
+    assert [said_by(a) for a in r.json["sequence"]] == ["THREE", "one", "two"]
+    # Each answer keeps its revisions: the moved answer 3 is answer 1 now, with both of its own.
+    first = client.get(f"/api/v1/entries/{entry_id}/answers/1", headers=admin).json
+    assert first["revision"] == 2 and [v["number"] for v in first["revisions"]] == [1, 2]
+    assert texts(client, admin, session_url("a"), 3) == ["THREE", "one", "two"]
+    assert texts(client, admin, URL, 1) == ["THREE"]
+
+    r = client.delete(f"/api/v1/entries/{entry_id}/answers/1", headers=admin)
+    assert r.status_code == 200 and r.json["answers"] == 2
+    assert [said_by(a) for a in r.json["sequence"]] == ["one", "two"]
+    assert [(v["seq"], v["number"]) for v in r.json["revisions"]] == [(1, 1), (2, 1)]
+    client.post("/api/v1/projects/shop/sessions/a/reset", headers=admin)
+    assert texts(client, admin, session_url("a"), 3) == ["one", "two", "two"]
+    client.delete(f"/api/v1/entries/{entry_id}/answers/2", headers=admin)
+    r = client.delete(f"/api/v1/entries/{entry_id}/answers/1", headers=admin)
+    assert r.status_code == 409 and r.json["error"]["code"] == "last_answer"
+    for bad in ([1, 1], [2], "1", [1, 2]):
+        r = client.post(f"/api/v1/entries/{entry_id}/answers/reorder", json={"order": bad}, headers=admin)
+        assert r.status_code == 400 and r.json["error"]["param"] == "order", bad
+    actions = [e["action"] for e in client.get("/api/v1/audit", headers=admin).json["data"]]
+    assert "entry.answers.reorder" in actions and actions.count("entry.answer.delete") == 2
+
+
+def test_rest_pins_one_answer_against_re_recording(ctx, shop, client, admin, three):
+    entry_id = entry_id_of(ctx)
+    r = client.post(f"/api/v1/entries/{entry_id}/answers/2/pin", headers=admin)
+    assert r.status_code == 200 and r.json["pinned"] is True
+    assert client.get(f"/api/v1/entries/{entry_id}", headers=admin).json["pinned"] is False
+    with pytest.raises(Conflict) as raised:
+        add_answer(ctx, "shop", 2, "re-recorded")
+    assert raised.value.code == "entry_pinned"
+    assert client.post(f"/api/v1/entries/{entry_id}/answers/2/unpin", headers=admin).json["pinned"] is False
+    add_answer(ctx, "shop", 2, "re-recorded")
+    # Pinning answer 1 pins the entry, as before sequences.
+    assert client.post(f"/api/v1/entries/{entry_id}/answers/1/pin", headers=admin).json["pinned"] is True
+    assert client.get(f"/api/v1/entries/{entry_id}", headers=admin).json["pinned"] is True
+
+
+def test_answer_routes_keep_the_entry_rules(ctx, client, make_token, three):
+    entry_id = entry_id_of(ctx)
+    viewer = make_token("viewer")
+    assert client.get(f"/api/v1/entries/{entry_id}/answers/2", headers=viewer).status_code == 200
+    for method, path, body in [
+        ("patch", "answers/2", {"content": "x"}),
+        ("post", "answers/2/pin", None),
+        ("delete", "answers/2", None),
+        ("post", "answers/reorder", {"order": [2, 1, 3]}),
+    ]:
+        r = getattr(client, method)(f"/api/v1/entries/{entry_id}/{path}", json=body, headers=viewer)
+        assert r.status_code == 403, (method, path)
+    projects.create(ctx, {"name": "other"})
+    bound = make_token("admin", project="other")
+    assert client.get(f"/api/v1/entries/{entry_id}/answers/2", headers=bound).status_code == 404
+
+
+def test_cli_shows_edits_pins_reorders_and_deletes_one_answer(ctx, client, admin, three, db_url, monkeypatch):
+    from click.testing import CliRunner
+
+    from semula.surfaces.cli import main
+
+    monkeypatch.setenv("SEMULA_DATABASE_URL", db_url)
+    entry_id = entry_id_of(ctx)
+
+    def run(*args: str) -> dict:
+        result = CliRunner().invoke(main, ["entry", "answer", *args])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    assert said_by(run("show", entry_id, "3")) == "three"
+    edited = run("edit", entry_id, "3", "--content", "THREE", "--summary", "by hand")
+    assert said_by(edited) == "THREE" and [v["summary"] for v in edited["revisions"]] == ["test", "by hand"]
+    assert run("revert", entry_id, "3", "1")["revision"] == 3
+    assert run("pin", entry_id, "2")["pinned"] is True and run("unpin", entry_id, "2")["pinned"] is False
+    assert [said_by(a) for a in run("reorder", entry_id, "2", "3", "1")["sequence"]] == [
+        "two",
+        "three",
+        "one",
+    ]
+    assert [said_by(a) for a in run("delete", entry_id, "2", "--yes")["sequence"]] == ["two", "one"]
+    assert texts(client, admin, session_url("a"), 3) == ["two", "one", "one"]
+    missing = CliRunner().invoke(main, ["entry", "answer", "show", entry_id, "3"])
+    assert missing.exit_code != 0 and "no answer 3" in missing.output

@@ -379,10 +379,131 @@ def test_cli_shows_and_resets_usage(db_url, uctx, shop, monkeypatch):
 
     uctx.store.run("ensure_upstream_usage", project_id=shop["id"], workspace_id="wsp_default")
     uctx.store.run(
-        "take_upstream_call", project_id=shop["id"], fingerprint="v1:none", max_calls=5, max_tokens=None
+        "take_upstream_call",
+        project_id=shop["id"],
+        fingerprint="v1:none",
+        seq=1,
+        max_calls=5,
+        max_tokens=None,
     )
     monkeypatch.setenv("SEMULA_DATABASE_URL", db_url)
     shown = CliRunner().invoke(main, ["project", "upstream", "shop"])
     assert shown.exit_code == 0 and json.loads(shown.output)["calls"] == 1
     reset = CliRunner().invoke(main, ["project", "upstream", "shop", "--reset"])
     assert json.loads(reset.output)["calls"] == 0
+
+
+def session_url(session: str) -> str:
+    return f"/p/shop/s/{session}/v1/chat/completions"
+
+
+def said(response) -> str:
+    assert response.status_code == 200, response.json
+    return response.json["choices"][0]["message"]["content"]
+
+
+@pytest.fixture
+def recording_sequences(uctx, shop, fake):
+    """shop records sequences through the provider, whose answers are numbered by call."""
+    projects.update(uctx, "shop", {"sequences": "record"})
+    fake.numbered = True
+
+
+def test_sequences_record_forwards_the_kth_call_for_answer_k(
+    client, uctx, shop, headers, fake, store, recording_sequences
+):
+    got = [said(client.post(session_url("a"), json=body(), headers=headers)) for _ in range(3)]
+    assert got == ["upstream says: hello #1", "upstream says: hello #2", "upstream says: hello #3"]
+    # Another session replays the sequence, and its fourth call records answer 4.
+    got = [said(client.post(session_url("b"), json=body(), headers=headers)) for _ in range(4)]
+    assert got[:3] == ["upstream says: hello #1", "upstream says: hello #2", "upstream says: hello #3"]
+    assert got[3] == "upstream says: hello #4"
+    # Without a session: answer 1, nothing forwarded.
+    assert said(client.post(URL, json=body(), headers=headers)) == "upstream says: hello #1"
+    assert len(fake.calls) == 4 and usage(client, headers)["calls"] == 4
+    assert usage(client, headers)["prompt_tokens"] == 80  # every answer's tokens are counted
+    entry_id = entries.list_entries(uctx, "shop")["data"][0]["id"]
+    full = entries.get(uctx, entry_id)
+    assert full["answers"] == 4
+    assert [(r["seq"], r["number"], r["actor"]) for r in full["revisions"]] == [
+        (seq, 1, "agent") for seq in (1, 2, 3, 4)
+    ]
+    assert calls(store, shop) == ["forwarded"] * 3 + ["hit"] * 3 + ["forwarded", "hit"]
+
+
+def test_a_streamed_call_records_its_answer_of_the_sequence(
+    client, uctx, shop, headers, fake, recording_sequences
+):
+    assert said(client.post(session_url("a"), json=body(), headers=headers)) == "upstream says: hello #1"
+    r = client.post(session_url("a"), json=body(stream=True), headers=headers)
+    events = [json.loads(x[6:]) for x in r.get_data(as_text=True).split("\n\n") if x and x != "data: [DONE]"]
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    assert text == "upstream says: hello #2"
+    # The stream was answer 2 of the plain request's sequence too (stream is not fingerprinted).
+    client.post("/api/v1/projects/shop/sessions/a/reset", headers=headers)
+    got = [said(client.post(session_url("a"), json=body(), headers=headers)) for _ in range(2)]
+    assert got == ["upstream says: hello #1", "upstream says: hello #2"] and len(fake.calls) == 2
+
+
+def test_concurrent_calls_at_two_positions_are_two_flights_one_position_is_one(
+    client, shop, headers, fake, recording_sequences
+):
+    fake.delay = 0.3
+    with ThreadPoolExecutor(2) as pool:
+        results = list(
+            pool.map(lambda _: client.post(session_url("a"), json=body(), headers=headers), range(2))
+        )
+    assert sorted(said(r) for r in results) == ["upstream says: hello #1", "upstream says: hello #2"]
+    assert len(fake.calls) == 2 and usage(client, headers)["calls"] == 2
+    # The third call of three sessions at once: one position, one provider call, shared.
+    for session in ("x", "y", "z"):
+        for _ in range(2):
+            said(client.post(session_url(session), json=body(), headers=headers))
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda s: client.post(session_url(s), json=body(), headers=headers), "xyz"))
+    assert [said(r) for r in results] == ["upstream says: hello #3"] * 3
+    assert len(fake.calls) == 3 and usage(client, headers)["calls"] == 3
+
+
+def test_a_failed_call_leaves_no_gap_in_the_sequence(client, uctx, shop, headers, fake, recording_sequences):
+    """Call 1 of the session failed at the provider: call 2 records answer 1, and pays once."""
+    fake.mode = "error"
+    assert client.post(session_url("a"), json=body(), headers=headers).status_code == 502
+    fake.mode = "ok"
+    assert said(client.post(session_url("a"), json=body(), headers=headers)) == "upstream says: hello #2"
+    assert len(fake.calls) == 2 and usage(client, headers)["calls"] == 2  # the failed call was spent too
+    got = [said(client.post(session_url("b"), json=body(), headers=headers)) for _ in range(2)]
+    assert got == ["upstream says: hello #2", "upstream says: hello #3"]
+
+
+def test_concurrent_appends_get_distinct_answers_and_lose_none(uctx, shop):
+    """Record-through of one request by many calls at once, in any process: answers 1..n, once each."""
+    request = body("same")
+    uctx.store.run("ensure_upstream_usage", project_id=shop["id"], workspace_id="wsp_default")
+    with ThreadPoolExecutor(8) as pool:
+        saved = list(
+            pool.map(
+                lambda n: entries.append(
+                    uctx.store,
+                    uctx,
+                    project_id=shop["id"],
+                    fingerprint=fingerprint(request),
+                    request=request,
+                    response={"choices": [{"message": {"role": "assistant", "content": f"answer {n}"}}]},
+                    chunks=None,
+                    actor="agent",
+                    summary="test",
+                    tokens=(1, 1),
+                ),
+                range(12),
+            )
+        )
+    assert sorted(s["seq"] for s in saved) == list(range(1, 13))
+    entry = entries.get(uctx, saved[0]["id"])
+    assert entry["answers"] == 12
+    assert sorted(a["response"]["choices"][0]["message"]["content"] for a in entry["sequence"]) == sorted(
+        f"answer {n}" for n in range(12)
+    )
+    assert [(r["seq"], r["number"]) for r in entry["revisions"]] == [(n, 1) for n in range(1, 13)]
+    spent = uctx.store.one("get_upstream_usage", project_id=shop["id"])
+    assert (spent["prompt_tokens"], spent["completion_tokens"]) == (12, 12)

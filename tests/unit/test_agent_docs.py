@@ -28,6 +28,12 @@ def test_every_mcp_tool_has_a_description_and_is_documented():
         "answer_pending",
         "release_claim",
         "cancel_pending",
+        "get_entry",
+        "get_entry_answer",
+        "edit_entry_answer",
+        "pin_entry_answer",
+        "delete_entry_answer",
+        "reorder_entry_answers",
     }
     for tool in tools:
         assert tool.description and len(tool.description) > 100, tool.name

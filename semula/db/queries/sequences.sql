@@ -95,3 +95,127 @@ DELETE FROM entry_revisions WHERE entry_id = :entry_id AND seq > :answers
 INSERT INTO entry_revisions (id, workspace_id, entry_id, seq, number, response, chunks, actor, summary,
     created_at)
 VALUES (:id, :workspace_id, :entry_id, :seq, :number, :response, :chunks, :actor, :summary, :now)
+
+-- name: session_counters
+SELECT session, fingerprint, calls, updated_at FROM session_calls WHERE project_id = :project_id
+
+-- name: prune_session_counters
+-- One small batch of sessions whose last counted call is before :cutoff (retention, decision 0041). A
+-- session goes whole: one still in use never has some of its requests start over.
+DELETE FROM session_calls WHERE (project_id, session) IN (
+    SELECT project_id, session FROM session_calls
+    GROUP BY project_id, session
+    HAVING MAX(updated_at) < :cutoff
+    LIMIT :batch
+)
+
+-- One answer of a sequence on every surface (docs/decisions/0041-sequence-surfaces-and-record-through.md).
+
+-- name: replace_answer_response
+-- A human edit or revert of answer :seq (2 or more): a new revision of that answer.
+UPDATE entry_answers SET response = :response, chunks = :chunks, revision = revision + 1, updated_at = :now
+WHERE entry_id = :entry_id AND seq = :seq
+RETURNING revision
+
+-- name: entry_unreviewed
+-- One of the entry's answers changed by hand: the entry has not been reviewed since.
+UPDATE entries SET review_status = 'unreviewed', updated_at = :now WHERE id = :id
+
+-- name: set_answer_pinned
+UPDATE entry_answers SET pinned = :pinned, updated_at = :now WHERE entry_id = :entry_id AND seq = :seq
+
+-- name: lock_entry_answers
+-- The first statement of a reorder or delete: takes the entry's row (PostgreSQL's row lock; SQLite's
+-- write lock) before its answers are read, so two rearrangements run one after the other.
+UPDATE entries SET updated_at = :now WHERE id = :id
+RETURNING answers
+
+-- name: set_first_answer
+-- Answer 1 after a reorder or delete: the entry row takes that answer with its revision number and pin.
+UPDATE entries SET response = :response, chunks = :chunks, revision = :revision, pinned = :pinned,
+    response_id = :response_id, answers = :answers, updated_at = :now
+WHERE id = :id
+
+-- name: restore_answer
+INSERT INTO entry_answers (workspace_id, entry_id, seq, response, chunks, revision, pinned, created_at,
+    updated_at)
+VALUES (:workspace_id, :entry_id, :seq, :response, :chunks, :revision, :pinned, :created_at, :now)
+
+-- name: drop_answer_revisions
+DELETE FROM entry_revisions WHERE entry_id = :entry_id AND seq = :seq
+
+-- name: move_answer_revisions
+-- Renumbered in two steps (to -:to, then flipped), so no step meets the unique key (entry, seq, number).
+UPDATE entry_revisions SET seq = -CAST(:to AS INTEGER) WHERE entry_id = :entry_id AND seq = :seq
+
+-- name: settle_answer_revisions
+UPDATE entry_revisions SET seq = -seq WHERE entry_id = :entry_id AND seq < 0
+
+-- name: append_answer
+-- Record-through in a session that records sequences (decision 0041): the answer as the next of its
+-- request's sequence, answer 1 (a new entry) when the request has none. Nothing when another append
+-- took the number meanwhile (PostgreSQL); the caller tries again. Tokens are counted as save_entry does.
+INSERT INTO entries (id, workspace_id, project_id, fingerprint, model, request, response, chunks, revision,
+    pinned, review_status, created_at, updated_at, api, response_id, meta)
+VALUES (:id, :workspace_id, :project_id, :fingerprint, :model, :request, :response, :chunks, 1,
+    0, 'unreviewed', :now, :now, :api, :response_id, :meta)
+ON CONFLICT (project_id, fingerprint) DO NOTHING;
+INSERT INTO entry_revisions (id, workspace_id, entry_id, seq, number, response, chunks, actor, summary,
+    created_at)
+SELECT :revision_id, :workspace_id, id, 1, 1, :response, :chunks, :actor, :summary, :now
+FROM entries WHERE id = :id AND changes() > 0;
+INSERT INTO entry_answers (workspace_id, entry_id, seq, response, chunks, revision, pinned, created_at,
+    updated_at)
+SELECT :workspace_id, id, answers + 1, :response, :chunks, 1, 0, :now, :now FROM entries
+WHERE project_id = :project_id AND fingerprint = :fingerprint
+  AND NOT EXISTS (SELECT 1 FROM entry_revisions WHERE id = :revision_id);
+INSERT INTO entry_revisions (id, workspace_id, entry_id, seq, number, response, chunks, actor, summary,
+    created_at)
+SELECT :revision_id, :workspace_id, id, answers + 1, 1, :response, :chunks, :actor, :summary, :now
+FROM entries WHERE project_id = :project_id AND fingerprint = :fingerprint AND changes() > 0;
+UPDATE entries SET answers = answers + 1, updated_at = :now
+WHERE project_id = :project_id AND fingerprint = :fingerprint
+  AND EXISTS (SELECT 1 FROM entry_revisions WHERE id = :revision_id AND seq > 1);
+UPDATE upstream_usage SET prompt_tokens = prompt_tokens + :prompt_tokens,
+    completion_tokens = completion_tokens + :completion_tokens
+WHERE project_id = :project_id AND :prompt_tokens + :completion_tokens > 0
+  AND EXISTS (SELECT 1 FROM entry_revisions WHERE id = :revision_id);
+SELECT entry_id AS id, seq, number AS revision FROM entry_revisions WHERE id = :revision_id
+
+-- name: append_answer.postgresql
+WITH created AS (
+    INSERT INTO entries (id, workspace_id, project_id, fingerprint, model, request, response, chunks,
+        revision, pinned, review_status, created_at, updated_at, api, response_id, meta)
+    VALUES (:id, :workspace_id, :project_id, :fingerprint, :model, :request, :response, :chunks, 1,
+        0, 'unreviewed', :now, :now, :api, :response_id, :meta)
+    ON CONFLICT (project_id, fingerprint) DO NOTHING
+    RETURNING id
+), first_revision AS (
+    INSERT INTO entry_revisions (id, workspace_id, entry_id, seq, number, response, chunks, actor, summary,
+        created_at)
+    SELECT :revision_id, :workspace_id, id, 1, 1, :response, :chunks, :actor, :summary, :now FROM created
+), appended AS (
+    INSERT INTO entry_answers (workspace_id, entry_id, seq, response, chunks, revision, pinned, created_at,
+        updated_at)
+    SELECT :workspace_id, id, answers + 1, :response, :chunks, 1, 0, :now, :now FROM entries
+    WHERE project_id = :project_id AND fingerprint = :fingerprint AND NOT EXISTS (SELECT 1 FROM created)
+    ON CONFLICT (entry_id, seq) DO NOTHING
+    RETURNING entry_id, seq
+), later_revision AS (
+    INSERT INTO entry_revisions (id, workspace_id, entry_id, seq, number, response, chunks, actor, summary,
+        created_at)
+    SELECT :revision_id, :workspace_id, entry_id, seq, 1, :response, :chunks, :actor, :summary, :now
+    FROM appended
+), bump AS (
+    UPDATE entries SET answers = GREATEST(entries.answers, appended.seq), updated_at = :now
+    FROM appended WHERE entries.id = appended.entry_id
+), tokens AS (
+    UPDATE upstream_usage SET prompt_tokens = prompt_tokens + :prompt_tokens,
+        completion_tokens = completion_tokens + :completion_tokens
+    WHERE project_id = :project_id
+      AND CAST(:prompt_tokens AS BIGINT) + CAST(:completion_tokens AS BIGINT) > 0
+      AND (EXISTS (SELECT 1 FROM created) OR EXISTS (SELECT 1 FROM appended))
+)
+SELECT id, 1 AS seq, 1 AS revision FROM created
+UNION ALL
+SELECT entry_id, seq, 1 FROM appended

@@ -7,13 +7,15 @@ ON CONFLICT (project_id) DO NOTHING
 
 -- name: take_upstream_call
 -- The budget check and the count are one guarded statement, so concurrent misses cannot pass the cap.
--- It also re-checks, in the same round trip, that no entry replays for the fingerprint by now.
+-- It also re-checks, in the same round trip, that answer :seq does not replay for the fingerprint by now
+-- (1 outside replay sessions; the call's number in a session that records sequences).
 UPDATE upstream_usage SET calls = calls + 1
 WHERE project_id = :project_id AND calls < :max_calls
   AND (CAST(:max_tokens AS BIGINT) IS NULL OR prompt_tokens + completion_tokens < :max_tokens)
   AND NOT EXISTS (
     SELECT 1 FROM entries
     WHERE project_id = :project_id AND fingerprint = :fingerprint AND review_status <> 'rejected'
+      AND answers >= :seq
   )
 
 -- name: give_back_upstream_call
