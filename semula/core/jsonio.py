@@ -74,6 +74,19 @@ def stored(text: str | bytes) -> Any:
     return value if _ordinary(value) else json.loads(text)
 
 
+def compact(value: Any) -> bytes:
+    """Compact JSON for the wire (an SSE event's data), written by orjson: ~10x json's speed.
+
+    What orjson cannot write as json would (a lone surrogate, which is not UTF-8; an integer past
+    64 bits; a key that is not a string) is written by json with ASCII escapes instead, so every
+    value goes out as valid JSON in valid UTF-8.
+    """
+    try:
+        return orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(value, separators=(",", ":")).encode("ascii")
+
+
 def _ordinary(value: Any) -> bool:
     """Whether orjson's reading needs no second look: nested at most MAX_DEPTH deep, and no float
     that may have been an integer too large for 64 bits. One walk over the containers, level by level."""

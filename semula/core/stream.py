@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from semula.core import jsonio
 from semula.core.answers import estimate_tokens
 
 DONE = b"data: [DONE]\n\n"
@@ -153,8 +153,7 @@ def assemble_chunks(chunks: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def sse_lines(chunks: Iterable[dict[str, Any]]) -> Iterator[bytes]:
     """`data: {chunk}` server-sent events, then `data: [DONE]`."""
     for chunk in chunks:
-        # ensure_ascii keeps a lone surrogate in an answer from turning into invalid UTF-8 on the wire.
-        yield b"data: " + json.dumps(chunk, separators=(",", ":")).encode("ascii") + b"\n\n"
+        yield b"data: " + jsonio.compact(chunk) + b"\n\n"
     yield DONE
 
 

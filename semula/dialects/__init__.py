@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from semula.core import answers
+from semula.core import answers, jsonio
 from semula.core import fingerprint as fp
 from semula.core.errors import BadRequest, SemulaError
 
@@ -186,6 +186,15 @@ class Dialect:
         """The events as server-sent events on the wire, as the API frames them."""
         raise NotImplementedError
 
+    def keeps_stream(self, req: Request) -> bool:
+        """Whether a replayed stream of this request may be kept as bytes and sent again through
+        restamp_sse() (no by default: its events carry ids this dialect does not know how to renew)."""
+        return False
+
+    def restamp_sse(self, data: bytes, first: dict[str, Any], req: Request, now: float) -> bytes:
+        """A kept stream's bytes (whose first event is `first`) stamped for one more reply."""
+        raise NotImplementedError
+
     def upstream(self, settings: Any) -> tuple[str, str | None]:
         """The provider's base URL and key for this API (server configuration only)."""
         return settings.upstream_url, settings.upstream_key
@@ -219,8 +228,7 @@ def typed_sse(events: list[dict[str, Any]]) -> Iterator[bytes]:
     """`event: TYPE` + `data: JSON` server-sent events, as the Responses and Anthropic APIs frame them."""
     for event in events:
         kind = str(event.get("type", "message")).encode("ascii", "replace")
-        # ensure_ascii keeps a lone surrogate in an answer from turning into invalid UTF-8 on the wire.
-        data = json.dumps(event, separators=(",", ":")).encode("ascii")
+        data = jsonio.compact(event)
         yield b"event: " + kind + b"\ndata: " + data + b"\n\n"
 
 

@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from semula.core import answers, chat_requests, stream, templates
+from semula.core import answers, chat_requests, jsonio, stream, templates
 from semula.core import fingerprint as fp
 from semula.core.errors import BadRequest, InvalidAnswer
 from semula.dialects import CHAT, Dialect, Request
@@ -150,6 +150,22 @@ class OpenAIChat(Dialect):
 
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         return stream.sse_lines(events)
+
+    def keeps_stream(self, req: Request) -> bool:
+        # With restamp off, a stream keeps its recorded id when it has one and gets a fresh one when
+        # it has none: such streams are rendered each time rather than kept.
+        return req.fresh
+
+    def restamp_sse(self, data: bytes, first: dict[str, Any], req: Request, now: float) -> bytes:
+        """Every chunk carries the response's `id` and `created` (stamp_chunks()): both are replaced.
+
+        Inside a JSON string a quote is escaped, so `"id":"…"` and `"created":…` can only be the
+        chunks' own keys; a tool call's id is another value and stays.
+        """
+        old_id, old_created = jsonio.compact(first["id"]), str(first["created"]).encode()
+        new_id, new_created = jsonio.compact(response_id()), str(int(now)).encode()
+        data = data.replace(b'"id":' + old_id + b",", b'"id":' + new_id + b",")
+        return data.replace(b'"created":' + old_created + b",", b'"created":' + new_created + b",")
 
     def upstream_body(self, body: dict[str, Any]) -> dict[str, Any]:
         if body.get("stream") is True:  # usage is what the token cap counts

@@ -10,7 +10,8 @@ process, is therefore seen by the very next request, as without this cache
 (docs/decisions/0024-kept-replay-hits.md, docs/decisions/0040-replay-change-counter.md).
 
 The first sight of a request only notes which project and fingerprint it led to; the next one reads
-the version first and keeps what it finds. Streams and answers with templates are never kept.
+the version first and keeps what it finds. Answers with templates are never kept, nor streams of
+an API whose dialect cannot stamp their bytes afresh (Dialect.keeps_stream).
 
 A body longer than MAX_BODY is kept under its length and its first and last SAMPLE bytes, and a
 kept answer is served only to a body with the SHA-256 digest of the one that found it: a first sight
@@ -75,6 +76,7 @@ class Kept:
     headers: list[tuple[str, str]] = field(default_factory=list)  # recorded provider headers
     digest: bytes | None = None  # a large body's SHA-256, which a body must have to be served this hit
     size: int = 0  # the length of the answer's JSON, for cost()
+    sse: bytes | None = None  # a kept stream's bytes as sent; `completion` then holds its first event
 
 
 def _key_bytes(body: object) -> int:
@@ -111,9 +113,23 @@ class HitCache:
         require(ctx, role="viewer", scope="replay")
         return kept, version
 
-    def keep(self, key: Key, call: Call, completion: dict[str, Any], version: object, raw: bytes) -> None:
-        """Keep a hit that `find()` read `version` for; a first sight only notes where it led."""
-        if call.stream or call.entry is None or templated(call.entry):
+    def keep(
+        self,
+        key: Key,
+        call: Call,
+        completion: dict[str, Any],
+        version: object,
+        raw: bytes,
+        sse: bytes | None = None,
+    ) -> None:
+        """Keep a hit that `find()` read `version` for; a first sight only notes where it led.
+
+        A stream is kept as the bytes it was sent as (`sse`, with `completion` its first event) when
+        its dialect can stamp those bytes afresh for each reply; otherwise it is not kept.
+        """
+        if call.entry is None or templated(call.entry):
+            return
+        if call.stream and (sse is None or not call.dialect.keeps_stream(call.request)):
             return
         if call.session is not None and (call.call_number or call.project["sequences"] == "record"):
             return  # its answer depends on its number in the session, or would for a caller who may record
@@ -131,8 +147,9 @@ class HitCache:
         )
         kept.version, kept.call, kept.completion = version, slim, completion
         kept.headers = replay_headers(call.entry)
+        kept.sse = sse
         kept.digest = hashlib.sha256(raw).digest() if len(raw) > MAX_BODY else None
-        self._put(key, kept, len(call.entry["response"]))
+        self._put(key, kept, len(call.entry["response"]) + len(sse or b""))
 
     def _put(self, key: Key, kept: Kept, size: int = 0) -> None:
         """Keep (or keep again, as answered) a request, dropping the oldest while over max_bytes.
@@ -161,3 +178,9 @@ class HitCache:
         """The kept answer stamped afresh (id, created) as its dialect's render() would."""
         assert kept.call is not None and kept.completion is not None
         return kept.call.dialect.restamp(kept.completion, kept.call.request, time.time())
+
+    @staticmethod
+    def stream(kept: Kept) -> bytes:
+        """A kept stream's bytes with this reply's stamps (id, created) as its dialect's render() would."""
+        assert kept.call is not None and kept.completion is not None and kept.sse is not None
+        return kept.call.dialect.restamp_sse(kept.sse, kept.completion, kept.call.request, time.time())

@@ -10,6 +10,7 @@ import io
 import json
 import re
 import sqlite3
+import time
 from dataclasses import replace
 
 import pytest
@@ -301,3 +302,38 @@ def test_kept_hits_stay_within_their_byte_budget_and_keep_most_of_a_larger_cycle
     assert 15 <= len(cache._kept) < 40
     assert entry_queries.count("entry_by_fingerprint") <= 25  # most of those it holds were served kept
     assert all(k.call is None or k.call.body == {} for k in cache._kept.values())  # not the parsed body
+
+
+def stream_answer(client, headers):
+    """(status, the content deltas joined, the set of chunk ids, the set of `created`) of a stream."""
+    r = client.post(URL, json={**BODY, "stream": True}, headers=headers)
+    if r.status_code != 200:
+        return r.status_code, r.json["error"]["code"], set(), set()
+    chunks = [
+        json.loads(line[len("data: ") :])
+        for line in r.get_data(as_text=True).splitlines()
+        if line.startswith("data: ") and line != "data: [DONE]"
+    ]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    return 200, text, {c["id"] for c in chunks}, {c["created"] for c in chunks}
+
+
+def test_a_repeated_stream_is_kept_as_bytes_with_each_reply_stamped_afresh(
+    shop, other, client, make_token, entry_queries, monkeypatch
+):
+    headers = make_token("viewer", scope="replay")
+    assert [stream_answer(client, headers)[:2] for _ in range(3)] == [(200, "first")] * 3
+    entry_queries.clear()
+    monkeypatch.setattr(time, "time", lambda: 2_000_000_000.5)
+    replies = [stream_answer(client, headers) for _ in range(4)]
+    assert "entry_by_fingerprint" not in entry_queries  # served kept
+    assert {(status, text) for status, text, _, _ in replies} == {(200, "first")}
+    ids = [next(iter(reply_ids)) for _, _, reply_ids, _ in replies]
+    assert all(len(reply_ids) == 1 for _, _, reply_ids, _ in replies)  # one id per stream, on every chunk
+    assert len(set(ids)) == 4 and all(i.startswith("chatcmpl-") for i in ids)
+    assert {c for _, _, _, created in replies for c in created} == {2_000_000_000}
+    # A change made through another process is seen by the very next stream.
+    entries.edit(other, shop["id"], {"content": "second"})
+    assert stream_answer(client, headers)[:2] == (200, "second")
+    entries.review(other, shop["id"], "rejected")
+    assert stream_answer(client, headers)[:2] == (424, "semula_replay_miss")
