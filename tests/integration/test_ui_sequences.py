@@ -86,3 +86,10 @@ def test_a_viewer_sees_the_answers_but_cannot_change_them(ctx, app, entry_id, ma
     assert sequence_rows(page) == ["one", "two", "three"] and "Move up" not in page
     r = browser.post(f"/ui/entries/{entry_id}", data={"csrf": csrf, "action": "delete_answer", "seq": "2"})
     assert r.status_code == 403 and contents(ctx, entry_id) == ["one", "two", "three"]
+
+
+def test_the_entries_list_shows_how_many_answers_a_sequence_has(ctx, app, entry_id, editor):
+    browser, _ = editor
+    save_entry(ctx, "shop", "a single question", {"content": "only"})
+    page = browser.get("/ui/p/shop/entries").get_data(as_text=True)
+    assert page.count(" answers</span>") == 1 and "3 answers</span>" in page
