@@ -49,14 +49,10 @@ OTHERS = (
 def load(db_url: str) -> str:
     """Record every form of the pair (the chat one as bench.replay does) and return a replay token."""
     from semula import dialects
-    from semula.config import Settings
-    from semula.db import connect
-    from semula.service import CLI, Context, pending, projects
+    from semula.service import pending, projects
 
     token = replay.load_pair(db_url)
-    store = connect(db_url, pool_size=2)
-    try:
-        ctx = Context(store, Settings(database_url=db_url), CLI)
+    with replay.service(db_url) as ctx:
         projects.update(ctx, replay.PROJECT, {"mode": "record"})
         row = projects.get_row(ctx, replay.PROJECT)
         for _, api, _, make_body, _ in OTHERS:
@@ -68,8 +64,6 @@ def load(db_url: str) -> str:
                 ctx, pending_id, {"content": pair.ANSWER_TEXT}, actor="import", summary="bench pair"
             )
         projects.update(ctx, replay.PROJECT, {"mode": "replay"})
-    finally:
-        store.close()
     return token
 
 

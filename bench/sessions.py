@@ -29,15 +29,11 @@ def sequence_body() -> dict:
 
 def load(db_url: str) -> str:
     """Record the pair (one answer) and a three-answer sequence; return a replay token."""
-    from semula.config import Settings
     from semula.core import fingerprint as fp
-    from semula.db import connect
-    from semula.service import CLI, Context, pending, projects
+    from semula.service import pending, projects
 
     token = replay.load_pair(db_url)
-    store = connect(db_url, pool_size=2)
-    try:
-        ctx = Context(store, Settings(database_url=db_url), CLI)
+    with replay.service(db_url) as ctx:
         projects.update(ctx, replay.PROJECT, {"mode": "record"})
         row = projects.get_row(ctx, replay.PROJECT)
         body = sequence_body()
@@ -46,8 +42,6 @@ def load(db_url: str) -> str:
             assert pending_id is not None
             pending.answer(ctx, pending_id, {"content": f"{pair.ANSWER_TEXT} ({seq})"}, actor="import")
         projects.update(ctx, replay.PROJECT, {"mode": "replay"})
-    finally:
-        store.close()
     return token
 
 
