@@ -201,3 +201,20 @@ class AnswererProcess:
                 continue
         self._log.close()
         return self.proc.returncode if self.proc else None
+
+
+def answered_by_daemon(
+    start_server: Any, start_answerer: Any, ctx: Context, tmp_path: Path
+) -> tuple[Any, Path]:
+    """A real server whose project `shop` the answerer daemon answers (the `json` test command),
+    with the daemon started on it: the server, and the folder where the command writes what it read."""
+    argv = command("json")
+    server = start_server(SEMULA_ANSWERER_COMMAND=json.dumps(argv))
+    projects.create(
+        Context(ctx.store, replace(ctx.settings, answerer_command=argv), ctx.principal),
+        {"name": "shop", "answerer": True},
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    start_answerer(argv, ANSWERER_TEST_DIR=str(out))
+    return server, out

@@ -15,7 +15,7 @@ from semula.service import Context, projects, tokens
 from semula.surfaces.client import Client
 from tests.acceptance.test_anthropic_api import MODEL, WEATHER
 from tests.agent_helpers import cli_claim_and_answer, mcp_claim_and_answer
-from tests.answerer_helpers import command
+from tests.answerer_helpers import answered_by_daemon
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import finished, held_call, wait_for
 
@@ -67,15 +67,7 @@ def test_cli_and_mcp_answer_anthropic_calls(ctx, start_server, tmp_path):
 
 
 def test_the_answerer_daemon_answers_an_anthropic_call(start_server, start_answerer, ctx, token, tmp_path):
-    argv = command("json")
-    server = start_server(SEMULA_ANSWERER_COMMAND=json.dumps(argv))
-    projects.create(
-        Context(ctx.store, replace(ctx.settings, answerer_command=argv), ctx.principal),
-        {"name": "shop", "answerer": True},
-    )
-    out = tmp_path / "out"
-    out.mkdir()
-    start_answerer(argv, ANSWERER_TEST_DIR=str(out))
+    server, out = answered_by_daemon(start_server, start_answerer, ctx, tmp_path)
     client = anthropic.Anthropic(base_url=server.url + "/p/shop", api_key=token, timeout=60, max_retries=0)
     with client.messages.stream(
         model=MODEL,

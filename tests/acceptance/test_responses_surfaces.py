@@ -17,7 +17,7 @@ import pytest
 from semula.service import Context, projects, tokens
 from semula.surfaces.client import Client
 from tests.agent_helpers import cli_claim_and_answer, mcp_claim_and_answer
-from tests.answerer_helpers import command
+from tests.answerer_helpers import answered_by_daemon
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import RESPONSES_WEATHER_TOOL, finished, held_call, wait_for
 
@@ -70,15 +70,7 @@ def test_cli_and_mcp_answer_responses_calls(agents, ctx, tmp_path):
 
 
 def test_the_answerer_daemon_answers_a_responses_call(start_server, start_answerer, ctx, token, tmp_path):
-    argv = command("json")
-    server = start_server(SEMULA_ANSWERER_COMMAND=json.dumps(argv))
-    projects.create(
-        Context(ctx.store, replace(ctx.settings, answerer_command=argv), ctx.principal),
-        {"name": "shop", "answerer": True},
-    )
-    out = tmp_path / "out"
-    out.mkdir()
-    start_answerer(argv, ANSWERER_TEST_DIR=str(out))
+    server, out = answered_by_daemon(start_server, start_answerer, ctx, tmp_path)
     client = openai.OpenAI(base_url=server.url + "/p/shop/v1", api_key=token, timeout=60, max_retries=0)
     response = client.responses.create(
         model="gpt-4.1", input="Weather in Paris?", tools=[RESPONSES_WEATHER_TOOL]
