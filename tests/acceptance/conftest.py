@@ -33,16 +33,17 @@ def shop(ctx):
     return projects.create(ctx, {"name": "shop", "mode": "record", "record_timeout": 60})
 
 
-@pytest.fixture
-def openai_client(token):
-    """An official OpenAI SDK client for a server and project; no retries, so every call counts once."""
-    from openai import OpenAI
-
+def _sdk_clients(sdk_class, path: str, token: str):
+    """A factory of one official SDK's clients for a server and project (closed afterwards): no
+    retries, so every call counts once."""
     made = []
 
     def make(server, project: str = "shop", *, api_key: str | None = None, timeout: float = 120):
-        client = OpenAI(
-            base_url=f"{server.url}/p/{project}/v1", api_key=api_key or token, max_retries=0, timeout=timeout
+        client = sdk_class(
+            base_url=f"{server.url}/p/{project}{path}",
+            api_key=api_key or token,
+            max_retries=0,
+            timeout=timeout,
         )
         made.append(client)
         return client
@@ -50,6 +51,14 @@ def openai_client(token):
     yield make
     for client in made:
         client.close()
+
+
+@pytest.fixture
+def openai_client(token):
+    """An official OpenAI SDK client for a server and project; no retries, so every call counts once."""
+    from openai import OpenAI
+
+    yield from _sdk_clients(OpenAI, "/v1", token)
 
 
 @pytest.fixture
@@ -58,18 +67,7 @@ def anthropic_client(token):
     it: the SDK appends /v1/messages); the token goes as x-api-key; no retries."""
     from anthropic import Anthropic
 
-    made = []
-
-    def make(server, project: str = "shop", *, api_key: str | None = None, timeout: float = 120):
-        client = Anthropic(
-            base_url=f"{server.url}/p/{project}", api_key=api_key or token, max_retries=0, timeout=timeout
-        )
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        client.close()
+    yield from _sdk_clients(Anthropic, "", token)
 
 
 @pytest.fixture
