@@ -147,6 +147,15 @@ class Store(Protocol):
         """
         ...
 
+    def entry_at_version(
+        self, workspace_id: str, project_id: str, fingerprint: str
+    ) -> tuple[Row | None, object]:
+        """The `entry_by_fingerprint` row and a value of version(workspace_id) read no later than it:
+        the row is current as of that version. PostgreSQL reads both in one statement, and the
+        lookups of a project asked for while one is in flight together in the next one (a round trip
+        for many first sights); SQLite reads version() and then the row."""
+        ...
+
     def close(self) -> None: ...
 
 

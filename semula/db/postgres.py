@@ -161,7 +161,8 @@ class _Batch:
 
 
 class VersionReads:
-    """Versions asked for concurrently, read in one query: each kept hit on PostgreSQL needs one.
+    """Reads asked for concurrently, done in one query: the counter each kept hit on PostgreSQL
+    needs, and the entries (with the counter) of a project's first sights.
 
     A caller gets its value from a query that began *after* it asked, as a query of its own would
     (so it sees every commit that completed before it asked): keys that arrive while a query is in
@@ -292,6 +293,31 @@ class PostgresStore:
         """
         group = (self.workspace_id, workspace_id)  # under row-level security, a query reads as one tenant
         return self._versions.read(group, workspace_id, self._read_counter)
+
+    def entry_at_version(
+        self, workspace_id: str, project_id: str, fingerprint: str
+    ) -> tuple[Row | None, object]:
+        """Lookups of one project asked for together are read in one statement (VersionReads: each
+        from a statement that began after it asked), with the counter from the same snapshot."""
+        group = (self.workspace_id, "entries", workspace_id, project_id)
+        found = self._versions.read(
+            group, fingerprint, lambda keys: self._read_entries(workspace_id, project_id, keys)
+        )
+        assert isinstance(found, tuple)
+        return found
+
+    def _read_entries(self, workspace_id: str, project_id: str, fingerprints: list[Key]) -> dict[Key, object]:
+        rows = self.all(
+            "entries_at_version", workspace_id=workspace_id, project_id=project_id, fingerprints=fingerprints
+        )
+        version = rows[0]["version"]  # one row at least: the counter's
+        found: dict[Key, object] = {fingerprint: (None, version) for fingerprint in fingerprints}
+        for row in rows:
+            fingerprint = row.pop("found_fingerprint")
+            if fingerprint is not None:
+                del row["version"]
+                found[fingerprint] = (row, version)
+        return found
 
     def _read_counter(self, keys: list[Key]) -> dict[Key, object]:
         [workspace_id] = keys  # one workspace per group

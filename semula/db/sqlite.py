@@ -300,6 +300,13 @@ class SQLiteStore:
             while rows := cursor.fetchmany(batch):
                 yield from (dict(r) for r in rows)
 
+    def entry_at_version(
+        self, workspace_id: str, project_id: str, fingerprint: str
+    ) -> tuple[Row | None, object]:
+        version = self.version(workspace_id)  # before the row: a later change moves it
+        with self._conn() as conn:
+            return conn.one("entry_by_fingerprint", project_id=project_id, fingerprint=fingerprint), version
+
     def version(self, workspace_id: str) -> object:
         """The replay change counter (one for all workspaces): moved, by triggers, in the transaction
         of every change of a row a replay answer is made of (0017_replay_changes.sqlite.sql).

@@ -62,6 +62,8 @@ class Dialect:
     dropped_fields: ClassVar[frozenset[str]] = frozenset()
     # WSGI environ keys of the request headers that change the answer (part of a kept hit's key).
     answer_headers: ClassVar[tuple[str, ...]] = ()
+    # The top-level members of a response body that restamp() renews for each reply (ids, times).
+    stamped: ClassVar[tuple[str, ...]] = ()
 
     def with_headers(self, body: Any, header: Callable[[str], str | None]) -> Any:
         """The body with what the API carries in headers and a recording must keep (Anthropic's betas)."""
@@ -182,6 +184,29 @@ class Dialect:
         """A kept hit's rendered body, stamped for one more reply (fresh ids or times as the API has them)."""
         raise NotImplementedError
 
+    def stamps(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The members of a rendered body that restamp() renews (all `stamped` ones it has)."""
+        return {name: body[name] for name in self.stamped if name in body}
+
+    def restamp_json(self, data: bytes, stamps: dict[str, Any], req: Request, now: float) -> bytes:
+        """A kept body's bytes (rendered with these `stamps`) stamped afresh for one more reply: each
+        stamped member's bytes replaced, as restamp() would renew it. The kept body holds each
+        member's bytes exactly once (kept_json()); no other byte changes, so no re-serialisation."""
+        fresh = self.restamp(dict(stamps), req, now)
+        for name, old in stamps.items():
+            new = fresh.get(name, old)
+            if new != old:
+                data = data.replace(_member(name, old), _member(name, new), 1)
+        return data
+
+    def kept_json(self, body: dict[str, Any]) -> tuple[bytes, dict[str, Any]] | None:
+        """A rendered body as bytes to send again through restamp_json(), with its stamps; None when a
+        stamped member's bytes are not found exactly once in them (then it is rendered each time)."""
+        data, stamps = jsonio.compact(body), self.stamps(body)
+        if all(data.count(_member(name, value)) == 1 for name, value in stamps.items()):
+            return data, stamps
+        return None
+
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         """The events as server-sent events on the wire, as the API frames them."""
         raise NotImplementedError
@@ -257,3 +282,8 @@ def get(name: str | None) -> Dialect:
 def names() -> list[str]:
     get(CHAT)
     return sorted(DIALECTS)
+
+
+def _member(name: str, value: Any) -> bytes:
+    """An object member's bytes as jsonio.compact() writes them: `"name":value`."""
+    return jsonio.compact(name) + b":" + jsonio.compact(value)

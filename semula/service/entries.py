@@ -27,6 +27,17 @@ def lookup(ctx: Context, project_id: str, fingerprint: str) -> dict[str, Any] | 
     return row
 
 
+def lookup_at(
+    ctx: Context, project: dict[str, Any], fingerprint: str
+) -> tuple[dict[str, Any] | None, object]:
+    """lookup(), with the project's workspace's change counter read no later than the entry
+    (store.entry_at_version): the entry is current as of that value."""
+    row, version = ctx.store.entry_at_version(project["workspace_id"], project["id"], fingerprint)
+    if row is None or row["review_status"] == "rejected":
+        return None, version
+    return row, version
+
+
 def by_response_id(ctx: Context, project_id: str, response_id: str) -> dict[str, Any] | None:
     """The entry whose recorded response has this id (Responses API), or None; rejected ones too."""
     return ctx.store.one("entry_by_response_id", project_id=project_id, response_id=response_id)

@@ -3,8 +3,10 @@ hit, park a miss, render the answer."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,6 +22,10 @@ from semula.service import projects as projects_service
 from semula.service.auth import require
 
 CANDIDATES = 200
+# How many project rows ProjectRows keeps per process (selectors that found a project; more are read).
+PROJECT_ROWS = 1024
+# A change counter value no store returns: "not read".
+UNREAD = object()
 # How much of a fingerprint and of each differing value a replay miss message shows.
 MISS_FINGERPRINT, MISS_VALUE = 19, 80
 
@@ -41,6 +47,9 @@ class Call:
     seq: int = 1  # the answer of the fingerprint's sequence this call replays or records
     call_number: int | None = None  # this call's number in its session, when its answer depended on it
     exhausted: SequenceExhausted | None = None  # past the last answer, with after_last: fail
+    # The change counter value its project and entry rows are current as of (read before both), when
+    # the caller read the project after it (ProjectRows); a kept hit is kept under it (service.hits).
+    version: object = UNREAD
 
     @property
     def recording(self) -> int | None:
@@ -73,6 +82,50 @@ def resolve_project(ctx: Context, path_project: str | None, header_project: str 
     )
 
 
+class ProjectRows:
+    """The project rows the replay path resolves, kept per process with the change counter value read
+    before each (store.version): a request's project costs no query while the counter is unchanged.
+
+    start() checks the value against the one read with the request's entry, so an entry and a project
+    row are never served from different versions: a change of any project of the workspace, through
+    any process, is seen by the very next request (docs/decisions/0045-first-sight-path.md).
+    """
+
+    def __init__(self, limit: int = PROJECT_ROWS):
+        self.limit = limit
+        self._rows: dict[tuple[Any, ...], tuple[dict[str, Any], object]] = {}
+
+    def get(
+        self, ctx: Context, path_project: str | None, header_project: str | None
+    ) -> tuple[dict[str, Any], object]:
+        """The project this request names and the counter value it was read at (maybe stale: start()
+        compares it with the value read with the entry, and calls read() again on a change)."""
+        found = self._rows.get(self._key(ctx, path_project, header_project))
+        return found if found is not None else self.read(ctx, path_project, header_project)
+
+    def read(
+        self, ctx: Context, path_project: str | None, header_project: str | None
+    ) -> tuple[dict[str, Any], object]:
+        """Read the project again, after the counter (so it is current as of the value kept with it)."""
+        version = ctx.store.version(ctx.principal.workspace_id)
+        project = resolve_project(ctx, path_project, header_project)
+        if len(self._rows) >= self.limit:
+            self._rows.clear()
+        self._rows[self._key(ctx, path_project, header_project)] = (project, version)
+        return project, version
+
+    @staticmethod
+    def _key(ctx: Context, path_project: str | None, header_project: str | None) -> tuple[Any, ...]:
+        # What resolve_project() reads besides the rows: the caller's workspace and binding.
+        return (ctx.principal.workspace_id, ctx.principal.project_id, path_project, header_project)
+
+
+@functools.lru_cache(maxsize=256)
+def rules(ignore_fields: str, normalize: str) -> tuple[list[str], list[dict[str, str]]]:
+    """A project's stored fingerprint settings, parsed once per process for each value."""
+    return json.loads(ignore_fields), json.loads(normalize)
+
+
 def check_body(body: Any) -> tuple[str, bool, bool]:
     """The model, stream and include_usage of a chat completion request; 400 when it is not one."""
     req = dialects.get(CHAT).check(body)
@@ -85,19 +138,32 @@ def start(
     body: Any,
     dialect: Dialect | None = None,
     session: str | None = None,
+    *,
+    version: object = UNREAD,
+    read_again: Callable[[], tuple[dict[str, Any], object]] | None = None,
 ) -> Call:
     """Check the request as its API does, fingerprint it and look for its entry (in a session: the
-    answer of its sequence this call gets)."""
+    answer of its sequence this call gets).
+
+    `version` is the change counter value `project` was read after (ProjectRows), and `read_again`
+    reads the project anew: when the counter read with the entry differs, the project may have
+    changed since, and is read again before the request is fingerprinted once more.
+    """
     require(ctx, role="viewer", scope="replay")
     dialect = dialect or dialects.get(CHAT)
     req = dialect.check(body)
+    started = time.monotonic()
+    while True:
+        fingerprint = dialect.fingerprint(body, *rules(project["ignore_fields"], project["normalize"]))
+        entry, read_at = entries_service.lookup_at(ctx, project, fingerprint)
+        if version is UNREAD or read_at == version or read_again is None:
+            break
+        project, version = read_again()
+        read_again = None  # read after the entry's counter: current as of a value no older than it
     if project.get("restamp") == "recorded":
         req = replace(req, fresh=False)
-    fingerprint = dialect.fingerprint(
-        body, json.loads(project["ignore_fields"]), json.loads(project["normalize"])
-    )
-    call = Call(project, body, fingerprint, req, time.monotonic(), dialect, session=session)
-    call.entry = entries_service.lookup(ctx, project["id"], fingerprint)
+    call = Call(project, body, fingerprint, req, started, dialect, session=session, version=version)
+    call.entry = entry
     if session is not None:
         sequences.pick(ctx, call, project["sequences"] == "record" and may_park(ctx, call))
     return call

@@ -6,17 +6,14 @@ proxy routes are served here and everything else falls through to the Flask app.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import orjson
-
 from semula import dialects, logs, metrics
 from semula.config import Settings
-from semula.core import errors
+from semula.core import errors, jsonio
 from semula.db import DatabaseError, Store
 from semula.parking import Parking
 from semula.service import Context, hits, record_through, sequences, synthetic
@@ -99,6 +96,7 @@ class ProxyApp:
         self.base = Context(store, settings, None, parking.release)  # type: ignore[arg-type]
         self.principals = policy.PrincipalCache()
         self.hits = hits.HitCache()
+        self.projects = replay_service.ProjectRows()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
@@ -123,18 +121,29 @@ class ProxyApp:
             ctx = self.base.as_(self.principals.authenticate(self.base, authorization))
             header_project = environ.get("HTTP_X_SEMULA_PROJECT")
             api = APIS.get(what)
-            key, version, raw = None, None, b""
             session = match["session"] or self._session(environ)
             if api is not None and environ.get("REQUEST_METHOD") == "POST":
                 headers = tuple(environ.get(name) for name in speaks.answer_headers)
                 raw = self._read(environ)
                 key = hits.key(ctx, api, match["project"], header_project, raw, session, headers)
-                kept, version = self.hits.find(ctx, key, raw)
+                kept = self.hits.find(ctx, key, raw)
                 if kept is not None:
                     self._log(ctx, kept.call, "hit", 200, started)
-                    if kept.sse is not None:
-                        return self._sse(start_response, self.hits.stream(kept), kept.headers)
-                    return self._json(start_response, 200, self.hits.completion(kept), kept.headers)
+                    if kept.stream:
+                        return self._sse(start_response, self.hits.reply(kept), kept.headers)
+                    return self._bytes(start_response, 200, self.hits.reply(kept), kept.headers)
+                body = speaks.with_headers(policy.parse_json(raw), _header(environ))
+                project, version = self.projects.get(ctx, match["project"], header_project)
+                call = replay_service.start(
+                    ctx,
+                    project,
+                    body,
+                    speaks,
+                    session,
+                    version=version,
+                    read_again=lambda: self.projects.read(ctx, match["project"], header_project),
+                )
+                return self._replay(ctx, call, key, raw, started, start_response)
             project = replay_service.resolve_project(ctx, match["project"], header_project)
             if what == "models":
                 self._method(environ, "GET")
@@ -148,38 +157,49 @@ class ProxyApp:
                 return self._json(start_response, 200, replay_service.count_tokens(ctx, body))
             if api is None:
                 return self._stored_response(ctx, project, match, environ, start_response)
-            self._method(environ, "POST")
-            assert key is not None
-            body = speaks.with_headers(policy.parse_json(raw), _header(environ))
-            call = replay_service.start(ctx, project, body, speaks, session)
-            outcome = "hit" if call.entry else self._miss(ctx, call)
-            if call.live is not None:
-                self._log(ctx, call, outcome, 200, started)
-                start_response(OK, [*SSE_HEADERS, *call.live.headers, *access.finish(200)])
-                return call.live
-            body, events = replay_service.render(call, call.entry)
-            self._log(ctx, call, outcome, 200, started)
-            extra = replay_service.replay_headers(call.entry) + _warned(call.entry.get("warning"))
-            if events is not None:
-                gaps = replay_service.pacing(call, call.entry)
-                if gaps:
-                    start_response(OK, [*SSE_HEADERS, *extra, *access.finish(200)])
-                    return _paced(call.dialect.sse(events), gaps)
-                # Unpaced, a replayed stream is one write: an event per write cost a system call and a
-                # chunk frame per word, 7x the CPU of the same answer without stream.
-                data = b"".join(call.dialect.sse(events))
-                if outcome == "hit" and events:
-                    self.hits.keep(key, call, events[0], version, raw, sse=data)
-                return self._sse(start_response, data, extra)
-            assert body is not None
-            if outcome == "hit":
-                self.hits.keep(key, call, body, version, raw)
-            return self._json(start_response, 200, body, extra)
+            raise errors.MethodNotAllowed()
         except errors.SemulaError as exc:
             return self._error(start_response, exc, ctx, call, started, speaks)
         except DatabaseError as exc:
             error = policy.from_database(exc, path)
             return self._error(start_response, error, ctx, call, started, speaks)
+
+    def _replay(
+        self,
+        ctx: Context,
+        call: replay_service.Call,
+        key: hits.Key,
+        raw: bytes,
+        started: float,
+        start_response: Callable[..., Any],
+    ) -> Iterable[bytes]:
+        """Replay or record a call start() looked up; what it raises, __call__ answers."""
+        outcome = "hit" if call.entry else self._miss(ctx, call)
+        if call.live is not None:
+            self._log(ctx, call, outcome, 200, started)
+            start_response(OK, [*SSE_HEADERS, *call.live.headers, *access.finish(200)])
+            return call.live
+        body, events = replay_service.render(call, call.entry)
+        self._log(ctx, call, outcome, 200, started)
+        extra = replay_service.replay_headers(call.entry) + _warned(call.entry.get("warning"))
+        # A hit is kept under the counter value its rows were read at; a call that waited for its
+        # answer read it later, so is not (its next request keeps it).
+        version = call.version if outcome == "hit" and call.version is not replay_service.UNREAD else None
+        if events is not None:
+            gaps = replay_service.pacing(call, call.entry)
+            if gaps:
+                start_response(OK, [*SSE_HEADERS, *extra, *access.finish(200)])
+                return _paced(call.dialect.sse(events), gaps)
+            # Unpaced, a replayed stream is one write: an event per write cost a system call and a
+            # chunk frame per word, 7x the CPU of the same answer without stream.
+            data = b"".join(call.dialect.sse(events))
+            if outcome == "hit" and events:
+                self.hits.keep(key, call, events[0], version, raw, sse=data)
+            return self._sse(start_response, data, extra)
+        assert body is not None
+        if outcome == "hit":
+            self.hits.keep(key, call, body, version, raw)
+        return self._json(start_response, 200, body, extra)
 
     def _stored_response(
         self,
@@ -268,18 +288,25 @@ class ProxyApp:
         start_response(OK, [*SSE_HEADERS, length, *extra, *access.finish(200)])
         return [data]
 
-    @staticmethod
+    @classmethod
     def _json(
+        cls,
         start_response: Callable[..., Any],
         status: int,
         body: dict[str, Any],
         extra: list[tuple[str, str]] = (),
     ) -> list[bytes]:
-        try:
-            data = orjson.dumps(body)
-        except TypeError:  # what orjson refuses (integers past 64 bits, non-string keys), json can write
-            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         code = body.get("error", {}).get("code") if status >= 400 else None
+        return cls._bytes(start_response, status, jsonio.compact(body), extra, code)
+
+    @staticmethod
+    def _bytes(
+        start_response: Callable[..., Any],
+        status: int,
+        data: bytes,
+        extra: list[tuple[str, str]] = (),
+        code: str | None = None,
+    ) -> list[bytes]:
         start_response(
             policy.status_line(status),
             [*JSON_HEADERS, ("Content-Length", str(len(data))), *extra, *access.finish(status, code)],

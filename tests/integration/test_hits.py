@@ -10,6 +10,7 @@ import io
 import json
 import re
 import sqlite3
+import threading
 import time
 from dataclasses import replace
 
@@ -40,14 +41,20 @@ def other(ctx, db_url):
 
 @pytest.fixture
 def entry_queries(store, monkeypatch):
+    """The names of the queries the app runs through store.one and store.entry_at_version, in order."""
     seen: list[str] = []
-    one = store.one
+    one, entry_at_version = store.one, store.entry_at_version
 
     def counting(name, /, **params):
         seen.append(name)
         return one(name, **params)
 
+    def counting_entry(workspace_id, project_id, fingerprint):
+        seen.append("entry_by_fingerprint")
+        return entry_at_version(workspace_id, project_id, fingerprint)
+
     monkeypatch.setattr(store, "one", counting)
+    monkeypatch.setattr(store, "entry_at_version", counting_entry)
     return seen
 
 
@@ -146,6 +153,35 @@ CHANGES = {
     ignore_messages: (424, "semula_replay_miss"),  # another fingerprint: no entry under it
     import_over: (200, "imported"),
 }
+
+
+def normalize_hello(other, shop):
+    projects.update(other, "shop", {"normalize": [{"pattern": "hello", "replacement": "hi"}]})
+
+
+def fresh(n):
+    """The request with new bytes (`user` is a transport field): a first sight of the same entry."""
+    return {**BODY, "user": f"caller {n}"}
+
+
+# What a first sight finds after a change of its project's settings (its row is kept per process).
+PROJECT_CHANGES = {
+    ignore_messages: (424, "semula_replay_miss"),
+    normalize_hello: (424, "semula_replay_miss"),  # "hello" is sent as "hi" now: no entry under it
+}
+
+
+@pytest.mark.parametrize("change", PROJECT_CHANGES, ids=[c.__name__ for c in PROJECT_CHANGES])
+def test_a_first_sight_reads_its_project_once_and_sees_a_change_made_elsewhere_at_once(
+    shop, other, client, make_token, entry_queries, change
+):
+    headers = make_token("admin")
+    assert [answer(client, headers, fresh(n)) for n in range(3)] == [(200, "first")] * 3
+    assert entry_queries.count("get_project_by_name") == 1  # read once, then kept with the counter
+    assert entry_queries.count("entry_by_fingerprint") == 3  # each first sight looks its entry up
+    change(other, shop)
+    assert answer(client, headers, fresh(3)) == PROJECT_CHANGES[change]
+    assert entry_queries.count("get_project_by_name") == 2  # the counter moved: read again
 
 
 @pytest.mark.parametrize("change", CHANGES, ids=[c.__name__ for c in CHANGES])
@@ -337,3 +373,50 @@ def test_a_repeated_stream_is_kept_as_bytes_with_each_reply_stamped_afresh(
     assert stream_answer(client, headers)[:2] == (200, "second")
     entries.review(other, shop["id"], "rejected")
     assert stream_answer(client, headers)[:2] == (424, "semula_replay_miss")
+
+
+def test_first_sights_asked_together_get_their_own_entries_with_the_counter(ctx, shop, store, monkeypatch):
+    """store.entry_at_version: each lookup gets its own entry (None for none) and the counter read with
+    it; on PostgreSQL the lookups asked while one is in flight share the next statement."""
+    texts = [f"q{n}" for n in range(6)]
+    fingerprints = {
+        text: save_entry(ctx, "shop", text, {"content": f"to {text}"})["fingerprint"] for text in texts
+    }
+    fingerprints["absent"] = "v1:" + "0" * 64
+    project = projects.get_row(ctx, "shop")
+    statements, in_flight = [], threading.Event()
+    read_all = store.all
+
+    def slow_all(name, /, **params):  # the first lookup's statement lasts until every other one has asked
+        statements.append(name)
+        if name == "entries_at_version" and not in_flight.is_set():
+            in_flight.set()
+            time.sleep(0.3)
+        return read_all(name, **params)
+
+    monkeypatch.setattr(store, "all", slow_all)
+    got: dict[str, tuple] = {}
+
+    def look(name):
+        got[name] = entries.lookup_at(ctx, project, fingerprints[name])
+
+    threads = {name: threading.Thread(target=look, args=(name,)) for name in fingerprints}
+    threads["q0"].start()
+    if store.dialect == "postgresql":
+        assert in_flight.wait(5)
+    for name, thread in threads.items():
+        if name != "q0":
+            thread.start()
+    for thread in threads.values():
+        thread.join(10)
+
+    def content(row):
+        return json.loads(row["response"])["choices"][0]["message"]["content"] if row else None
+
+    assert {name: content(row) for name, (row, _) in got.items()} == {
+        **{text: f"to {text}" for text in texts},
+        "absent": None,
+    }
+    assert {at for _, at in got.values()} == {store.version("wsp_default")}
+    if store.dialect == "postgresql":
+        assert statements.count("entries_at_version") == 2  # the first, then all the others together

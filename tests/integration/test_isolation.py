@@ -237,6 +237,7 @@ NO_OBJECT = {
     "pending.present",
     "pending.notify",
     "entries.lookup",
+    "entries.lookup_at",
     "entries.by_response_id",
     "pending.conversation",
     "replay.check_previous",

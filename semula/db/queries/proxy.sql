@@ -4,6 +4,17 @@
 SELECT id, response, chunks, review_status, model, meta, answers FROM entries
 WHERE project_id = :project_id AND fingerprint = :fingerprint
 
+-- name: entries_at_version.postgresql
+-- store.entry_at_version(): the entries of one project for several fingerprints, each row with the
+-- workspace's replay change counter read in the same statement (one row with no entry when none is
+-- found, so the counter always comes back).
+SELECT counter.counter AS version, found.* FROM (SELECT 1) AS one
+LEFT JOIN replay_changes AS counter ON counter.workspace_id = :workspace_id
+LEFT JOIN (
+    SELECT fingerprint AS found_fingerprint, id, response, chunks, review_status, model, meta, answers
+    FROM entries WHERE project_id = :project_id AND fingerprint = ANY(:fingerprints)
+) AS found ON TRUE
+
 -- name: replay_counter.postgresql
 -- store.version(): the workspace's replay change counter (0017_replay_changes.postgresql.sql).
 SELECT counter FROM replay_changes WHERE workspace_id = :workspace_id
