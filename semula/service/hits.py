@@ -36,17 +36,18 @@ from semula.service.replay import Call, replay_headers, templated
 
 # Bounds the memory: a request is keyed by its digest (a body longer than MAX_BODY by its length and
 # its first and last SAMPLE bytes), and the cache holds about MAX_BYTES per process in all (`cost()`:
-# ~2 KiB for a 1.6 KB request with a short answer, so ~20,000 of those). A full cache admits one new
+# ~2.9 KiB for a 1.6 KB request with a 1.2 KB answer, so ~14,000 of those). A full cache admits one new
 # request in ADMIT, dropping its oldest (docs/decisions/0040-replay-change-counter.md).
 MAX_BODY = 32 * 1024
 SAMPLE = 2048
 MAX_BYTES = 40 * 1024 * 1024
 # What a kept hit holds besides its key and its answer's bytes (the Kept, the slimmed call, the stamps
 # and its slot in the dict), and what a first sight's note holds: measured with tracemalloc for the
-# 1.6 KB request of bench/workloads.py (3.3 KiB a kept hit in all, 0.6 KiB a note).
-OVERHEAD = 2048
-NOTE = 640
+# 1.6 KB request of bench/workloads.py (2.9 KiB a kept hit in all, 0.5 KiB a note).
+OVERHEAD = 1600
+NOTE = 440
 ADMIT = 8
+PROJECTS = 1024  # slim project rows shared by kept hits
 Key = tuple[str, str, str | None, str | None, str | None, bool, tuple[str | None, ...], object]
 DIGEST_KEY = 32 + 33  # a digest's bytes object
 
@@ -102,6 +103,7 @@ class HitCache:
         self._kept: dict[Key, Kept] = {}
         self._bytes = 0  # cost() of everything kept
         self._refused = 0  # new requests met while full
+        self._projects: dict[tuple[str, str], dict[str, str]] = {}  # one slim project row per project
 
     def find(self, ctx: Context, key: Key, raw: bytes) -> Kept | None:
         """The kept hit for this request, if the rows it came from are unchanged since it was kept.
@@ -159,12 +161,7 @@ class HitCache:
                 return
             data, stamps = made
         # Only what the call log and restamp() read of the call: not its parsed body, project or entry rows.
-        slim = replace(
-            call,
-            body={},
-            project={k: call.project[k] for k in ("id", "name")},
-            entry={"id": call.entry["id"]},
-        )
+        slim = replace(call, body={}, project=self._project(call.project), entry={"id": call.entry["id"]})
         self._drop(key)
         # A copy: orjson's bytes keep the whole buffer it wrote into (8 KiB for a 700-byte answer).
         data = bytes(memoryview(data))
@@ -172,6 +169,16 @@ class HitCache:
         kept.headers = replay_headers(call.entry)
         kept.digest = hashlib.sha256(raw).digest() if len(raw) > MAX_BODY else None
         self._put(key, kept, admitted=True)
+
+    def _project(self, project: dict[str, Any]) -> dict[str, str]:
+        """The id and name of a kept hit's project, one dict for all the hits of a project."""
+        ident = (project["id"], project["name"])
+        slim = self._projects.get(ident)
+        if slim is None:
+            if len(self._projects) >= PROJECTS:
+                self._projects.clear()
+            slim = self._projects[ident] = {"id": ident[0], "name": ident[1]}
+        return slim
 
     def _drop(self, key: Key) -> None:
         old = self._kept.pop(key, None)
