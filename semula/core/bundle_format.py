@@ -205,6 +205,7 @@ class AnswerSchema(Schema):
     response = fields.Raw(required=True, allow_none=False)
     chunks = fields.List(fields.Dict(), load_default=None, allow_none=True)
     pinned = fields.Boolean(load_default=False, truthy={True}, falsy={False})
+    meta = fields.Dict(load_default=None, allow_none=True)  # provider headers and stream gaps, as an entry's
 
 
 def first_error(exc: ValidationError) -> tuple[str, str]:

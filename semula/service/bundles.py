@@ -88,12 +88,8 @@ def _export_pieces(ctx: Context, row: dict[str, Any], secrets: tuple[str, ...]) 
             item["meta"] = redacted(json.loads(entry["meta"]), secrets)
         if entry["answers"] > 1:  # a sequence; an entry of one answer stays as it was
             item["later_answers"] = [
-                {
-                    "chunks": redacted(json.loads(a["chunks"]), secrets) if a["chunks"] else None,
-                    "pinned": bool(a["pinned"]),
-                    "response": redacted(json.loads(a["response"]), secrets),
-                }
-                for a in ctx.store.all("list_entry_answers", entry_id=entry["id"])
+                _later_answer(answer, secrets)
+                for answer in ctx.store.all("list_entry_answers", entry_id=entry["id"])
             ]
         yield encode(('  "entries": [\n    ' if first else ",\n    ") + nested(item, 4))
         first = False
@@ -247,6 +243,18 @@ def _prepare(
     return prepared, recomputed
 
 
+def _later_answer(answer: dict[str, Any], secrets: tuple[str, ...]) -> dict[str, Any]:
+    """One of answers 2..n as a bundle holds it (its provider headers and stream gaps when it has some)."""
+    item = {
+        "chunks": redacted(json.loads(answer["chunks"]), secrets) if answer["chunks"] else None,
+        "pinned": bool(answer["pinned"]),
+        "response": redacted(json.loads(answer["response"]), secrets),
+    }
+    if answer.get("meta"):
+        item["meta"] = redacted(json.loads(answer["meta"]), secrets)
+    return item
+
+
 def _prepare_answer(
     index: int,
     value: dict[str, Any],
@@ -254,8 +262,9 @@ def _prepare_answer(
     dialect: dialects.Dialect,
     limit: int,
     fail: Callable[[str, str], InvalidBundle],
-) -> tuple[str, str | None, int]:
-    """One of answers 2..n of an entry's sequence, checked as answer 1 is: (response, chunks, pinned)."""
+) -> tuple[str, str | None, int, str | None]:
+    """One of answers 2..n of an entry's sequence, checked as answer 1 is: (response, chunks, pinned,
+    meta)."""
     where = f"later_answers[{index}]"
     try:
         data = ANSWER.load(value)
@@ -273,7 +282,7 @@ def _prepare_answer(
     response_json, chunks_json = dumps(response), dumps(chunks) if chunks is not None else None
     if len(response_json) + len(chunks_json or "") > limit:
         raise fail(where, f"longer than {limit} characters (SEMULA_MAX_BODY_BYTES).")
-    return response_json, chunks_json, int(data["pinned"])
+    return response_json, chunks_json, int(data["pinned"]), dumps(data["meta"]) if data["meta"] else None
 
 
 # --- import -----------------------------------------------------------------------------------------
@@ -487,7 +496,7 @@ def _write_answers(tx: Any, workspace: str, entry_id: str, item: _Prepared, stam
     answers = 1 + len(item.later)
     tx.run("drop_answers_after", entry_id=entry_id, answers=answers)
     tx.run("drop_revisions_after", entry_id=entry_id, answers=answers)
-    for seq, (response, chunks, pinned) in enumerate(item.later, start=2):
+    for seq, (response, chunks, pinned, meta) in enumerate(item.later, start=2):
         row = tx.one(
             "import_answer",
             workspace_id=workspace,
@@ -496,6 +505,7 @@ def _write_answers(tx: Any, workspace: str, entry_id: str, item: _Prepared, stam
             response=response,
             chunks=chunks,
             pinned=pinned,
+            meta=meta,
             now=stamp,
         )
         tx.run(

@@ -491,7 +491,7 @@ def delete(ctx: Context, entry_id: str) -> dict[str, Any]:
 def _first(row: dict[str, Any]) -> dict[str, Any]:
     """Answer 1, the entry row's own."""
     keys = ("response", "chunks", "revision", "pinned", "created_at", "updated_at")
-    return {**{key: row[key] for key in keys}, "seq": 1}
+    return {**{key: row[key] for key in keys}, "meta": row.get("meta"), "seq": 1}
 
 
 def _answers(store: Store | Tx, row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -631,6 +631,7 @@ def _rearrange(
             chunks=first["chunks"],
             revision=first["revision"],
             pinned=first["pinned"],
+            meta=first.get("meta"),
             response_id=dialects.get(row.get("api")).response_id(json.loads(first["response"])),
             answers=len(order),
             now=stamp,
@@ -648,6 +649,7 @@ def _rearrange(
                 revision=answer["revision"],
                 pinned=answer["pinned"],
                 created_at=answer["created_at"],
+                meta=answer.get("meta"),
                 now=stamp,
             )
         for gone in sorted(set(range(1, len(old) + 1)) - set(order)):

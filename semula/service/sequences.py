@@ -97,7 +97,8 @@ def with_answer(ctx: Context, entry: dict[str, Any], seq: int) -> dict[str, Any]
     row = ctx.store.one("entry_answer", entry_id=entry["id"], seq=seq)
     if row is None:
         return None
-    return {**entry, "response": row["response"], "chunks": row["chunks"], "seq": seq}
+    # Its own provider headers and stream gaps (none when it did not come from a provider).
+    return {**entry, "response": row["response"], "chunks": row["chunks"], "meta": row["meta"], "seq": seq}
 
 
 def recorded(ctx: Context, project_id: str, fingerprint: str, seq: int) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@ The design is docs/design/record-through.md.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import re
@@ -16,7 +17,7 @@ import pytest
 
 from semula import logs
 from semula.core.fingerprint import fingerprint
-from semula.service import CLI, Context, entries, projects, provider, record_through
+from semula.service import CLI, Context, bundles, entries, projects, provider, record_through
 from semula.web import create_app
 from tests.entry_helpers import save_entry
 from tests.fake_upstream import FakeUpstream
@@ -429,6 +430,44 @@ def test_sequences_record_forwards_the_kth_call_for_answer_k(
         (seq, 1, "agent") for seq in (1, 2, 3, 4)
     ]
     assert calls(store, shop) == ["forwarded"] * 3 + ["hit"] * 3 + ["forwarded", "hit"]
+
+
+def test_each_recorded_answer_replays_its_own_provider_headers_and_keeps_them_when_reordered(
+    client, uctx, shop, headers, fake, recording_sequences
+):
+    """Answers 2..n keep what the provider sent with them (entry_answers.meta), as answer 1 does."""
+
+    def replayed(session, project="shop"):
+        url = session_url(session).replace("/p/shop/", f"/p/{project}/")
+        r = client.post(url, json=body(), headers=headers)
+        return said(r), r.headers.get("openai-processing-ms")
+
+    for number in (1, 2, 3):
+        fake.headers = {"openai-processing-ms": str(100 * number)}
+        assert replayed("a") == (f"upstream says: hello #{number}", str(100 * number))
+    fake.headers = {}
+    assert [replayed("b") for _ in range(3)] == [
+        (f"upstream says: hello #{n}", str(100 * n)) for n in (1, 2, 3)
+    ]
+    # A bundle carries each answer's own, and an import replays them.
+    bundle = json.loads(b"".join(bundles.export_bundle(uctx, "shop")))
+    [item] = bundle["entries"]
+    assert item["meta"]["headers"] == {"openai-processing-ms": "100"}
+    assert [a["meta"]["headers"] for a in item["later_answers"]] == [
+        {"openai-processing-ms": "200"},
+        {"openai-processing-ms": "300"},
+    ]
+    projects.create(uctx, {"name": "copy", "mode": "replay"})
+    bundles.import_bundle(uctx, "copy", io.BytesIO(json.dumps(bundle).encode()))
+    assert [replayed("z", "copy")[1] for _ in range(3)] == ["100", "200", "300"]
+    entry_id = entries.list_entries(uctx, "shop")["data"][0]["id"]
+    entries.reorder_answers(uctx, entry_id, [3, 1, 2])
+    assert [replayed("c") for _ in range(3)] == [
+        (f"upstream says: hello #{n}", str(100 * n)) for n in (3, 1, 2)
+    ]
+    entries.delete_answer(uctx, entry_id, 1)  # answer #3 goes; #1 is answer 1 again
+    assert [replayed("d") for _ in range(2)] == [(f"upstream says: hello #{n}", str(100 * n)) for n in (1, 2)]
+    assert len(fake.calls) == 3
 
 
 def test_a_streamed_call_records_its_answer_of_the_sequence(

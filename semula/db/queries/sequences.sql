@@ -13,7 +13,7 @@ RETURNING calls
 DELETE FROM session_calls WHERE project_id = :project_id AND session = :session
 
 -- name: entry_answer
-SELECT seq, response, chunks, revision, pinned FROM entry_answers WHERE entry_id = :entry_id AND seq = :seq
+SELECT seq, response, chunks, revision, pinned, meta FROM entry_answers WHERE entry_id = :entry_id AND seq = :seq
 
 -- name: list_entry_answers
 SELECT * FROM entry_answers WHERE entry_id = :entry_id ORDER BY seq
@@ -28,7 +28,7 @@ SELECT :workspace_id, id, :seq, :response, :chunks, 1, 0, :now, :now FROM entrie
 WHERE project_id = :project_id AND fingerprint = :fingerprint AND answers >= :seq - 1
 ON CONFLICT (entry_id, seq) DO UPDATE SET
     response = excluded.response, chunks = excluded.chunks, revision = entry_answers.revision + 1,
-    updated_at = excluded.updated_at
+    updated_at = excluded.updated_at, meta = NULL
 WHERE entry_answers.pinned = 0;
 INSERT INTO entry_revisions (id, workspace_id, entry_id, seq, number, response, chunks, actor, summary,
     created_at)
@@ -52,7 +52,7 @@ WITH answer AS (
     WHERE project_id = :project_id AND fingerprint = :fingerprint AND answers >= CAST(:seq AS INTEGER) - 1
     ON CONFLICT (entry_id, seq) DO UPDATE SET
         response = excluded.response, chunks = excluded.chunks, revision = entry_answers.revision + 1,
-        updated_at = excluded.updated_at
+        updated_at = excluded.updated_at, meta = NULL
     WHERE entry_answers.pinned = 0
     RETURNING entry_id, seq, revision
 ), revision AS (
@@ -78,11 +78,11 @@ SELECT calls FROM session_calls WHERE project_id = :project_id AND session = :se
 -- name: import_answer
 -- Answer :seq of an imported sequence: new, or a new revision of the one there.
 INSERT INTO entry_answers (workspace_id, entry_id, seq, response, chunks, revision, pinned, created_at,
-    updated_at)
-VALUES (:workspace_id, :entry_id, :seq, :response, :chunks, 1, :pinned, :now, :now)
+    updated_at, meta)
+VALUES (:workspace_id, :entry_id, :seq, :response, :chunks, 1, :pinned, :now, :now, :meta)
 ON CONFLICT (entry_id, seq) DO UPDATE SET
     response = excluded.response, chunks = excluded.chunks, revision = entry_answers.revision + 1,
-    pinned = excluded.pinned, updated_at = excluded.updated_at
+    pinned = excluded.pinned, updated_at = excluded.updated_at, meta = excluded.meta
 RETURNING revision
 
 -- name: drop_answers_after
@@ -133,13 +133,13 @@ RETURNING answers
 -- name: set_first_answer
 -- Answer 1 after a reorder or delete: the entry row takes that answer with its revision number and pin.
 UPDATE entries SET response = :response, chunks = :chunks, revision = :revision, pinned = :pinned,
-    response_id = :response_id, answers = :answers, updated_at = :now
+    response_id = :response_id, meta = :meta, answers = :answers, updated_at = :now
 WHERE id = :id
 
 -- name: restore_answer
 INSERT INTO entry_answers (workspace_id, entry_id, seq, response, chunks, revision, pinned, created_at,
-    updated_at)
-VALUES (:workspace_id, :entry_id, :seq, :response, :chunks, :revision, :pinned, :created_at, :now)
+    updated_at, meta)
+VALUES (:workspace_id, :entry_id, :seq, :response, :chunks, :revision, :pinned, :created_at, :now, :meta)
 
 -- name: drop_answer_revisions
 DELETE FROM entry_revisions WHERE entry_id = :entry_id AND seq = :seq
@@ -165,8 +165,8 @@ INSERT INTO entry_revisions (id, workspace_id, entry_id, seq, number, response, 
 SELECT :revision_id, :workspace_id, id, 1, 1, :response, :chunks, :actor, :summary, :now
 FROM entries WHERE id = :id AND changes() > 0;
 INSERT INTO entry_answers (workspace_id, entry_id, seq, response, chunks, revision, pinned, created_at,
-    updated_at)
-SELECT :workspace_id, id, answers + 1, :response, :chunks, 1, 0, :now, :now FROM entries
+    updated_at, meta)
+SELECT :workspace_id, id, answers + 1, :response, :chunks, 1, 0, :now, :now, :meta FROM entries
 WHERE project_id = :project_id AND fingerprint = :fingerprint
   AND NOT EXISTS (SELECT 1 FROM entry_revisions WHERE id = :revision_id);
 INSERT INTO entry_revisions (id, workspace_id, entry_id, seq, number, response, chunks, actor, summary,
@@ -196,8 +196,8 @@ WITH created AS (
     SELECT :revision_id, :workspace_id, id, 1, 1, :response, :chunks, :actor, :summary, :now FROM created
 ), appended AS (
     INSERT INTO entry_answers (workspace_id, entry_id, seq, response, chunks, revision, pinned, created_at,
-        updated_at)
-    SELECT :workspace_id, id, answers + 1, :response, :chunks, 1, 0, :now, :now FROM entries
+        updated_at, meta)
+    SELECT :workspace_id, id, answers + 1, :response, :chunks, 1, 0, :now, :now, :meta FROM entries
     WHERE project_id = :project_id AND fingerprint = :fingerprint AND NOT EXISTS (SELECT 1 FROM created)
     ON CONFLICT (entry_id, seq) DO NOTHING
     RETURNING entry_id, seq
