@@ -28,7 +28,7 @@ from typing import IO, Any
 import ijson
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
-from semula.core import jsonio, redact
+from semula.core import jsonio, recorded_meta, redact
 from semula.core.errors import BadRequest, PayloadTooLarge
 
 FORMAT = "semula-bundle"
@@ -205,7 +205,7 @@ class AnswerSchema(Schema):
     response = fields.Raw(required=True, allow_none=False)
     chunks = fields.List(fields.Dict(), load_default=None, allow_none=True)
     pinned = fields.Boolean(load_default=False, truthy={True}, falsy={False})
-    meta = fields.Dict(load_default=None, allow_none=True)  # provider headers and stream gaps, as an entry's
+    meta = fields.Nested(recorded_meta.MetaSchema, load_default=None, allow_none=True)  # as an entry's
 
 
 def first_error(exc: ValidationError) -> tuple[str, str]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from semula.core import answers, jsonio
+from semula.core import answers, jsonio, recorded_meta
 from semula.core import fingerprint as fp
 from semula.core.errors import BadRequest, SemulaError
 
@@ -36,23 +36,12 @@ class Request:
     fresh: bool = True  # ids and times stamped afresh on replay (the project's restamp setting)
 
 
-# Provider response headers a recording keeps and replays: timing and rate limits an app may read
-# (never cookies, request ids or anything that names the operator's account).
-RECORDED_HEADERS = (
-    "openai-processing-ms",
-    "openai-model",
-    "openai-version",
-    "x-ratelimit-",
-    "anthropic-ratelimit-",
-)
-
-
 class Dialect:
     """The interface every API module implements; the defaults are the ones most APIs share."""
 
     def kept_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
-        """The provider's response headers a recording keeps (names lowercased)."""
-        return {name: value for name, value in headers.items() if name.lower().startswith(RECORDED_HEADERS)}
+        """The provider's response headers a recording keeps (semula/core/recorded_meta.py)."""
+        return {name: value for name, value in headers.items() if recorded_meta.kept(name)}
 
     name: ClassVar[str]
     upstream_path: ClassVar[str]

@@ -16,7 +16,7 @@ from typing import IO, Any
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from semula import dialects
-from semula.core import redact
+from semula.core import recorded_meta, redact
 from semula.core.bundle_format import (
     ANSWER,
     FINGERPRINT_PATTERN,
@@ -111,7 +111,7 @@ class EntrySchema(Schema):
     request = fields.Dict(required=True)
     response = fields.Raw(required=True, allow_none=False)
     chunks = fields.List(fields.Dict(), load_default=None, allow_none=True)
-    meta = fields.Dict(load_default=None, allow_none=True)
+    meta = fields.Nested(recorded_meta.MetaSchema, load_default=None, allow_none=True)
     pinned = fields.Boolean(load_default=False, truthy={True}, falsy={False})
     review_status = fields.String(
         load_default="unreviewed", validate=validate.OneOf(entries_service.REVIEW_STATUSES)

@@ -12,7 +12,7 @@ from typing import Any
 
 from semula import dialects
 from semula.core import fingerprint as fp
-from semula.core import redact
+from semula.core import recorded_meta, redact
 from semula.core.errors import BadRequest, NotFound, ReplayMiss, SequenceExhausted, TooManyMisses
 from semula.dialects import ANTHROPIC, CHAT, RESPONSES, Dialect, Request
 from semula.service import Context, quotas, sequences
@@ -291,7 +291,7 @@ def templated(entry: dict[str, Any]) -> bool:
 
 def replay_headers(entry: dict[str, Any]) -> list[tuple[str, str]]:
     """The provider's response headers recorded with an entry (an allowlist: timing, rate limits)."""
-    return list(entries_service.meta(entry).get("headers", {}).items())
+    return recorded_meta.replayable(entries_service.meta(entry))
 
 
 def pacing(call: Call, entry: dict[str, Any]) -> list[float] | None:

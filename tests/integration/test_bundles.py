@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from semula.core import bundle_format
+from semula.core import answers, bundle_format
 from semula.core import fingerprint as fp
 from semula.core.errors import BadRequest, Conflict, Forbidden
 from semula.db import UniqueViolation
@@ -282,6 +282,25 @@ MALFORMED = {
     "bad fingerprint": (with_entry(fingerprint="md5:abc"), "entries[1]", "entries[1].fingerprint"),
     "unknown entry field": (with_entry(colour="red"), "entries[1]", "entries[1].colour"),
     "huge string": (with_entry(response={"content": "x" * 70_000}), "longer than", "entries[1].response"),
+    "a cookie in meta.headers": (
+        with_entry(meta={"headers": {"Set-Cookie": "session=canary-cookie"}}),
+        "not a provider header",
+        None,
+    ),
+    "a line break in a header value": (
+        with_entry(meta={"headers": {"openai-processing-ms": "1\r\nSet-Cookie: session=canary"}}),
+        "printable ASCII",
+        None,
+    ),
+    "a header value not a string": (with_entry(meta={"headers": {"openai-model": 4}}), "entries[1]", None),
+    "a negative stream gap": (with_entry(meta={"gaps": [0.1, -1]}), "entries[1]", None),
+    "a stream gap of a day": (with_entry(meta={"gaps": [86_400]}), "entries[1]", None),
+    "an unknown meta key": (with_entry(meta={"status": 500}), "Unknown field", None),
+    "a later answer's cookie": (
+        with_entry(later_answers=[{"response": {"content": "2"}, "meta": {"headers": {"set-cookie": "x"}}}]),
+        "later_answers[0].meta",
+        None,
+    ),
     "duplicate fingerprints": (
         {**VALID, "entries": [VALID["entries"][0], VALID["entries"][0]]},
         "same fingerprint",
@@ -371,3 +390,49 @@ def test_export_redacts_even_what_was_stored_unredacted(ctx):
     data = export(ctx, "leaky")
     assert key.encode() not in data and b"[REDACTED]" in data
     assert bundle_format.find_secrets(io.BytesIO(data)) == ([], 0)
+
+
+def test_imported_recordings_replay_the_provider_headers_a_provider_could_have_sent_and_no_other(
+    ctx, client, make_token
+):
+    """meta from a bundle becomes HTTP response headers on replay: the import takes only recorded
+    provider headers with printable values, and replay filters rows that were stored without the check."""
+    admin = make_token("admin")
+    projects.create(ctx, {"name": "copy", "mode": "replay"})
+    meta = {"headers": {"openai-processing-ms": "321", "x-ratelimit-remaining-requests": "99"}, "gaps": [0.0]}
+    bundle = {**VALID, "entries": [{**VALID["entries"][0], "meta": meta}]}
+    assert import_(ctx, "copy", json.dumps(bundle))["created"] == 1
+    replayed = client.post("/p/copy/v1/chat/completions", json=request_for("one"), headers=admin)
+    assert replayed.status_code == 200, replayed.json
+    assert replayed.headers["openai-processing-ms"] == "321"
+    assert replayed.headers["x-ratelimit-remaining-requests"] == "99"
+    assert json.loads(export(ctx, "copy"))["entries"][0]["meta"] == meta
+
+    # A row written before imports were checked (or by hand): its cookie and its split header stay out.
+    projects.create(ctx, {"name": "old", "mode": "replay"})
+    row = projects.get_row(ctx, "old")
+    request = request_for("two")
+    with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+        entries.save(
+            tx,
+            ctx,
+            project_id=row["id"],
+            fingerprint=fp.fingerprint(request, [], []),
+            request=request,
+            response=answers.parse_answer({"content": "2"}, request),
+            chunks=None,
+            summary="stored before imports were checked",
+            meta={
+                "headers": {
+                    "Set-Cookie": "session=canary-cookie",
+                    "openai-model": "gpt\r\nX-Injected: canary-injected",
+                    "openai-version": "2020-10-01",
+                }
+            },
+            actor="agent",
+        )
+    replayed = client.post("/p/old/v1/chat/completions", json=request, headers=admin)
+    assert replayed.status_code == 200, replayed.json
+    assert replayed.headers["openai-version"] == "2020-10-01"
+    assert "canary" not in str(replayed.headers) and "Set-Cookie" not in replayed.headers
+    assert "openai-model" not in replayed.headers

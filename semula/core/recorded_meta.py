@@ -1,0 +1,88 @@
+"""What a recording keeps besides the body: a few provider response headers and stream timing (pure).
+
+An entry's (or a later answer's) `meta` is `{"headers": {name: value}, "gaps": [seconds, ...]}`.
+Record-through writes it from a provider's response; a bundle import takes it from a file someone
+may have edited. Replay sends the headers back to the client as HTTP response headers and sleeps the
+gaps, so both ends go through here: an import refuses what a provider could not have sent
+(`MetaSchema`), and replay sends only what passes `replayable` (rows written before the check,
+or by hand, are filtered rather than trusted). Never a cookie, a request id, or a line break that
+would split one header into two.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
+
+# Provider response headers a recording keeps and replays: timing and rate limits an app may read
+# (never cookies, request ids or anything that names the operator's account). Prefixes, lowercase.
+RECORDED_HEADERS = (
+    "openai-processing-ms",
+    "openai-model",
+    "openai-version",
+    "x-ratelimit-",
+    "anthropic-ratelimit-",
+)
+
+MAX_HEADERS = 32
+MAX_HEADER_VALUE = 1024
+MAX_GAP_SECONDS = 600.0  # far above any pause a provider makes between two stream events
+MAX_GAPS = 100_000
+
+_NAME = re.compile(r"[a-z0-9-]+")  # a header name as providers send them (no separators, no spaces)
+_VALUE = re.compile(r"[\x20-\x7e]*")  # printable ASCII: no CR, LF or other control characters
+
+
+def kept(name: str) -> bool:
+    """Whether a provider response header is one a recording keeps."""
+    lowered = name.lower()
+    return _NAME.fullmatch(lowered) is not None and lowered.startswith(RECORDED_HEADERS)
+
+
+def safe_value(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_HEADER_VALUE and _VALUE.fullmatch(value) is not None
+
+
+def replayable(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The recorded headers replay may send: kept names with safe values, anything else dropped."""
+    headers = meta.get("headers")
+    if not isinstance(headers, Mapping):
+        return []
+    safe = [(name, value) for name, value in headers.items() if kept(name) and safe_value(value)]
+    return safe[:MAX_HEADERS]
+
+
+def _check_name(name: str) -> None:
+    if not kept(name):
+        raise ValidationError(
+            f"{name!r} is not a provider header semula records; a recording keeps only "
+            "openai-processing-ms, openai-model, openai-version, x-ratelimit-* and anthropic-ratelimit-*."
+        )
+
+
+def _check_value(value: str) -> None:
+    if not safe_value(value):
+        raise ValidationError(
+            f"a header value must be printable ASCII of at most {MAX_HEADER_VALUE} characters "
+            "(no line breaks or other control characters)."
+        )
+
+
+class MetaSchema(Schema):
+    """`meta` as a bundle may carry it: what record-through could have written, nothing else."""
+
+    class Meta:
+        unknown = RAISE
+
+    headers = fields.Dict(
+        keys=fields.String(validate=_check_name),
+        values=fields.String(validate=_check_value),
+        validate=validate.Length(max=MAX_HEADERS),
+    )
+    gaps = fields.List(
+        fields.Float(allow_nan=False, validate=validate.Range(min=0, max=MAX_GAP_SECONDS)),
+        validate=validate.Length(max=MAX_GAPS),
+    )
