@@ -21,8 +21,8 @@ ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 RESPONSE_FORMATS = ("text", "json_object", "json_schema")
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
-# Digests of the tool and response schemas found valid: an agent sends the same tools with every
-# request, and checking a schema against the metaschema costs about a millisecond each time.
+# Digests of the tools lists, tool schemas and response schemas found valid: an agent sends the same
+# tools with every request, and checking a schema against the metaschema costs about a millisecond.
 _VALID_SCHEMAS: dict[bytes, None] = {}
 _VALID_SCHEMAS_SIZE = 4096
 
@@ -35,8 +35,12 @@ def check(body: dict[str, Any]) -> None:
     if tools is not None:
         if not isinstance(tools, list):
             raise _type("tools", "an array", tools)
-        for index, tool in enumerate(tools):
-            _tool(tool, f"tools[{index}]")
+        # An agent sends the same tools with every request: one digest for all of them.
+        digest = _digest(tools)
+        if digest is None or digest not in _VALID_SCHEMAS:
+            for index, tool in enumerate(tools):
+                _tool(tool, f"tools[{index}]")
+            _remember(digest)
     response_format = body.get("response_format")
     if response_format is not None:
         _response_format(response_format)
@@ -107,11 +111,7 @@ def _schema(schema: Any, param: str, what: str) -> None:
             param=param,
             code="invalid_function_parameters",
         )
-    try:
-        # orjson's bytes tell 1 from 1.0 and true from 1, as the metaschema does.
-        digest = hashlib.sha256(orjson.dumps(schema)).digest()
-    except TypeError:  # what orjson cannot write (integers past 64 bits, lone surrogates): no memo
-        digest = None
+    digest = _digest(schema)
     if digest is not None and digest in _VALID_SCHEMAS:
         return
     try:
@@ -123,6 +123,19 @@ def _schema(schema: Any, param: str, what: str) -> None:
             param=param + where,
             code="invalid_function_parameters",
         ) from None
+    _remember(digest)
+
+
+def _digest(value: list[Any] | dict[str, Any]) -> bytes | None:
+    """The memo key of a tools list or a schema: a list's bytes never equal an object's."""
+    try:
+        # orjson's bytes tell 1 from 1.0 and true from 1, as the metaschema does.
+        return hashlib.sha256(orjson.dumps(value)).digest()
+    except TypeError:  # what orjson cannot write (integers past 64 bits, lone surrogates): no memo
+        return None
+
+
+def _remember(digest: bytes | None) -> None:
     if digest is not None:
         if len(_VALID_SCHEMAS) >= _VALID_SCHEMAS_SIZE:
             _VALID_SCHEMAS.clear()

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from semula.core import safe_regex
+from semula.core import jsonio, safe_regex
 from semula.core.errors import BadRequest
 
 VERSION = "v1"
@@ -181,18 +181,24 @@ def fingerprint(
     texts: Texts = message_texts,
     api: str | None = None,
     dropped: frozenset[str] = frozenset(),
+    plain: bool = False,
 ) -> str:
     """`v1:` + SHA-256 of the canonical request's canonical JSON.
 
     Chat Completions requests hash as they always have; another API's requests hash together with the
-    API's name, so the same JSON sent to two APIs is two requests.
+    API's name, so the same JSON sent to two APIs is two requests. `plain` says that the body is as
+    semula.core.jsonio.read() found it plain: its values are JSON's and orjson writes its floats as
+    json does, so orjson's sorted bytes need no walk to vouch for them.
     """
     data = None
     if type(body) is dict and not ignore_fields and not normalize:
         # The common case: the canonical request is the body without its transport fields, unless a
         # walk finds something _copy would change (an integral float, a dropped key).
         canonical: Any = {key: value for key, value in body.items() if key not in transport}
-        data = _orjson_canonical(_with_api(canonical, api), dropped)
+        if plain and not dropped:
+            data = _orjson_sorted(_with_api(canonical, api))
+        else:
+            data = _orjson_canonical(_with_api(canonical, api), dropped)
     if data is None:
         canonical = canonical_request(
             body, ignore_fields, normalize, transport=transport, texts=texts, dropped=dropped
@@ -202,13 +208,6 @@ def fingerprint(
         # A lone surrogate ("\ud800") is valid JSON input; hash it rather than fail the request.
         data = canonical_json(_with_api(canonical, api)).encode("utf-8", "surrogatepass")
     return f"{VERSION}:{hashlib.sha256(data).hexdigest()}"
-
-
-def _same_float(value: float) -> bool:
-    """Whether a float is written by orjson as by json (repr), and _copy keeps it a float."""
-    if value.is_integer() and abs(value) < 2**53:
-        return False
-    return orjson.dumps(value) == repr(value).encode()
 
 
 def _with_api(canonical: Any, api: str | None) -> Any:
@@ -233,12 +232,16 @@ def _orjson_canonical(value: Any, dropped: frozenset[str]) -> bytes | None:
                 below.extend(item.values())
             elif kind is list:
                 below.extend(item)
-            elif kind is not float or not _same_float(item):
+            elif kind is not float or not jsonio.plain_float(item):
                 return None
         level = below
+    return _orjson_sorted(value)
+
+
+def _orjson_sorted(value: Any) -> bytes | None:
     try:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    except TypeError:  # orjson.JSONEncodeError
+    except TypeError:  # orjson.JSONEncodeError: what orjson refuses (lone surrogates, huge integers)
         return None
 
 

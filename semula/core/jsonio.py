@@ -52,6 +52,13 @@ def _float(text: str) -> float:
 
 def loads(raw: bytes | str, what: str = "The body") -> Any:
     """Parse one JSON document by the policy above; BadRequest (400) naming `what` when it breaks it."""
+    return read(raw, what)[0]
+
+
+def read(raw: bytes | str, what: str = "The body") -> tuple[Any, bool]:
+    """loads(), and whether the value is `plain`: read by orjson, and every float in it one that
+    orjson writes as repr() does and that is not a whole number. orjson then writes the value exactly
+    as json.dumps would (semula.core.fingerprint hashes it without a walk of its own)."""
     if isinstance(raw, bytes | str):
         try:
             value = orjson.loads(raw)
@@ -59,9 +66,10 @@ def loads(raw: bytes | str, what: str = "The body") -> Any:
             pass  # json names the error (or reads what orjson refuses: a byte order mark, UTF-16)
         else:
             # orjson refuses NaN, infinities and lone surrogates itself; the depth is ours to check.
-            if _ordinary(value):
-                return value
-    return _loads(raw, what)
+            found = _ordinary(value)
+            if found is not None:
+                return value, found
+    return _loads(raw, what), False
 
 
 def stored(text: str | bytes) -> Any:
@@ -71,7 +79,7 @@ def stored(text: str | bytes) -> Any:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
         return json.loads(text)  # a lone surrogate escape, NaN: json reads what orjson refuses
-    return value if _ordinary(value) else json.loads(text)
+    return value if _ordinary(value) is not None else json.loads(text)
 
 
 def compact(value: Any) -> bytes:
@@ -87,10 +95,19 @@ def compact(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode("ascii")
 
 
-def _ordinary(value: Any) -> bool:
-    """Whether orjson's reading needs no second look: nested at most MAX_DEPTH deep, and no float
-    that may have been an integer too large for 64 bits. One walk over the containers, level by level."""
-    level, depth = [value], 0
+def plain_float(value: float) -> bool:
+    """Whether orjson writes a float as json (repr) does, and it is not a whole number (which a
+    fingerprint hashes as the integer: JSON has one number type)."""
+    if value.is_integer() and abs(value) < 2**53:
+        return False
+    return orjson.dumps(value) == repr(value).encode()
+
+
+def _ordinary(value: Any) -> bool | None:
+    """Whether orjson's reading needs no second look (None when it does): nested at most MAX_DEPTH
+    deep, and no float that may have been an integer too large for 64 bits. True when, besides, every
+    float is plain_float(). One walk over the containers, level by level."""
+    level, depth, plain = [value], 0, True
     while level:
         below: list[Any] = []
         nested = False
@@ -104,14 +121,17 @@ def _ordinary(value: Any) -> bool:
             elif kind is list:
                 nested = True
                 below.extend(item)
-            elif kind is float and not -_BIG < item < _BIG:
-                return False
+            elif kind is float:
+                if not -_BIG < item < _BIG:
+                    return None
+                if plain and not plain_float(item):
+                    plain = False
         if nested:
             depth += 1
             if depth > MAX_DEPTH:
-                return False
+                return None
         level = below
-    return True
+    return plain
 
 
 def _loads(raw: bytes | str, what: str) -> Any:

@@ -70,7 +70,9 @@ class Dialect:
         """(container, key) of every prompt text `normalize` rules apply to, in a canonical request."""
         raise NotImplementedError
 
-    def fingerprint(self, body: Mapping[str, Any], ignore_fields: Iterable[str], normalize: Any) -> str:
+    def fingerprint(
+        self, body: Mapping[str, Any], ignore_fields: Iterable[str], normalize: Any, *, plain: bool = False
+    ) -> str:
         return fp.fingerprint(
             body,
             ignore_fields,
@@ -79,6 +81,7 @@ class Dialect:
             texts=self.texts,
             api=self.name,
             dropped=self.dropped_fields,
+            plain=plain,
         )
 
     def canonical(self, body: Mapping[str, Any], ignore_fields: Iterable[str], normalize: Any) -> Any:

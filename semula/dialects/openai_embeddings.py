@@ -148,7 +148,10 @@ class OpenAIEmbeddings(Dialect):
                 if isinstance(item, str):
                     yield items, i
 
-    def fingerprint(self, body: Mapping[str, Any], ignore_fields: Iterable[str], normalize: Any) -> str:
+    def fingerprint(
+        self, body: Mapping[str, Any], ignore_fields: Iterable[str], normalize: Any, *, plain: bool = False
+    ) -> str:
+        # _canonical_body adds the defaults it fills in: those values were never read, so not plain.
         return super().fingerprint(_canonical_body(body), ignore_fields, normalize)
 
     def canonical(self, body: Mapping[str, Any], ignore_fields: Iterable[str], normalize: Any) -> Any:

@@ -141,9 +141,12 @@ def start(
     *,
     version: object = UNREAD,
     read_again: Callable[[], tuple[dict[str, Any], object]] | None = None,
+    plain: bool = False,
 ) -> Call:
     """Check the request as its API does, fingerprint it and look for its entry (in a session: the
     answer of its sequence this call gets).
+
+    `plain`: the body is as semula.core.jsonio.read() found it plain (Dialect.fingerprint).
 
     `version` is the change counter value `project` was read after (ProjectRows), and `read_again`
     reads the project anew: when the counter read with the entry differs, the project may have
@@ -154,7 +157,9 @@ def start(
     req = dialect.check(body)
     started = time.monotonic()
     while True:
-        fingerprint = dialect.fingerprint(body, *rules(project["ignore_fields"], project["normalize"]))
+        fingerprint = dialect.fingerprint(
+            body, *rules(project["ignore_fields"], project["normalize"]), plain=plain
+        )
         entry, read_at = entries_service.lookup_at(ctx, project, fingerprint)
         if version is UNREAD or read_at == version or read_again is None:
             break

@@ -132,7 +132,8 @@ class ProxyApp:
                     if kept.stream:
                         return self._sse(start_response, self.hits.reply(kept), kept.headers)
                     return self._bytes(start_response, 200, self.hits.reply(kept), kept.headers)
-                body = speaks.with_headers(policy.parse_json(raw), _header(environ))
+                parsed, plain = policy.read_json(raw)
+                body = speaks.with_headers(parsed, _header(environ))
                 project, version = self.projects.get(ctx, match["project"], header_project)
                 call = replay_service.start(
                     ctx,
@@ -142,6 +143,7 @@ class ProxyApp:
                     session,
                     version=version,
                     read_again=lambda: self.projects.read(ctx, match["project"], header_project),
+                    plain=plain,
                 )
                 return self._replay(ctx, call, key, raw, started, start_response)
             project = replay_service.resolve_project(ctx, match["project"], header_project)

@@ -152,3 +152,8 @@ def read_body(stream: IO[bytes], content_length: str | None, limit: int) -> byte
 def parse_json(raw: bytes) -> Any:
     """The parsed JSON body; 400 with a clear message when it is not JSON by semula.core.jsonio's rules."""
     return jsonio.loads(raw)
+
+
+def read_json(raw: bytes) -> tuple[Any, bool]:
+    """parse_json(), and whether the body is plain (semula.core.jsonio.read)."""
+    return jsonio.read(raw)

@@ -111,6 +111,22 @@ def test_requests_openai_refuses_are_400_naming_the_field(case):
     assert param.split(".")[0].split("[")[0] in error["message"] or "schema" in error["message"]
 
 
+def test_a_tools_list_seen_before_is_not_walked_again_and_a_changed_one_is(monkeypatch):
+    walked = []
+    tool_check = chat_requests._tool
+    monkeypatch.setattr(chat_requests, "_VALID_SCHEMAS", {})
+    monkeypatch.setattr(chat_requests, "_tool", lambda t, p: walked.append(p) or tool_check(t, p))
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    tools = [tool("a", schema), tool("b", schema)]
+    for _ in range(3):
+        chat_requests.check(body(tools=tools))
+    assert walked == ["tools[0]", "tools[1]"]
+    renamed = [tool("a", schema), tool("b c", schema)]
+    for _ in range(2):
+        with pytest.raises(BadRequest, match="tools\\[1\\].function.name"):
+            chat_requests.check(body(tools=renamed))
+
+
 def test_a_tool_schema_seen_before_is_not_checked_again(monkeypatch):
     # Agents send the same tools with every request; checking each schema costs about a millisecond.
     checked = []

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from semula.core import jsonio
 from semula.core.errors import BadRequest
 from semula.core.fingerprint import (
     ABSENT,
@@ -408,3 +410,37 @@ def test_the_fingerprint_is_the_reference_digest_of_any_request(extra, api, drop
     )
     rules = ([], [{"pattern": "a", "replacement": "b"}])
     assert fingerprint(body, *rules, api=api) == reference_fingerprint(body, *rules, api=api)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    extra=st.dictionaries(st.text(max_size=4), json_values, max_size=5),
+    api=st.sampled_from([None, "openai.chat", "anthropic.messages"]),
+)
+def test_a_body_read_plain_hashes_as_the_reference_without_a_walk(extra, api):
+    """The proxy reads a body with jsonio.read(); what it finds plain is hashed from orjson's bytes
+    with no walk of fingerprint's own, and must still hash as the reference does."""
+    try:
+        raw = json.dumps({**request(), **extra}, allow_nan=False).encode("utf-8", "surrogatepass")
+    except ValueError:
+        return  # NaN and infinities are not JSON: no body can carry them
+    try:
+        body, plain = jsonio.read(raw)
+    except BadRequest:
+        return  # a lone surrogate: refused at the door
+    assert fingerprint(body, api=api, plain=plain) == reference_fingerprint(body, api=api)
+
+
+@pytest.mark.parametrize(
+    "raw, plain",
+    [
+        (b'{"model": "m", "messages": [], "n": 2, "x": "1.0"}', True),
+        (b'{"model": "m", "temperature": 0.7, "top_p": 0.95}', True),
+        (b'{"model": "m", "x": 1e-05}', False),  # orjson writes 1e-5, json 1e-05
+        (b'{"model": "m", "temperature": 1.0}', False),  # hashed as 1: JSON has one number type
+        (b'{"model": "m", "seed": 1e20}', False),  # orjson writes 1e20, json 1e+20
+        (b'{"model": "m", "seed": 123456789012345678901234567890}', False),  # json reads it, not orjson
+    ],
+)
+def test_which_bodies_are_plain(raw, plain):
+    assert jsonio.read(raw)[1] is plain
