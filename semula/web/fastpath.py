@@ -53,6 +53,7 @@ ERROR_OUTCOMES = {
     "semula_upstream_dry_run": "dry_run",
     "semula_sequence_exhausted": "sequence_exhausted",
 }
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 OK = policy.status_line(200)
 
@@ -81,7 +82,8 @@ def _warned(warning: str | None) -> list[tuple[str, str]]:
     """The X-Semula-Warning header of a forwarded answer semula could not record (none otherwise)."""
     if not warning:
         return []
-    return [("X-Semula-Warning", warning.encode("ascii", "replace").decode("ascii").replace("\n", " "))]
+    # It may quote the provider's answer: one line of printable ASCII, whatever that answer held.
+    return [("X-Semula-Warning", _UNPRINTABLE.sub(" ", warning.encode("ascii", "replace").decode("ascii")))]
 
 
 class ProxyApp:

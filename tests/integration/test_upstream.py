@@ -546,3 +546,13 @@ def test_concurrent_appends_get_distinct_answers_and_lose_none(uctx, shop):
     assert [(r["seq"], r["number"]) for r in entry["revisions"]] == [(n, 1) for n in range(1, 13)]
     spent = uctx.store.one("get_upstream_usage", project_id=shop["id"])
     assert (spent["prompt_tokens"], spent["completion_tokens"]) == (12, 12)
+
+
+def test_the_warning_header_is_one_printable_line_whatever_the_answer_quoted():
+    """X-Semula-Warning may quote a provider's answer (a tool name, a value): never a header split."""
+    from semula.web.fastpath import _warned
+
+    [(name, value)] = _warned("not recorded: unknown tool 'a\r\nSet-Cookie: x=1\x00\x7f' — é")
+    assert name == "X-Semula-Warning"
+    assert value == "not recorded: unknown tool 'a  Set-Cookie: x=1  ' ? ?"
+    assert _warned(None) == [] and _warned("") == []
