@@ -162,7 +162,8 @@ def canonical_request(
     for pointer in ignore_fields:
         _remove_pointer(canonical, pointer)
     try:
-        rules = [safe_regex.Substitution(rule["pattern"], rule["replacement"]) for rule in normalize]
+        # A rule stored before settings were saved as checked may lack its replacement: "" it is.
+        rules = [safe_regex.Substitution(rule["pattern"], rule.get("replacement", "")) for rule in normalize]
     except safe_regex.PatternError as exc:
         # A rule saved before patterns ran on RE2; saving the setting again names which one.
         raise BadRequest(f"the project's normalize setting: {exc}", param="normalize") from None

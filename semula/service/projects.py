@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from marshmallow import INCLUDE, RAISE, Schema, ValidationError, fields, validate, validates
+from marshmallow import INCLUDE, RAISE, Schema, ValidationError, fields, post_load, validate, validates
 
 from semula.config import MAX_RECORD_TIMEOUT
 from semula.core import fingerprint
@@ -161,6 +161,13 @@ class SettingsSchema(Schema):
     @validates("normalize")
     def _normalize(self, value: Any, **_: Any) -> None:
         fingerprint.validate_normalize(value)
+
+    @post_load
+    def _checked(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        # Store the rules as checked: {pattern, replacement} each, the replacement "" when left out.
+        if "normalize" in data:
+            data["normalize"] = fingerprint.validate_normalize(data["normalize"])
+        return data
 
 
 class CreateSchema(Schema):

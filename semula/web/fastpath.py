@@ -167,6 +167,8 @@ class ProxyApp:
         except DatabaseError as exc:
             error = policy.from_database(exc, path)
             return self._error(start_response, error, ctx, call, started, speaks)
+        except Exception as exc:  # a bug: a 500 in the API's error shape, logged without its text
+            return self._error(start_response, policy.unexpected(exc, path), ctx, call, started, speaks)
 
     def _replay(
         self,

@@ -202,3 +202,30 @@ def test_a_database_error_is_counted_by_kind_and_logged_with_what_it_was(
     assert "hunter2hunter2" not in json.dumps(line)
     [access_line] = access(log_lines())
     assert access_line["status"] == 503 and access_line["outcome"] == "database_busy"
+
+
+@pytest.mark.parametrize(
+    "path, shape",
+    [("/v1/chat/completions", "openai"), ("/v1/messages", "anthropic")],
+)
+def test_a_bug_on_the_proxy_path_is_a_500_in_the_apis_shape_logged_without_its_text(
+    client, make_token, log_lines, monkeypatch, path, shape
+):
+    from semula.service import replay as replay_service
+
+    def broken(*args, **kwargs):
+        raise KeyError(f"{CANARY} sk-proj-secret")
+
+    monkeypatch.setattr(replay_service, "start", broken)
+    client.post("/api/v1/projects", json={"name": "shop"}, headers=make_token("admin"))
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    r = client.post(f"/p/shop{path}", json=body, headers=make_token("admin"))
+    assert r.status_code == 500 and r.is_json, r.data[:200]
+    if shape == "openai":
+        assert r.json["error"]["message"] == "Internal error." and r.json["error"]["type"]
+    else:
+        assert r.json["type"] == "error" and r.json["error"]["type"] == "api_error"
+    assert CANARY not in r.get_data(as_text=True)
+    [line] = [x for x in log_lines() if x["msg"] == "unhandled error"]
+    assert line["exc_type"] == "KeyError" and any("in broken" in frame for frame in line["traceback"])
+    assert CANARY not in json.dumps(log_lines())

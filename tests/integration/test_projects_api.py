@@ -92,3 +92,24 @@ def test_a_normalize_rule_re2_cannot_run_is_refused_when_saved(client, admin):
     assert r.json["error"]["param"] == "normalize[0].pattern"
     assert "order-(?=\\\\d)" in r.json["error"]["message"] and "RE2" in r.json["error"]["message"]
     assert client.get("/api/v1/projects/shop", headers=admin).json["normalize"] == []
+
+
+def test_a_normalize_rule_without_a_replacement_is_stored_as_checked_and_the_project_keeps_serving(
+    client, admin
+):
+    """A rule's replacement may be left out ("" then); it used to be stored as sent, and every proxy
+    call of the project failed with a plain-text 500 (KeyError while fingerprinting)."""
+    assert client.post("/api/v1/projects", json={"name": "shop", "mode": "replay"}, headers=admin).status_code
+    rule = {"pattern": "order-[0-9]+"}
+    r = client.patch("/api/v1/projects/shop", json={"normalize": [rule]}, headers=admin)
+    assert r.status_code == 200, r.json
+    assert r.json["normalize"] == [{"pattern": "order-[0-9]+", "replacement": ""}]
+
+    def ask(number):
+        body = {"model": "m", "messages": [{"role": "user", "content": f"where is order-{number}?"}]}
+        return client.post("/p/shop/v1/chat/completions", json=body, headers=admin)
+
+    first = ask(1)
+    assert first.status_code == 424 and first.json["error"]["code"] == "semula_replay_miss"
+    # The miss names the closest entry the normalised request could match: none yet.
+    assert "no entries" in first.json["error"]["message"]

@@ -444,3 +444,11 @@ def test_a_body_read_plain_hashes_as_the_reference_without_a_walk(extra, api):
 )
 def test_which_bodies_are_plain(raw, plain):
     assert jsonio.read(raw)[1] is plain
+
+
+def test_a_stored_rule_without_its_replacement_replaces_with_nothing():
+    """Rules saved before settings were stored as checked may lack "replacement"."""
+    late = [{"role": "user", "content": "order-42 is late"}]
+    rule = [{"pattern": "order-[0-9]+"}]
+    expected = fingerprint(request(messages=[{"role": "user", "content": " is late"}]))
+    assert fingerprint(request(messages=late), [], rule) == expected
