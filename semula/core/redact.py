@@ -198,12 +198,34 @@ def provider_error_text(
 ) -> str:
     """A provider's error for people to read: its status and text, credentials redacted, then cut.
 
-    Redaction comes before the cut, so a key straddling the limit is never left half visible.
+    Redaction comes before the cut, so a key straddling the limit is never left half visible. Only
+    the first limit * 16 characters are read (a provider's error can be megabytes, and redaction
+    reads every character); what straddles that first cut is dropped before anything else happens,
+    since collapsing whitespace could otherwise bring it to the front.
     """
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    text = redact_text(text[: limit * 16], extra_secrets)
+    cap = limit * 16
+    if len(text) > cap:
+        text = _without_partial_tail(text[:cap], extra_secrets)
+    text = redact_text(text, extra_secrets)
     text = " ".join(text.split())
     return f"{status}: {text[:limit]}" if text else str(status)
+
+
+_LAST_WORD = re.compile(r"\S+\Z")
+
+
+def _without_partial_tail(text: str, extra_secrets: Iterable[str]) -> str:
+    """A cut text without what may be the start of a credential cut in two: its last run of
+    non-whitespace (every pattern's credential is one), and the longest end that begins one of
+    `extra_secrets` (which may hold spaces)."""
+    stripped = _LAST_WORD.sub("", text)
+    for secret in extra_secrets:
+        for length in range(min(len(secret) - 1, len(stripped)), 0, -1):
+            if stripped.endswith(secret[:length]):
+                stripped = stripped[:-length]
+                break
+    return stripped
 
 
 def _replace(match: re.Match[str]) -> str:

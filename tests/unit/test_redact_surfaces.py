@@ -25,6 +25,18 @@ def test_provider_error_text_redacts_before_cutting():
     )
 
 
+def test_a_key_straddling_the_first_cut_is_not_brought_to_the_front_by_the_whitespace_collapse():
+    """Only the first limit * 16 characters are read; a key cut there must not survive in part, even
+    when the whitespace before it collapses to one space and brings it into the shown text."""
+    for secret in ("gw-Zq8pLm3Rt7Vx2Kw9N", KEY, "claude -p --token abc123"):
+        for offset in range(1, len(secret)):
+            body = " " * (4800 - offset) + secret + " more"
+            shown = redact.provider_error_text(401, body, [secret])
+            assert not any(secret[:n] in shown for n in range(4, len(secret) + 1)), (secret, offset, shown)
+    kept = redact.provider_error_text(500, "quota exceeded " + "x" * 5000, ["unrelated-secret"])
+    assert kept == "500: quota exceeded"
+
+
 def test_log_lines_never_carry_a_credential(capsys):
     logs.setup("info", ("configured-secret-1234",))
     try:
