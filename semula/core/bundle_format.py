@@ -22,6 +22,7 @@ writes and checks that format; semula/service/bundles.py exports and imports pro
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
@@ -76,19 +77,93 @@ def encode(text: str) -> bytes:
 def _events(source: IO[bytes]) -> Iterator[tuple[str, Any]]:
     try:
         # The root object, the entries list and the entry wrap each request and response.
-        yield from jsonio.checked_events(ijson.basic_parse(source, use_float=True), base=WRAPPING)
+        parsed = ijson.basic_parse(Surrogates(source), use_float=True)
+        yield from jsonio.checked_events(parsed, base=WRAPPING)
     except ijson.JSONError as exc:
         raise json_error(exc) from None
     except jsonio.InvalidJSON as exc:
         raise InvalidBundle(exc.message) from None
+    except UnicodeDecodeError as exc:  # the parser's own decoding: bytes that are not UTF-8 text
+        raise InvalidBundle(
+            f"The bundle is not valid UTF-8 text: a string holds bytes that are not UTF-8 ({exc.reason})."
+        ) from None
 
 
 def json_error(exc: Exception) -> InvalidBundle:
     # The first line only: the parser's later lines quote the bundle, which may hold anything.
-    text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    raw = exc.args[0] if exc.args else ""
+    message = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(exc)
+    text = message.strip().splitlines()[0][:200] if message.strip() else type(exc).__name__
     if "premature EOF" in text or "Incomplete" in text:
         return InvalidBundle(f"The bundle ends too early (truncated JSON): {text}")
     return InvalidBundle(f"The bundle is not valid JSON: {text}")
+
+
+# A \u escape of a UTF-16 surrogate, when the backslash before it is not itself escaped.
+_SURROGATE = re.compile(rb"\\u[dD]([89a-fA-F])[0-9a-fA-F]{2}")
+
+
+class Surrogates:
+    r"""A bundle's bytes, read through unchanged, refusing a lone UTF-16 surrogate escape (`"\ud800"`).
+
+    The streaming parser reads one as "?" (or fails with a decoding error): it would change the text
+    silently, where every other entrance refuses it (semula.core.jsonio). Every backslash in JSON
+    text starts an escape, so `\ud800` is an escape when an odd number of backslashes ends at its
+    own; the scan only stops at surrogate escapes (rare), and keeps the last six bytes of a read for
+    the next, which may complete an escape or hold its pair.
+    """
+
+    def __init__(self, source: IO[bytes]):
+        self.source = source
+        self.carry = b""  # the end of the last read, scanned again with the next
+        self.base = 0  # the offset of carry[0] in the bundle
+        self.run = 0  # backslashes just before carry[0]
+        self.low_at: int | None = None  # where the low surrogate a high one needs must start
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.source.read(size)
+        self._scan(data, final=not data)
+        return data
+
+    def _scan(self, data: bytes, final: bool) -> None:
+        text = self.carry + data if self.carry else data
+        done = len(text) if final else max(0, len(text) - 6)
+        if b"\\u" in text:
+            for match in _SURROGATE.finditer(text):
+                if not final and match.end() > len(text) - 6:
+                    done = min(done, match.start())  # its pair may come with the next read
+                    break
+                if self._backslashes(text, match.start()) % 2 == 0:
+                    continue  # `\\ud800`: an escaped backslash, then text
+                at, high = self.base + match.start(), match.group(1) in b"89abAB"
+                if self.low_at is not None:
+                    if at != self.low_at or high:
+                        raise _lone(self.low_at - 6)
+                    self.low_at = None
+                elif high:
+                    self.low_at = self.base + match.end()
+                else:
+                    raise _lone(at)
+        if self.low_at is not None and (final or self.low_at < self.base + done):
+            raise _lone(self.low_at - 6)  # the scan is past where the pair should start, and met none
+        self.run = self._backslashes(text, done - 1) if done else self.run
+        self.carry, self.base = text[done:], self.base + done
+
+    def _backslashes(self, text: bytes, end: int) -> int:
+        """How many backslashes end at text[end] (0 if it is none), those before this text included."""
+        if end < 0:
+            return self.run
+        start = end
+        while start >= 0 and text[start] == 0x5C:
+            start -= 1
+        return end - start + (self.run if start < 0 else 0)
+
+
+def _lone(offset: int) -> InvalidBundle:
+    return InvalidBundle(
+        f"The bundle holds a lone UTF-16 surrogate escape (\\ud800-\\udfff without its pair) at byte "
+        f"{offset}, which is not valid Unicode text."
+    )
 
 
 _STARTS = {"start_map": dict, "start_array": list}

@@ -1,5 +1,8 @@
 """The WSGI entry point gunicorn loads in each worker (never preloaded: gevent must patch first)."""
 
+from collections.abc import Callable
+from typing import Any
+
 import gevent
 
 from semula import logs
@@ -7,18 +10,34 @@ from semula.config import Settings
 from semula.service import retention
 from semula.web import create_app
 
+
+def offload(function: Callable[[], Any]) -> Any:
+    """Run a function in one of gevent's native threads and return its result here. What it raises is
+    raised here, to the request's own error handling: gevent's pool would print it to stderr, with
+    its text (a bundle's content, a database's message), outside the JSON log."""
+
+    def captured() -> tuple[bool, Any]:
+        try:
+            return True, function()
+        except Exception as exc:  # handed back whole, raised below
+            return False, exc
+
+    done, value = gevent.get_hub().threadpool.apply(captured)
+    if not done:
+        raise value
+    return value
+
+
 settings = Settings.from_env()
 logs.setup(settings.log_level, settings.secrets())
 app = create_app(settings)
 store = app.extensions["semula"]["store"]
 # Call-log rows are written every 0.1 s. SQLite's calls hold the whole process, so its writes (and the
 # WAL checkpoints they trigger, with an fsync) run in one of gevent's native threads instead.
-app.extensions["semula"]["calllog"].start(
-    interval=0.1, offload=gevent.get_hub().threadpool.apply if store.blocks_process else None
-)
+app.extensions["semula"]["calllog"].start(interval=0.1, offload=offload if store.blocks_process else None)
 # A bundle import parses and checks for seconds of CPU: in a native thread, the event loop keeps
 # serving this worker's other requests meanwhile (Python switches threads every few milliseconds).
-app.extensions["semula"]["offload"] = gevent.get_hub().threadpool.apply
+app.extensions["semula"]["offload"] = offload
 # Retention of the call log and of session counters: every worker prunes hourly in small batches
 # (docs/retention.md).
 retention.start_pruner(store, settings.log_retention_days, session_days=settings.session_retention_days)

@@ -65,3 +65,33 @@ def test_a_large_import_leaves_the_worker_serving_and_too_large_ones_are_413(sta
 
     server.stop()
     assert "WORKER TIMEOUT" not in server.log()
+
+
+def test_a_refused_import_says_why_in_json_and_the_log_holds_neither_its_content_nor_a_traceback(
+    start_server, shop, token
+):
+    server = start_server(workers=1)
+    headers = {"Authorization": f"Bearer {token}"}
+    url = f"{server.url}/api/v1/projects/shop/import"
+    header = b'{"bundle": {"format": "semula-bundle", "version": 1}, "config": {}, "entries": [{"request": '
+    cases = {
+        # Bytes that are not UTF-8, a lone surrogate (raw and escaped), a broken entry: each a 400.
+        "not UTF-8": header
+        + b'{"model": "m", "messages": [{"role": "user", "content": "pw canary-42 \xff"}]}',
+        "raw surrogate": header
+        + b'{"model": "m", "messages": [{"role": "user", "content": "canary-42 \xed\xa0\x80"}]}',
+        "escaped high": header
+        + b'{"model": "m", "messages": [{"role": "user", "content": "canary-42 \\ud800"}]}',
+        "escaped low": header
+        + b'{"model": "m", "messages": [{"role": "user", "content": "canary-42 \\udc00x"}]}',
+    }
+    for case, data in cases.items():
+        r = requests.post(url, data=data + b', "response": {"content": "ok"}}]}', headers=headers, timeout=30)
+        assert r.status_code == 400, (case, r.text)
+        assert r.json()["error"]["code"] == "invalid_bundle", (case, r.text)
+        assert "canary-42" not in r.text, (case, r.text)
+    listed = requests.get(f"{server.url}/api/v1/projects/shop/entries", headers=headers, timeout=30)
+    assert listed.json()["data"] == []
+    server.stop()
+    log = server.log()
+    assert "canary-42" not in log and "Traceback" not in log

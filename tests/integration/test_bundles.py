@@ -301,6 +301,21 @@ MALFORMED = {
         "later_answers[0].meta",
         None,
     ),
+    "a lone surrogate escape": (
+        with_entry(response={"content": "a \ud800 b"}),
+        "lone UTF-16 surrogate",
+        None,
+    ),
+    "a lone low surrogate in a key": (
+        with_entry(request={**request_for("one"), "\udc00": 1}),
+        "lone UTF-16 surrogate",
+        None,
+    ),
+    "bytes that are not UTF-8": (
+        json.dumps(VALID).replace('"1"', '"\xff"').encode("latin-1"),
+        "not valid",
+        None,
+    ),
     "duplicate fingerprints": (
         {**VALID, "entries": [VALID["entries"][0], VALID["entries"][0]]},
         "same fingerprint",
@@ -317,7 +332,7 @@ def test_malformed_bundles_are_refused_and_change_nothing(ctx, source, case):
     ctx.settings.__dict__["max_body_bytes"] = 65_536  # so "huge" needs no huge test data
     before = snapshot(ctx, "copy")
     data, message, param = MALFORMED[case]
-    text = data if isinstance(data, str) else json.dumps(data)
+    text = data if isinstance(data, str | bytes) else json.dumps(data)
     with pytest.raises(BadRequest) as refused:
         import_(ctx, "copy", text)
     assert message in refused.value.message, refused.value.message
@@ -436,3 +451,14 @@ def test_imported_recordings_replay_the_provider_headers_a_provider_could_have_s
     assert replayed.headers["openai-version"] == "2020-10-01"
     assert "canary" not in str(replayed.headers) and "Set-Cookie" not in replayed.headers
     assert "openai-model" not in replayed.headers
+
+
+def test_escaped_surrogate_pairs_import_as_the_characters_they_spell(ctx):
+    projects.create(ctx, {"name": "copy"})
+    entry = {"request": request_for("smile \U0001f600"), "response": {"content": "\U0001f600 \\ud800"}}
+    text = json.dumps({**VALID, "entries": [entry]})  # ASCII: the emoji as \ud83d\ude00
+    assert "\\ud83d\\ude00" in text
+    assert import_(ctx, "copy", text)["created"] == 1
+    [item] = json.loads(export(ctx, "copy"))["entries"]
+    assert item["request"] == request_for("smile \U0001f600")
+    assert item["response"]["choices"][0]["message"]["content"] == "\U0001f600 \\ud800"
