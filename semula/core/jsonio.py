@@ -4,7 +4,8 @@ Proxy bodies, REST bodies, dashboard forms and bundle imports are all read throu
 policy decides what semula stores (docs/decisions/0026-input-hardening.md):
 
 * only standard JSON: `NaN`, `Infinity` and numbers too large for a double (`1e400`) are refused,
-  as OpenAI refuses them;
+  as OpenAI refuses them; so are integers past 64 bits (a signed one), which semula's own bundle
+  reader could not read back from an export;
 * no lone UTF-16 surrogates (`"\\ud800"`): RFC 7493 (I-JSON) forbids them, and neither UTF-8 text
   nor the databases can hold them;
 * containers nest at most MAX_DEPTH deep, so every recursive walk over a stored value (fingerprint,
@@ -33,6 +34,8 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
 # orjson reads an integer past 64 bits as a float: one this large may have been such an integer.
 _BIG = float(2**63)
+# Integers must fit a signed 64-bit integer: what the bundle reader (yajl) and most JSON tools read.
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 
 
 class InvalidJSON(BadRequest):
@@ -41,6 +44,13 @@ class InvalidJSON(BadRequest):
 
 def _constant(name: str) -> Any:
     raise InvalidJSON(f"{name} is not valid JSON (numbers must be finite).")
+
+
+def _int(text: str) -> int:
+    value = int(text)
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise InvalidJSON(f"The number {text[:40]} is too large (integers must fit in 64 bits).")
+    return value
 
 
 def _float(text: str) -> float:
@@ -121,6 +131,9 @@ def _ordinary(value: Any) -> bool | None:
             elif kind is list:
                 nested = True
                 below.extend(item)
+            elif kind is int:
+                if not _INT_MIN <= item <= _INT_MAX:
+                    return None  # json's reading says which number
             elif kind is float:
                 if not -_BIG < item < _BIG:
                     return None
@@ -136,7 +149,7 @@ def _ordinary(value: Any) -> bool | None:
 
 def _loads(raw: bytes | str, what: str) -> Any:
     try:
-        value = json.loads(raw, parse_constant=_constant, parse_float=_float)
+        value = json.loads(raw, parse_constant=_constant, parse_float=_float, parse_int=_int)
     except InvalidJSON:
         raise
     except RecursionError:

@@ -22,6 +22,7 @@ BAD = {
     "NaN": (BODY.replace("}", ', "temperature": NaN}', 1), "NaN"),
     "Infinity": (BODY.replace("}", ', "temperature": Infinity}', 1), "Infinity"),
     "overflowing number": (BODY.replace("}", ', "temperature": 1e400}', 1), "too large"),
+    "integer past 64 bits": (BODY.replace("}", ', "seed": 99999999999999999999}', 1), "fit in 64 bits"),
     "deep": (BODY.replace('"hello"', DEEP), "nests deeper than"),
     "just too deep": (BODY.replace('"hello"', JUST_TOO_DEEP), "nests deeper than"),
 }
