@@ -54,6 +54,13 @@ def _message(message: Any, param: str) -> None:
         raise _missing(f"{param}.role")
     if role not in ROLES:
         raise _value(f"{param}.role", role, ROLES)
+    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+        if message.get("tool_call_id") is None:
+            raise _missing(f"{param}.tool_call_id")
+        raise _type(f"{param}.tool_call_id", "a string", message["tool_call_id"])
+    tool_calls = message.get("tool_calls")
+    if tool_calls is not None and role == "assistant":
+        _tool_calls(tool_calls, f"{param}.tool_calls")
     content = message.get("content")
     if content is None or isinstance(content, str):
         return
@@ -64,6 +71,33 @@ def _message(message: Any, param: str) -> None:
             raise _type(f"{param}.content[{index}]", "an object", part)
         if not isinstance(part.get("type"), str):
             raise _missing(f"{param}.content[{index}].type")
+
+
+def _tool_calls(calls: Any, param: str) -> None:
+    """An assistant message's earlier tool calls, as OpenAI requires them: id, type, function."""
+    if not isinstance(calls, list):
+        raise _type(param, "an array of objects", calls)
+    for index, call in enumerate(calls):
+        where = f"{param}[{index}]"
+        if not isinstance(call, dict):
+            raise _type(where, "an object", call)
+        for key in ("id", "type"):
+            if call.get(key) is None:
+                raise _missing(f"{where}.{key}")
+        if not isinstance(call["id"], str):
+            raise _type(f"{where}.id", "a string", call["id"])
+        if call["type"] != "function":
+            continue  # a custom tool call carries `custom` instead: recorded as sent
+        function = call.get("function")
+        if function is None:
+            raise _missing(f"{where}.function")
+        if not isinstance(function, dict):
+            raise _type(f"{where}.function", "an object", function)
+        for key in ("name", "arguments"):
+            if function.get(key) is None:
+                raise _missing(f"{where}.function.{key}")
+            if not isinstance(function[key], str):
+                raise _type(f"{where}.function.{key}", "a string", function[key])
 
 
 def _tool(tool: Any, param: str) -> None:

@@ -20,7 +20,7 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import current_app
 from marshmallow import RAISE, Schema
 
-from semula.core import bundle_format
+from semula.core import bundle_format, recorded_meta
 from semula.service import bundles, projects, tokens
 from semula.service.pending import MAX_LEASE
 from semula.web.api_pending import ClaimOneSchema, ClaimSchema, ReleaseSchema
@@ -85,6 +85,7 @@ BODY_SCHEMAS: dict[str, type[Schema] | Schema] = {
     "BundleConfig": projects.SettingsSchema(only=bundles.CONFIG_FIELDS),
     "BundleEntry": bundles.EntrySchema,
     "BundleAnswer": bundle_format.AnswerSchema,
+    "RecordedMeta": recorded_meta.MetaSchema,
 }
 BODY_NAMES = {schema: name for name, schema in BODY_SCHEMAS.items() if isinstance(schema, type)}
 # apispec's converter of marshmallow schemas to JSON Schema; a spec gives it the OpenAPI version, 3.1

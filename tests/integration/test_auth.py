@@ -164,3 +164,25 @@ def test_the_bearer_scheme_is_case_insensitive(client, ctx, make_token, scheme):
 def test_other_schemes_and_empty_tokens_stay_401(client, header):
     r = client.get("/api/v1/projects", headers={"Authorization": header})
     assert r.status_code == 401 and r.json["error"]["code"] == "invalid_api_key"
+
+
+def test_a_parked_call_page_shows_tool_calls_of_any_shape(ctx, app, make_token):
+    """Calls parked before the request check refused malformed tool_calls (and custom tool calls,
+    which have no function) still show on the dashboard, as JSON, rather than failing the page."""
+    projects.create(ctx, {"name": "alpha"})
+    request = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "tool_calls": "not-a-list"},
+            {"role": "assistant", "tool_calls": [7, {"id": "c1", "type": "custom", "custom": {"name": "n"}}]},
+        ],
+    }
+    row = projects.get_row(ctx, "alpha")
+    pending_id = pending_service.park(ctx, row, "v1:" + "0" * 64, request, False, api="openai.chat")
+    client, _ = signed_in(app, make_token("admin"))
+    page = client.get(f"/ui/pending/{pending_id}")
+    assert page.status_code == 200, page.get_data(as_text=True)[:500]
+    text = page.get_data(as_text=True)
+    assert "<pre>7</pre>" in text
+    assert '<pre>{"custom": {"name": "n"}, "id": "c1", "type": "custom"}</pre>' in text

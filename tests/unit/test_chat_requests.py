@@ -17,9 +17,28 @@ def tool(name="lookup", parameters=None):
     return {"type": "function", "function": function}
 
 
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+RESULT = {"role": "tool", "tool_call_id": "c1", "content": "42"}
+
+
+def calling(*calls):
+    return body(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": list(calls)}])
+
+
 VALID = [
     body(),
-    body(messages=[{"role": r, "content": "x"} for r in chat_requests.ROLES]),
+    body(
+        messages=[
+            {"role": r, "content": "x", **({"tool_call_id": "c1"} if r == "tool" else {})}
+            for r in chat_requests.ROLES
+        ]
+    ),
+    body(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [CALL]}, RESULT]),
+    body(
+        messages=[
+            {"role": "assistant", "tool_calls": [{"id": "c2", "type": "custom", "custom": {"name": "x"}}]}
+        ]
+    ),
     body(messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}]),
     body(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "content": None}]),
     body(tools=[tool("get_weather-2"), tool("a" * 64)]),
@@ -30,6 +49,32 @@ VALID = [
 ]
 
 INVALID = {
+    "tool_calls as text": (
+        body(messages=[{"role": "assistant", "tool_calls": "x"}]),
+        "messages[0].tool_calls",
+        "invalid_type",
+    ),
+    "a tool call not an object": (calling(1), "messages[1].tool_calls[0]", "invalid_type"),
+    "a tool call without id": (
+        calling({**CALL, "id": None}),
+        "messages[1].tool_calls[0].id",
+        "missing_required_parameter",
+    ),
+    "a tool call without function": (
+        calling({"id": "c1", "type": "function"}),
+        "messages[1].tool_calls[0].function",
+        "missing_required_parameter",
+    ),
+    "a tool call's arguments as an object": (
+        calling({**CALL, "function": {"name": "f", "arguments": {}}}),
+        "messages[1].tool_calls[0].function.arguments",
+        "invalid_type",
+    ),
+    "a tool result without tool_call_id": (
+        body(messages=[{"role": "tool", "content": "42"}]),
+        "messages[0].tool_call_id",
+        "missing_required_parameter",
+    ),
     "unknown role": (
         body(messages=[{"role": "wizard", "content": "x"}]),
         "messages[0].role",
