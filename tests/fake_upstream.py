@@ -45,6 +45,8 @@ class FakeUpstream:
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                # The mode this call came in under: a test may change it as soon as the answer is out.
+                hang_up = fake.mode == "hang up"
                 with fake._lock:
                     fake.calls.append(
                         {
@@ -93,7 +95,7 @@ class FakeUpstream:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
-                if fake.mode == "hang up":  # as a provider closing an idle keep-alive connection would
+                if hang_up:  # as a provider closing an idle keep-alive connection would
                     self.wfile.flush()
                     self.request.shutdown(socket.SHUT_WR)  # the FIN follows the answer at once
                     self.close_connection = True
