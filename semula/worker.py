@@ -33,7 +33,7 @@ from http import client
 from typing import Any, BinaryIO
 
 import gevent
-from gevent.pywsgi import OldMessage, format_date_time
+from gevent.pywsgi import OldMessage, _InvalidClientRequest, format_date_time
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler
 
 from semula import logs, metrics
@@ -124,8 +124,19 @@ class Handler(PyWSGIHandler):
     def MessageClass(self, fp: BinaryIO, *args: Any) -> OldMessage:  # noqa: N802 - pywsgi's name
         return parse_headers(fp)
 
+    def read_request(self, raw_requestline: str) -> Any:
+        result = super().read_request(raw_requestline)
+        # Two Content-Length headers: pywsgi would read the first, a proxy in front perhaps the other,
+        # and the rest of the body would pass for a second request (request smuggling). pywsgi has
+        # already dropped Content-Length under Transfer-Encoding: chunked, as HTTP/1.1 says.
+        if len(self.headers.get_all("Content-Length") or ()) > 1:
+            raise _InvalidClientRequest("more than one Content-Length header")
+        return result
+
     def _write_with_headers(self, data: bytes) -> None:
         # pywsgi's own sends the header block and the body in two sends (two packets with TCP_NODELAY).
+        if isinstance(data, str):
+            data = data.encode("latin-1")  # pywsgi's own 400 has a str body ('')
         self.headers_sent = True
         self.finalize_headers()
         head = bytearray(b"HTTP/1.1 ")

@@ -11,6 +11,7 @@ class SemulaError(Exception):
     status = 500
     code = "internal_error"
     type = "server_error"
+    headers: tuple[tuple[str, str], ...] = ()  # response headers the error adds
 
     def __init__(self, message: str | None = None, *, param: str | None = None, code: str | None = None):
         self.message = message or (self.__doc__ or "").strip()
@@ -70,6 +71,14 @@ class Conflict(SemulaError):
     status = 409
     code = "conflict"
     type = "invalid_request_error"
+
+
+class UnreadableBody(BadRequest):
+    """The request body could not be read whole: its framing is broken, or the client left."""
+
+    code = "invalid_body"
+    # The rest of the connection's bytes are no request to read: the response closes it.
+    headers = (("Connection", "close"),)
 
 
 class PayloadTooLarge(SemulaError):

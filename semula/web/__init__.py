@@ -155,6 +155,7 @@ def not_ready(reason: str, message: str) -> Response:
 def error_response(exc: errors.SemulaError) -> Response:
     response = jsonify(exc.to_dict())
     response.status_code = exc.status
+    response.headers.extend(exc.headers)
     return response
 
 

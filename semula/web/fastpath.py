@@ -331,7 +331,7 @@ class ProxyApp:
         if ctx is not None and (call is not None or exc.status != 401):
             outcome = ERROR_OUTCOMES.get(exc.code, "error")
             self._log(ctx, call, outcome, exc.status, started)
-        return self._json(start_response, exc.status, speaks.error_body(exc))
+        return self._json(start_response, exc.status, speaks.error_body(exc), list(exc.headers))
 
     def _log(
         self, ctx: Context, call: replay_service.Call | None, outcome: str, status: int, started: float

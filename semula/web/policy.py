@@ -143,7 +143,13 @@ def read_body(stream: IO[bytes], content_length: str | None, limit: int) -> byte
     length = content_length or ""
     if length.isdigit() and int(length) > limit:
         raise errors.PayloadTooLarge()
-    raw = stream.read(int(length) if length.isdigit() else limit + 1)
+    try:
+        raw = stream.read(int(length) if length.isdigit() else limit + 1)
+    except (OSError, ValueError):  # pywsgi's reading of a broken chunk size or a body cut short
+        raise errors.UnreadableBody(
+            "The request body could not be read: its chunked encoding is malformed or it ends before "
+            "its Content-Length."
+        ) from None
     if len(raw) > limit:
         raise errors.PayloadTooLarge()
     return raw

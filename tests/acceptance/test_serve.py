@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
@@ -46,3 +47,37 @@ def test_serve_dev_is_local_auth_off_with_a_default_project(start_server):
     assert server.url.startswith("http://127.0.0.1:")
     projects = requests.get(server.url + "/api/v1/projects", timeout=5).json()["data"]
     assert [(p["name"], p["mode"]) for p in projects] == [("default", "record")]
+
+
+def raw_exchange(url: str, data: bytes) -> bytes:
+    """Send bytes on one connection and read all the server sends back until it closes."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(data)
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+    return received
+
+
+def test_malformed_framing_is_a_400_and_nothing_is_smuggled(start_server, token):
+    """Two Content-Length headers (the second would leave a hidden request in the body) and a broken
+    chunk size: each a 400 and a closed connection, never a reset or a second response."""
+    server = start_server(SEMULA_AUTH="on")
+    hidden = f"GET /api/v1/projects HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
+    smuggled = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: 2\r\nContent-Length: {2 + len(hidden)}\r\n\r\n{{}}{hidden}"
+    ).encode()
+    answer = raw_exchange(server.url, smuggled)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert answer.count(b"HTTP/1.1 ") == 1 and b'"data"' not in answer
+    chunked = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n\r\nzz\r\n{{}}\r\n0\r\n\r\n"
+    ).encode()
+    answer = raw_exchange(server.url, chunked)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert answer.count(b"HTTP/1.1 ") == 1 and b'"code":"invalid_body"' in answer, answer
+    server.stop()
+    assert "Traceback" not in server.log()
