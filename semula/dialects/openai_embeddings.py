@@ -290,6 +290,12 @@ def list_response(request: Mapping[str, Any], encoded: list[str]) -> dict[str, A
     }
 
 
+def synthetic_bytes(request: Mapping[str, Any]) -> int:
+    """About how long the synthetic answer to a checked request is as stored: base64 of float32."""
+    size = expected_length(request) or FALLBACK_DIMENSIONS
+    return len(inputs(request.get("input"))) * (size * 4 + 2) // 3 * 4
+
+
 def synthetic_response(request: Mapping[str, Any]) -> dict[str, Any]:
     """The list response of synthetic vectors for a checked request: one per input, of the length asked
     for (the model's known length, else FALLBACK_DIMENSIONS)."""

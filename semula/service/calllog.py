@@ -29,6 +29,8 @@ OUTCOMES = (
     "forwarded",
     "dry_run",
     "budget",
+    "synthetic",
+    "sequence_exhausted",
     "error",
 )
 MAX_BUFFER = 10_000

@@ -167,7 +167,8 @@ def answer(
     except InvalidAnswer as exc:
         # Every refusal shows the form this call takes, so one more try can get it right.
         raise InvalidAnswer(
-            f"{exc.message} Answer this call in this form: {answers.expected_form(view)}", param=exc.param
+            f"{_sentence(exc.message)} Answer this call in this form: {answers.expected_form(view)}",
+            param=exc.param,
         ) from None
     chunks = chunks if chunks is not None else made_chunks
     entries_service.check_quota(ctx, row["project_id"], row["fingerprint"])
@@ -384,3 +385,8 @@ def _worker(ctx: Context, worker: str | None) -> str:
     if not isinstance(worker, str) or not worker.strip() or len(worker) > MAX_WORKER_LENGTH:
         raise BadRequest(f"worker must be a name of 1 to {MAX_WORKER_LENGTH} characters.", param="worker")
     return worker.strip()
+
+
+def _sentence(text: str) -> str:
+    """A refusal ends as a sentence before the form is added to it."""
+    return text if text.endswith((".", "!", "?", ")", ":")) else text + "."

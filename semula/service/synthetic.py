@@ -10,6 +10,7 @@ from typing import Any
 
 from semula import dialects
 from semula.core import redact
+from semula.core.errors import BadRequest
 from semula.dialects import openai_embeddings
 from semula.service import Context
 from semula.service import entries as entries_service
@@ -26,7 +27,21 @@ def applies(call: Call) -> bool:
 
 
 def answer(ctx: Context, call: Call) -> dict[str, Any]:
-    """The entry row for a missed embeddings call, made of synthetic vectors (one save per prompt)."""
+    """The entry row for a missed embeddings call, made of synthetic vectors (one save per prompt).
+
+    An answer longer than SEMULA_MAX_BODY_BYTES is refused before a vector is made: it could not be
+    imported again from an export, and a few requests of 2,048 inputs of 65,536 numbers would take
+    gigabytes of a worker's memory."""
+    size = openai_embeddings.synthetic_bytes(call.body)
+    limit = ctx.settings.max_body_bytes
+    if size > limit:
+        raise BadRequest(
+            f"The synthetic answer to this call would be about {size:,} bytes, more than a recording may "
+            f"hold ({limit:,}, SEMULA_MAX_BODY_BYTES): send fewer inputs or fewer dimensions, or raise "
+            "SEMULA_MAX_BODY_BYTES.",
+            param="input",
+            code="synthetic_answer_too_large",
+        )
     stored = redact.redact_obj(call.body, ctx.settings.secrets())
     key = (ctx.principal.workspace_id, call.project["id"], call.fingerprint)
     return FLIGHTS.run(key, lambda: _save(ctx, call, stored))

@@ -123,6 +123,8 @@ def test_synthetic_answers_misses_at_once_and_replays_without_the_setting(ctx, s
     assert ctx.store.all("parked_in_project", project_id=shop["id"]) == []
     outcomes = [r["outcome"] for r in ctx.store.all("calls_in_project", project_id=shop["id"])]
     assert outcomes == ["synthetic", "synthetic", "synthetic"]
+    listed = client.get("/api/v1/projects/shop/calls?outcome=synthetic", headers=admin)
+    assert listed.status_code == 200 and len(listed.json["data"]) == 3, listed.json
     [entry] = [
         e for e in entries.list_entries(ctx, "shop")["data"] if e["model"] == SMALL and "cat" in str(e)
     ]
@@ -140,6 +142,23 @@ def test_synthetic_answers_misses_at_once_and_replays_without_the_setting(ctx, s
     assert (
         b"".join(bundles.export_bundle(ctx, "copy")).split(b'"entries"')[1] == exported.split(b'"entries"')[1]
     )
+
+
+def test_a_synthetic_answer_longer_than_a_recording_may_be_is_refused_before_it_is_made(
+    ctx, shop, client, admin
+):
+    projects.update(ctx, "shop", {"embeddings": "synthetic"})
+    ctx.settings.__dict__["max_body_bytes"] = 64 * 1024
+    huge = {"model": "custom-model", "input": ["a"] * 64, "dimensions": 65536}
+    refused = client.post(URL, json=huge, headers=admin)
+    assert refused.status_code == 400, refused.json
+    error = refused.json["error"]
+    assert error["code"] == "synthetic_answer_too_large" and error["param"] == "input"
+    assert "SEMULA_MAX_BODY_BYTES" in error["message"]
+    assert entries.list_entries(ctx, "shop")["data"] == []
+    # What fits is answered: 8 vectors of 1,024 numbers are ~44 KB as stored.
+    fits = client.post(URL, json={**huge, "input": ["a"] * 8, "dimensions": 1024}, headers=admin)
+    assert fits.status_code == 200 and len(fits.json["data"]) == 8
 
 
 def test_synthetic_is_record_mode_only(ctx, shop, client, admin):

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from semula.core.errors import BadRequest, NotFound
+from semula.core.errors import BadRequest, InvalidAnswer, NotFound
 from semula.service import Context, Principal, projects
 from semula.service import pending as pending_service
 from tests.agent_helpers import park
@@ -339,3 +339,11 @@ def test_rest_claim_of_one_call_and_the_answerers_candidates(ctx, client, make_t
     assert client.get("/api/v1/answerer/candidates", headers=viewer).status_code == 403
     bound = make_token("editor", scope="record", project="alpha")
     assert client.get("/api/v1/answerer/candidates", headers=bound).json["error"]["code"] == "project_bound"
+
+
+def test_a_refused_answer_is_a_sentence_then_the_form_the_call_takes(ctx, queue):
+    with pytest.raises(InvalidAnswer) as refused:
+        pending_service.answer(ctx, queue["a1"], {})
+    assert refused.value.message.startswith(
+        "the answer is empty: give content or tool_calls. Answer this call in this form: "
+    ), refused.value.message
