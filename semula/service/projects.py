@@ -220,7 +220,7 @@ def _check_switches(ctx: Context, changes: dict[str, Any]) -> None:
             raise Forbidden("Record-through is not available to tenants on this server.")
         if not settings.upstream_configured:
             raise Unprocessable(
-                "The server has no upstream key configured.",
+                "The server has no upstream key configured (SEMULA_UPSTREAM_KEY)." + _where(ctx),
                 code="upstream_not_configured",
                 param="record_through",
             )
@@ -229,10 +229,22 @@ def _check_switches(ctx: Context, changes: dict[str, Any]) -> None:
             raise Forbidden("The answerer is not available in hosted mode.")
         if not settings.answerer_configured:
             raise Unprocessable(
-                "The server has no answerer command or URL configured.",
+                "The server has no answerer command or URL configured (SEMULA_ANSWERER_COMMAND or "
+                "SEMULA_ANSWERER_URL)." + _where(ctx),
                 code="answerer_not_configured",
                 param="answerer",
             )
+
+
+def _where(ctx: Context) -> str:
+    """For the CLI, which checks its own environment, not the running server's: how to pass it."""
+    if ctx.principal.actor != "cli":
+        return ""
+    return (
+        " This command reads the settings of its own environment, not those of the running server: "
+        "run it with the server's settings (`semula --env-file FILE project set ...`), or change the "
+        "setting through the server (PATCH /api/v1/projects/NAME)."
+    )
 
 
 def get_row(ctx: Context, name: str) -> dict[str, Any]:

@@ -146,10 +146,13 @@ def _budget_or_entry(
     if entry is not None:
         return entry
     _refused(project, "budget")
+    tokens = project["upstream_max_tokens"]
     raise UpstreamBudget(
         f"Project {project['name']!r} has spent its record-through budget "
         f"(upstream_max_calls {project['upstream_max_calls']}, upstream_max_tokens "
-        f"{project['upstream_max_tokens']}); an admin can raise it or reset the usage."
+        f"{'no cap' if tokens is None else tokens}); an admin can raise it, or reset the usage with "
+        f"`semula project upstream {project['name']} --reset` (POST /api/v1/projects/"
+        f"{project['name']}/upstream/reset)."
     )
 
 

@@ -58,3 +58,22 @@ def test_bad_setting_stops_with_the_variable_name(monkeypatch):
     monkeypatch.setenv("SEMULA_POLL_INTERVAL", "soon")
     result = CliRunner().invoke(main, ["migrate"])
     assert result.exit_code == 1 and "SEMULA_POLL_INTERVAL" in result.output
+
+
+def test_turning_on_the_answerer_or_record_through_says_the_cli_checks_its_own_environment(
+    run, monkeypatch, tmp_path
+):
+    for name in ("SEMULA_ANSWERER_COMMAND", "SEMULA_ANSWERER_URL", "SEMULA_UPSTREAM_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    run("project", "create", "shop")
+    for switch, variable in (
+        ("answerer", "SEMULA_ANSWERER_COMMAND"),
+        ("record_through", "SEMULA_UPSTREAM_KEY"),
+    ):
+        refused = run("project", "set", "shop", f"{switch}=true")
+        assert refused.exit_code == 1 and variable in refused.output, refused.output
+        assert "--env-file" in refused.output and "PATCH /api/v1/projects/NAME" in refused.output
+    env = tmp_path / "server.env"
+    env.write_text('SEMULA_ANSWERER_COMMAND=["true"]\n')
+    turned = run("--env-file", str(env), "project", "set", "shop", "answerer=true")
+    assert turned.exit_code == 0 and json.loads(turned.output)["answerer"] is True, turned.output

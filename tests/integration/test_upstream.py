@@ -120,6 +120,9 @@ def test_budget_cap_then_429_and_replay_still_works(client, uctx, shop, headers,
     assert client.post(URL, json=body("b"), headers=headers).status_code == 200
     r = client.post(URL, json=body("c"), headers=headers)
     assert r.status_code == 429 and r.json["error"]["code"] == "semula_upstream_budget"
+    message = r.json["error"]["message"]
+    assert "upstream_max_calls 2, upstream_max_tokens no cap" in message
+    assert "semula project upstream shop --reset" in message and "None" not in message
     assert client.post(URL, json=body("a"), headers=headers).status_code == 200
     assert len(fake.calls) == 2 and calls(store, shop)[-2:] == ["budget", "hit"]
 
