@@ -44,6 +44,7 @@ class Dialect:
         return {name: value for name, value in headers.items() if recorded_meta.kept(name)}
 
     name: ClassVar[str]
+    title: ClassVar[str]  # the API's name for people: "Chat Completions", "Anthropic Messages"
     upstream_path: ClassVar[str]
     transport_fields: ClassVar[frozenset[str]]
     upstream_model_applies: ClassVar[bool] = True  # whether a project's upstream_model replaces the model

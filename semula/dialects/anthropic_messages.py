@@ -74,6 +74,7 @@ def tool_use_id(call_id: str) -> str:
 
 class AnthropicMessages(Dialect):
     name = ANTHROPIC
+    title = "Anthropic Messages"
     stamped = ("id",)
     upstream_model_applies = False  # a project's upstream_model names an OpenAI model
     upstream_path = "/messages"

@@ -54,6 +54,7 @@ def _with_refusal(completion: dict[str, Any]) -> dict[str, Any]:
 
 class OpenAIChat(Dialect):
     name = CHAT
+    title = "Chat Completions"
     stamped = ("id", "created")
     upstream_path = "/chat/completions"
     transport_fields = fp.TRANSPORT_FIELDS

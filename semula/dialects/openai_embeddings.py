@@ -108,6 +108,7 @@ def _canonical_body(body: Mapping[str, Any]) -> Mapping[str, Any]:
 
 class OpenAIEmbeddings(Dialect):
     name = NAME
+    title = "Embeddings"
     upstream_path = "/embeddings"
     upstream_model_applies = False  # a project's upstream_model is a chat model: embeddings keep theirs
     transport_fields = frozenset({"encoding_format", "user"})

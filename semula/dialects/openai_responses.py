@@ -55,6 +55,7 @@ def _bad(message: str, param: str, code: str | None = "invalid_value") -> BadReq
 
 class OpenAIResponses(Dialect):
     name = NAME
+    title = "Responses"
     stamped = ("created_at",)
     upstream_path = "/responses"
     transport_fields = TRANSPORT

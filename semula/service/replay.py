@@ -232,8 +232,8 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
         session = sequences.describe(call, call.call_number or sequences.calls_so_far(ctx, call) + 1)
     if best is None:
         return ReplayMiss(
-            f"No recorded entry matches this request: project {name!r} has no entries to replay.{session}"
-            + _scope_note(ctx, call)
+            f"No recorded entry matches this request: project {name!r} has no entries "
+            f"{_of_this_api(ctx, call)}to replay.{session}" + _scope_note(ctx, call)
         )
     found = fp.difference(best[1], mine)
     if found is None:
@@ -247,6 +247,27 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
         f"No recorded entry matches this request in project {name!r}. "
         f"Closest entry: {_entry_name(ctx, best[0]['id'])}{count}; {where}.{session}" + _scope_note(ctx, call)
     )
+
+
+def _of_this_api(ctx: Context, call: Call) -> str:
+    """When the project holds entries of other APIs only: which, since an app that moved from one
+    API to another (chat.completions to responses) would otherwise read that nothing was recorded."""
+    counts = ctx.store.all("entry_apis_in_project", project_id=call.project["id"])
+    others = [(row["api"], row["n"]) for row in counts if row["api"] != call.dialect.name]
+    if not others:
+        return ""
+    held = ", ".join(f"{n} of {_title(api)}" for api, n in others)
+    return (
+        f"of the {call.dialect.title} API (it has {held}; an entry answers only the API it was "
+        "recorded through) "
+    )
+
+
+def _title(api: str) -> str:
+    try:
+        return dialects.get(api).title
+    except BadRequest:  # an API this version does not speak
+        return api
 
 
 def _candidates(ctx: Context, call: Call) -> list[dict[str, Any]]:

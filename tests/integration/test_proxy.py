@@ -11,6 +11,7 @@ import pytest
 from semula.core import fingerprint as fp
 from semula.core.errors import InvalidAnswer, PendingResolved
 from semula.service import bundles, entries, pending, projects
+from tests.entry_helpers import save_entry
 from tests.helpers import wait_for
 
 URL = "/p/shop/v1/chat/completions"
@@ -131,6 +132,25 @@ def test_replay_miss_in_an_empty_project_says_so(ctx, client, admin):
     r = client.post("/p/empty/v1/chat/completions", json=BODY, headers=admin)
     assert r.status_code == 424 and "no entries" in r.json["error"]["message"]
     assert "scope" not in r.json["error"]["message"]  # a replay-mode project: the scope is not the cause
+
+
+def test_a_miss_in_a_project_with_entries_of_other_apis_only_names_them(ctx, client, admin):
+    projects.create(ctx, {"name": "moved", "mode": "replay"})
+    for text in ("one", "two"):
+        save_entry(ctx, "moved", text)
+    anthropic = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "one"}],
+    }
+    r = client.post("/p/moved/v1/messages", json=anthropic, headers=admin)
+    assert r.status_code == 424
+    assert (
+        "project 'moved' has no entries of the Anthropic Messages API (it has 2 of Chat Completions; an "
+        "entry answers only the API it was recorded through) to replay." in r.json["error"]["message"]
+    ), r.json
+    r = client.post("/p/moved/v1/responses", json={"model": "gpt-4o", "input": "one"}, headers=admin)
+    assert "no entries of the Responses API (it has 2 of Chat Completions" in r.json["error"]["message"]
 
 
 def test_replay_scope_token_never_parks(ctx, shop, client, make_token):
@@ -373,7 +393,6 @@ def test_an_answer_over_this_apps_rest_releases_its_held_call_without_a_poll(
 
 def test_a_miss_compares_the_newest_entries_of_its_model_first_then_the_others(ctx, monkeypatch):
     from semula.service import replay
-    from tests.entry_helpers import save_entry
 
     projects.create(ctx, {"name": "many", "mode": "replay"})
     for text, model in [("a1", "gpt-4o"), ("b1", "o3"), ("a2", "gpt-4o"), ("b2", "o3"), ("b3", "o3")]:

@@ -156,3 +156,7 @@ SELECT * FROM call_log WHERE project_id = :project_id ORDER BY id
 
 -- name: set_review_status
 UPDATE entries SET review_status = :review_status, updated_at = :now WHERE id = :id
+
+-- name: entry_apis_in_project
+-- How many entries a project holds of each API: a miss with none of its own API names the others.
+SELECT api, COUNT(*) AS n FROM entries WHERE project_id = :project_id GROUP BY api ORDER BY api
