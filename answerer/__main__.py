@@ -28,8 +28,29 @@ logger = logging.getLogger("semula.answerer")
 EXIT_CONFIG = 2
 
 
+USAGE = """usage: semula-answerer
+
+Answers calls semula parks, one fresh process (SEMULA_ANSWERER_COMMAND) or HTTP POST
+(SEMULA_ANSWERER_URL) per call, and runs until SIGTERM or SIGINT. It takes no arguments: its
+settings are environment variables (systemd's EnvironmentFile, deploy/answerer.env.example):
+
+  SEMULA_ANSWERER_SERVER, SEMULA_ANSWERER_TOKEN   the server's URL and an editor token (record scope)
+  SEMULA_ANSWERER_COMMAND or SEMULA_ANSWERER_URL  what answers a call (a JSON array argv, or a URL)
+  SEMULA_ANSWERER_TIMEOUT, SEMULA_ANSWERER_CONCURRENCY, SEMULA_ANSWERER_ENV, SEMULA_ANSWERER_BEARER
+
+Without SEMULA_ANSWERER_SERVER it opens SEMULA_DATABASE_URL instead (PostgreSQL only in practice).
+See docs/answerer.md.
+"""
+
+
 def main() -> int:
     """Run the answerer daemon until SIGTERM or SIGINT (a second one kills running children at once)."""
+    if sys.argv[1:]:
+        if sys.argv[1] in ("-h", "--help"):
+            print(USAGE, end="")
+            return 0
+        print(f"semula-answerer: takes no arguments (got {sys.argv[1]!r}); see --help", file=sys.stderr)
+        return EXIT_CONFIG
     try:
         settings = Settings.from_env()
         config = answerer_config.from_settings(settings)
@@ -62,6 +83,12 @@ def main() -> int:
         with on_stop(daemon.stop, daemon.abort):
             daemon.run()
         return 0
+    if settings.database_url.startswith("sqlite:"):
+        # The child can read whatever this process's user can: with SQLite, the whole database file.
+        logger.warning(
+            "sqlite_database_mode",
+            extra={"hint": "set SEMULA_ANSWERER_SERVER and SEMULA_ANSWERER_TOKEN (docs/answerer.md)"},
+        )
     try:
         store = connect(settings.database_url, pool_size=settings.answerer_concurrency + 2)
     except DatabaseError as exc:

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from semula.config import ConfigError, Settings
-from semula.core.errors import SemulaError
+from semula.core.errors import NotFound, SemulaError
 from semula.service import CLI, Context
 from semula.surfaces import cli_agent
 
@@ -48,10 +48,28 @@ def local_context() -> Iterator[Context]:
     try:
         migrate(store)
         yield Context(store, settings, CLI)
+    except NotFound as exc:
+        # The commonest cause: another database than the server's (./semula.db of another directory).
+        raise click.ClickException(f"{exc.message} {_which_database(settings)}") from None
     except SemulaError as exc:
         raise click.ClickException(exc.message) from None
     finally:
         store.close()
+
+
+def _which_database(settings: Settings) -> str:
+    """Which database a command used, without credentials: a relative SQLite path is the current
+    directory's, so a command run elsewhere than the server finds another, empty one."""
+    url = settings.owner_database_url or settings.database_url
+    if url.startswith("sqlite:"):
+        path = url.removeprefix("sqlite:").removeprefix("///")
+        where = str(Path(path).resolve()) if path and path != ":memory:" else path
+        return (
+            f"(This command used the SQLite database {where}; the server's is set by its "
+            "SEMULA_DATABASE_URL: run the command with the same setting, or --env-file.)"
+        )
+    host = url.split("@")[-1].split("?")[0]  # no user or password
+    return f"(This command used the database at {host}.)"
 
 
 def emit(value: Any) -> None:
@@ -68,7 +86,8 @@ def emit(value: Any) -> None:
     "(the service's /etc/semula/semula.env); its values win over the environment's.",
 )
 def main(env_file: Path | None) -> None:
-    """semula records and replays LLM API calls (OpenAI Chat Completions, Responses, embeddings)."""
+    """semula records and replays LLM API calls (OpenAI Chat Completions, Responses and embeddings,
+    Anthropic Messages)."""
     if env_file is not None:
         from semula.config import read_env_file
 

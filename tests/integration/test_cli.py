@@ -37,6 +37,8 @@ def test_project_commands(run):
 def test_project_errors_exit_non_zero_with_the_message(run):
     result = run("project", "show", "ghost")
     assert result.exit_code == 1 and "No project named 'ghost'" in result.output
+    # Which database it looked in (another directory's ./semula.db is the common cause), no password.
+    assert "(This command used the " in result.output and "postgres@" not in result.output
     bad = run("project", "create", "x", "mode=sometimes")
     assert bad.exit_code == 1 and "mode" in bad.output
 

@@ -390,3 +390,17 @@ def test_the_child_cannot_read_the_daemons_environment_or_memory():
     # The routes are real: without the hardening the same child reads the secret.
     plain = snooped(False, secret)
     assert "secret" in plain.values(), plain
+
+
+def test_help_prints_the_usage_and_arguments_are_refused(monkeypatch, capsys):
+    import sys
+
+    from answerer import __main__ as entry
+
+    monkeypatch.setattr(sys, "argv", ["semula-answerer", "--help"])
+    assert entry.main() == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: semula-answerer") and "SEMULA_ANSWERER_SERVER" in out
+    monkeypatch.setattr(sys, "argv", ["semula-answerer", "--server", "x"])
+    assert entry.main() == entry.EXIT_CONFIG
+    assert "takes no arguments" in capsys.readouterr().err
