@@ -413,7 +413,10 @@ def _write(
     values = {k: current[k] for k in projects_service.DEFAULTS} | config
     values |= {k: projects_service.DEFAULTS[k] for k in projects_service.OPERATOR_FIELDS}
     changed = sorted(k for k in values if values[k] != current[k])
-    report = {"created": 0, "updated": 0, "unchanged": 0, "skipped": 0}
+    report: dict[str, Any] = {"created": 0, "updated": 0, "unchanged": 0, "skipped": 0}
+    # What the import changed of the project's settings, the operator fields it reset included (a
+    # project in replay mode records again): said, not only audited.
+    report["settings_changed"] = {key: values[key] for key in changed}
     stamp = now()
     with ctx.store.transaction(workspace) as tx:
         tx.run("update_project", id=row["id"], now=stamp, **projects_service._columns(values))

@@ -289,6 +289,8 @@ def render(item: dict[str, Any], *, images_hint: bool = True) -> None:
     line = f"{item['id']}  project {item['project']}  model {item['model']}  status {item['status']}"
     if item.get("api") not in (None, "openai.chat"):
         line += f"  api {item['api']}"
+    if (item.get("seq") or 1) > 1:  # the answer becomes answer `seq` of the request's sequence
+        line += f"  answer #{item['seq']} of its sequence"
     if item.get("claimed_by"):
         line += f"  claimed by {item['claimed_by']} ({_duration(item['claimed_until'] - time.time())} left)"
     click.echo(line)

@@ -16,6 +16,7 @@ from typing import IO, Any
 import click
 
 from semula.core import bundle_format
+from semula.core.errors import NotFound
 from semula.surfaces.cli import emit, local_context
 
 # Below this size a bundle imports in a blink; a progress bar would only flicker.
@@ -337,14 +338,23 @@ def _report_secrets(found: list[str], total: int, *, name: str) -> None:
 def import_command(project: str, bundle: str, progress: bool | None) -> None:
     """Import BUNDLE (a file, or - for standard input) into PROJECT; print the report.
 
-    All or nothing: a malformed bundle leaves the project as it was. Entries are matched by
-    fingerprint, pinned entries are left alone, and operator settings are reset to defaults.
+    PROJECT must exist (semula project create). All or nothing: a malformed bundle leaves the
+    project as it was. Entries are matched by fingerprint, pinned entries are left alone, and
+    operator settings are reset to defaults (mode record, record-through and the answerer off); the
+    report's settings_changed lists every setting the import changed.
     """
-    from semula.service import bundles
+    from semula.service import bundles, projects
 
     size = os.path.getsize(bundle) if bundle != "-" else 0
     show = progress if progress is not None else size >= PROGRESS_BYTES
     with click.open_file(bundle, "rb") as source, local_context() as ctx:
+        try:
+            projects.get_row(ctx, project)
+        except NotFound:
+            raise click.ClickException(
+                f"No project named {project!r}: create it first (semula project create {project}), then "
+                "import into it."
+            ) from None
         if not show:
             emit(bundles.import_bundle(ctx, project, source))
             return

@@ -789,6 +789,12 @@ SCHEMAS.update(
                 "unchanged": {"type": "integer"},
                 "skipped": {"type": "integer", "description": "Pinned in this project, left alone."},
                 "fingerprints_recomputed": {"type": "integer"},
+                "settings_changed": {
+                    "type": "object",
+                    "description": "The project's settings the import changed, with their new values: "
+                    "the bundle's config, and operator fields reset to their defaults (mode record, "
+                    "record-through and the answerer off).",
+                },
             }
         ),
         "Call": obj(

@@ -227,3 +227,13 @@ def test_set_up_errors_name_the_variable_and_the_fix(app, monkeypatch):
 def test_help_names_the_variables(command):
     text = CliRunner().invoke(main, [command, "--help"]).stdout
     assert "SEMULA_URL" in text and "SEMULA_TOKEN" in text
+
+
+def test_a_parked_call_for_a_later_answer_of_a_sequence_says_which(capsys):
+    from semula.surfaces import cli_agent
+
+    item = {"id": "pnd_1", "project": "p", "model": "m", "status": "pending", "seq": 3, "request": {}}
+    cli_agent.render(item)
+    assert "answer #3 of its sequence" in capsys.readouterr().out.splitlines()[0]
+    cli_agent.render({**item, "seq": 1})
+    assert "sequence" not in capsys.readouterr().out.splitlines()[0]

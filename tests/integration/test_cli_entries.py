@@ -79,9 +79,13 @@ def test_export_import_round_trip_and_check(run, ctx, shop, tmp_path):
     run("project", "create", "copy", "mode=replay")
     report = run("import", "copy", str(path), "--progress")
     assert report.exit_code == 0, report.output
-    assert json.loads(report.stdout[report.stdout.index("{") :])["created"] == 1
+    reported = json.loads(report.stdout[report.stdout.index("{") :])
+    assert reported["created"] == 1
     assert run("export", "copy").stdout_bytes == exported.stdout_bytes
-    assert projects.get(ctx, "copy")["mode"] == "record"  # operator fields reset
+    assert projects.get(ctx, "copy")["mode"] == "record"  # operator fields reset, and the report says so
+    assert reported["settings_changed"]["mode"] == "record"
+    missing = run("import", "ghost", str(path))
+    assert missing.exit_code == 1 and "semula project create ghost" in missing.output
     assert "project.import" in run("audit", "--action", "project.import").output
 
     clean = run("export", "shop", "--check")
