@@ -30,7 +30,8 @@ class ClientError(Exception):
         super().__init__(self.message)
 
     def __str__(self) -> str:
-        where = f" ({self.param})" if self.param else ""
+        # The field, unless the message names it already ("content.total: 'total' is required").
+        where = f" ({self.param})" if self.param and self.param not in self.message else ""
         return f"{self.message}{where}"
 
 

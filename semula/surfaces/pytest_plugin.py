@@ -20,6 +20,7 @@ request's sequence, whatever ran before it (docs/decisions/0036-sequences-and-se
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -109,8 +110,11 @@ class ReplayServer:
         return f"SEMULA_URL={self.root} semula claim --wait"
 
     def record_command(self, test: str) -> str:
-        bundle = f" --semula-bundle {self.config.getoption('semula_bundle')}"
-        return f"pytest --semula-record{bundle if self.config.getoption('semula_bundle') else ''} -k {test}"
+        """`test` is the test's id from where pytest ran (file::name, without parameters): `-k name`
+        would also select every test whose module or class name holds it."""
+        given = self.config.getoption("semula_bundle")
+        bundle = f" --semula-bundle {given}" if given else ""
+        return f"pytest --semula-record{bundle} {shlex.quote(test)}"
 
     def _drain(self) -> None:
         for line in self.proc.stderr:
@@ -226,8 +230,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     server = getattr(item.config, "_semula", None)
     if server is not None and report.failed and MISS in report.longreprtext:
-        name = getattr(item, "originalname", None) or item.name
-        record = server.record_command(name)
+        # All of a parametrized test's cases, from the directory pytest ran in.
+        within = item.nodeid.split("::", 1)[1].split("[", 1)[0] if "::" in item.nodeid else item.name
+        record = server.record_command(f"{os.path.relpath(item.path)}::{within}")
         lines = [f"This test made a call the bundle has not recorded. Record it: {record}"]
         if server.missing:
             lines.insert(0, f"The bundle {os.path.relpath(server.bundle)} does not exist yet.")

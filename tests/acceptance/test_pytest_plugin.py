@@ -105,7 +105,7 @@ def test_sample_project_replays_and_a_miss_explains_itself(pytester, tmp_path):
     fingerprints = [entry["fingerprint"] for entry in json.loads(bundle.read_text())["entries"]]
     assert any(f"the bundle's entry with fingerprint {f[:19]}" in output for f in fingerprints)
     assert "ent_" not in output
-    assert f"Record it: pytest --semula-record --semula-bundle {bundle} -k test_miss" in output
+    assert f"Record it: pytest --semula-record --semula-bundle {bundle} test_app.py::test_miss" in output
 
 
 def test_ini_option_and_record_round_trip(pytester, tmp_path):
@@ -320,7 +320,7 @@ def test_record_prune_then_replay(pytester, tmp_path):
     recorded_and_sent = r'recorded "(Say hello|Something new)", sent "Weather in Oslo\?"'
     assert re.search(r"first difference at messages\[0\]\.content: " + recorded_and_sent, miss)
     assert "ent_" not in miss
-    assert "Record it: pytest --semula-record -k test_weather_was_pruned" in miss
+    assert "Record it: pytest --semula-record test_app.py::test_weather_was_pruned" in miss
 
 
 def test_help_works_and_a_missing_bundle_fails_only_the_tests_that_call(pytester, tmp_path):
@@ -345,5 +345,5 @@ def test_with_llm():
     output = result.stdout.str()
     assert "not recorded yet: pytest --semula-record" in output
     assert "The bundle" in output and "not-yet.json does not exist yet." in output
-    assert "Record it: pytest --semula-record -k test_with_llm" in output
+    assert "Record it: pytest --semula-record test_app.py::test_with_llm" in output
     assert not missing.exists()

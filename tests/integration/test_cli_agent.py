@@ -237,3 +237,14 @@ def test_a_parked_call_for_a_later_answer_of_a_sequence_says_which(capsys):
     assert "answer #3 of its sequence" in capsys.readouterr().out.splitlines()[0]
     cli_agent.render({**item, "seq": 1})
     assert "sequence" not in capsys.readouterr().out.splitlines()[0]
+
+
+def test_a_refusal_names_its_field_once():
+    from semula.surfaces.client import ClientError
+
+    named = ClientError(
+        422, {"message": "content.total: 'total' is a required property", "param": "content.total"}
+    )
+    assert str(named) == "content.total: 'total' is a required property"
+    unnamed = ClientError(400, {"message": "Invalid type.", "param": "messages[0].role"})
+    assert str(unnamed) == "Invalid type. (messages[0].role)"
