@@ -317,13 +317,15 @@ def export_command(project: str | None, check: bool, check_file: str | None) -> 
         # The entries as stored: the export above redacted their values, so checking it would only
         # ever find credentials used as keys.
         found = bundles.find_stored_secrets(ctx, project)
-    _report_secrets(*found, name=f"the stored entries of {project}")
+    _report_secrets(*found, name=f"project {project}'s stored entries")
 
 
 def _report_secrets(found: list[str], total: int, *, name: str) -> None:
     if not total:
         return
-    click.echo(f"{name} holds {total} string(s) shaped like a credential:", err=True)
+    strings = "1 string" if total == 1 else f"{total} strings"
+    verb = "hold" if name.endswith("entries") else "holds"
+    click.echo(f"{name} {verb} {strings} shaped like a credential:", err=True)
     for path in found:
         click.echo(f"  {path}", err=True)
     if total > len(found):

@@ -58,7 +58,9 @@ def serve(
             with bundle.open("rb") as source:
                 bundles.import_bundle(ctx, project, source)
         elif not (record or missing_ok):
-            raise FileNotFoundError(f"no bundle at {bundle}")
+            raise FileNotFoundError(
+                f"no bundle at {bundle} (--missing-ok serves it empty until it exists; --record writes it)"
+            )
         # An import resets operator fields (mode among them): set the mode after it.
         # Recording records sequences: a test's k-th identical call past the last answer records answer k.
         changes = {"mode": "record" if record else "replay", "record_timeout": record_timeout}
@@ -77,7 +79,8 @@ def serve(
             dropped = drop_unused(ctx, project) if prune else 0
             kept = write_back(ctx, project, bundle)
             pruned = f", dropped {dropped} that no call used" if prune else ""
-            print(f"semula replay: wrote {bundle}: {kept} entries{pruned}", file=sys.stderr, flush=True)
+            entries = f"{kept} entr{'y' if kept == 1 else 'ies'}"
+            print(f"semula replay: wrote {bundle}: {entries}{pruned}", file=sys.stderr, flush=True)
     finally:
         store.close()
         shutil.rmtree(workdir, ignore_errors=True)

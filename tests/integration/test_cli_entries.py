@@ -122,7 +122,7 @@ def test_export_check_reads_the_stored_entries_and_prints_paths_never_values(run
     bundle = json.loads(checked.stdout)
     assert gitlab not in checked.stdout and ours not in json.dumps(bundle["entries"][0]["response"])
     report = checked.stderr
-    assert "holds 3 string(s)" in report
+    assert "project leak's stored entries hold 3 strings shaped like a credential:" in report
     assert ".response.choices[].message.content" in report
     assert ".request.messages[].content" in report
     assert ".request.metadata (an object key)" in report
