@@ -53,6 +53,64 @@ def _bad(message: str, param: str, code: str | None = "invalid_value") -> BadReq
     return BadRequest(message, param=param, code=code)
 
 
+# The JSON types of the create parameters an answer does not depend on the shape of, as the API
+# checks them (null is each one's default). Item and tool types are not closed lists here: the API
+# adds new ones, and semula records what it does not know as sent.
+_NUMBER, _INTEGER = "a number", "an integer"
+PARAMETER_TYPES: dict[str, tuple[str, ...]] = {
+    "tool_choice": ("a string", "an object"),
+    "reasoning": ("an object",),
+    "include": ("an array",),
+    "truncation": ("a string",),
+    "parallel_tool_calls": ("a boolean",),
+    "max_output_tokens": (_INTEGER,),
+    "max_tool_calls": (_INTEGER,),
+    "top_logprobs": (_INTEGER,),
+    "temperature": (_NUMBER,),
+    "top_p": (_NUMBER,),
+    "store": ("a boolean",),
+    "background": ("a boolean",),
+    "metadata": ("an object",),
+    "user": ("a string",),
+    "service_tier": ("a string",),
+    "prompt_cache_key": ("a string",),
+    "safety_identifier": ("a string",),
+}
+CHOICES = {"tool_choice": ("none", "auto", "required"), "truncation": ("auto", "disabled")}
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return _INTEGER
+    if isinstance(value, float):
+        return _NUMBER
+    return {str: "a string", dict: "an object", list: "an array"}.get(type(value), "a value")
+
+
+def _check_parameters(body: dict[str, Any]) -> None:
+    for name, allowed in PARAMETER_TYPES.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        kind = _kind(value)
+        if kind not in allowed and not (kind == _INTEGER and _NUMBER in allowed):
+            expected = " or ".join(allowed)
+            message = f"Invalid type for '{name}': expected {expected}, but got {kind} instead."
+            raise _bad(message, name, "invalid_type")
+        if isinstance(value, str) and name in CHOICES and value not in CHOICES[name]:
+            listed = ", ".join(f"'{choice}'" for choice in CHOICES[name])
+            raise _bad(f"Invalid value: '{value[:80]}'. Supported values are: {listed}.", name)
+    for i, included in enumerate(body.get("include") or ()):
+        if not isinstance(included, str):
+            raise _bad(
+                f"Invalid type for 'include[{i}]': expected a string, but got {_kind(included)} instead.",
+                f"include[{i}]",
+                "invalid_type",
+            )
+
+
 class OpenAIResponses(Dialect):
     name = NAME
     title = "Responses"
@@ -87,6 +145,7 @@ class OpenAIResponses(Dialect):
             raise _bad("instructions must be a string.", "instructions", "invalid_type")
         _check_tools(body.get("tools"))
         _check_text(body.get("text"))
+        _check_parameters(body)
         if body.get("previous_response_id") is not None and not isinstance(body["previous_response_id"], str):
             raise _bad("previous_response_id must be a string.", "previous_response_id", "invalid_type")
         if "stream" in body and body["stream"] is not None and not isinstance(body["stream"], bool):
