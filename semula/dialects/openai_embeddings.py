@@ -79,10 +79,13 @@ def _check_input(value: Any) -> None:
         raise _bad(f"Invalid 'input': {len(value)} inputs. {form}", "input")
     if all(_token(x) for x in value):
         return
+    # One form for the whole array: strings, or arrays of token ids (the API takes no mixture).
+    strings = isinstance(value[0], str)
     for i, item in enumerate(value):
-        good = (isinstance(item, str) and item) or (
-            isinstance(item, list) and item and all(_token(x) for x in item)
-        )
+        if strings:
+            good = isinstance(item, str) and item
+        else:
+            good = isinstance(item, list) and item and all(_token(x) for x in item)
         if not good:
             raise _bad(f"Invalid 'input[{i}]'. {form}", f"input[{i}]")
 

@@ -181,6 +181,8 @@ def test_models_lists_embedding_models_seen(ctx, shop, client, admin):
         ({"input": "x"}, "model"),
         ({"model": SMALL}, "input"),
         ({"model": SMALL, "input": ["ok", ""]}, "input[1]"),
+        ({"model": SMALL, "input": [[1, 2], "a"]}, "input[1]"),
+        ({"model": SMALL, "input": ["a", [1, 2]]}, "input[1]"),
         ({"model": SMALL, "input": "x", "encoding_format": "int8"}, "encoding_format"),
         ({"model": "text-embedding-ada-002", "input": "x", "dimensions": 8}, "dimensions"),
     ],
