@@ -76,7 +76,7 @@ def read(raw: bytes | str, what: str = "The body") -> tuple[Any, bool]:
             pass  # json names the error (or reads what orjson refuses: a byte order mark, UTF-16)
         else:
             # orjson refuses NaN, infinities and lone surrogates itself; the depth is ours to check.
-            found = _ordinary(value)
+            found = _ordinary(value, plain=True)
             if found is not None:
                 return value, found
     return _loads(raw, what), False
@@ -113,11 +113,12 @@ def plain_float(value: float) -> bool:
     return orjson.dumps(value) == repr(value).encode()
 
 
-def _ordinary(value: Any) -> bool | None:
+def _ordinary(value: Any, *, plain: bool = False) -> bool | None:
     """Whether orjson's reading needs no second look (None when it does): nested at most MAX_DEPTH
-    deep, and no float that may have been an integer too large for 64 bits. True when, besides, every
-    float is plain_float(). One walk over the containers, level by level."""
-    level, depth, plain = [value], 0, True
+    deep, and no float that may have been an integer too large for 64 bits. With `plain`, True when,
+    besides, every float is plain_float() (the proxy's bodies: a few floats; an embeddings answer
+    read back has thousands, and its reader wants no answer). One walk, level by level."""
+    level, depth = [value], 0
     while level:
         below: list[Any] = []
         nested = False

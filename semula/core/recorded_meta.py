@@ -32,14 +32,15 @@ MAX_HEADER_VALUE = 1024
 MAX_GAP_SECONDS = 600.0  # far above any pause a provider makes between two stream events
 MAX_GAPS = 100_000
 
-_NAME = re.compile(r"[a-z0-9-]+")  # a header name as providers send them (no separators, no spaces)
+# A header name as providers send them: ASCII letters, digits and hyphens (checked before lowering:
+# str.lower() makes ASCII of some other letters, the Kelvin sign's "k" among them).
+_NAME = re.compile(r"[A-Za-z0-9-]+", re.ASCII)
 _VALUE = re.compile(r"[\x20-\x7e]*")  # printable ASCII: no CR, LF or other control characters
 
 
 def kept(name: str) -> bool:
     """Whether a provider response header is one a recording keeps."""
-    lowered = name.lower()
-    return _NAME.fullmatch(lowered) is not None and lowered.startswith(RECORDED_HEADERS)
+    return _NAME.fullmatch(name) is not None and name.lower().startswith(RECORDED_HEADERS)
 
 
 def safe_value(value: Any) -> bool:
@@ -53,6 +54,20 @@ def replayable(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
         return []
     safe = [(name, value) for name, value in headers.items() if kept(name) and safe_value(value)]
     return safe[:MAX_HEADERS]
+
+
+def recordable(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """What record-through keeps of a provider's answer, within the limits an import checks (so an
+    export always imports again): kept headers with safe values; gaps clamped to MAX_GAP_SECONDS,
+    at most MAX_GAPS of them. Empty parts are left out."""
+    out: dict[str, Any] = {}
+    headers = dict(replayable(meta))
+    if headers:
+        out["headers"] = headers
+    gaps = meta.get("gaps")
+    if gaps:
+        out["gaps"] = [min(max(0.0, float(gap)), MAX_GAP_SECONDS) for gap in gaps[:MAX_GAPS]]
+    return out
 
 
 def _check_name(name: str) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from semula import dialects, metrics
-from semula.core import redact
+from semula.core import recorded_meta, redact
 from semula.core.errors import InvalidAnswer, UpstreamBudget, UpstreamDryRun, UpstreamError
 from semula.dialects import Dialect, Request
 from semula.service import Context, audit, dumps, now, provider, sequences
@@ -203,7 +203,7 @@ def _record(
 ) -> dict[str, Any]:
     """Save what the provider answered as an entry (given `seq`, as the next answer of its sequence);
     what cannot be stored is returned all the same."""
-    meta = {key: value for key, value in meta.items() if value}
+    meta = recorded_meta.recordable(meta)
     secrets = ctx.settings.secrets()
     # A provider may echo the key back in a successful answer too: nothing from upstream is kept with it.
     response = dialect.redact_response(response, lambda value: redact.redact_obj(value, secrets))
