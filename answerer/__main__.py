@@ -43,13 +43,16 @@ See docs/answerer.md.
 """
 
 
-def main() -> int:
-    """Run the answerer daemon until SIGTERM or SIGINT (a second one kills running children at once)."""
-    if sys.argv[1:]:
-        if sys.argv[1] in ("-h", "--help"):
+def main(argv: list[str] | None = None) -> int:
+    """Run the answerer daemon until SIGTERM or SIGINT (a second one kills running children at once).
+
+    `argv`: the arguments (sys.argv's by default); only --help is one."""
+    args = sys.argv[1:] if argv is None else argv
+    if args:
+        if args[0] in ("-h", "--help"):
             print(USAGE, end="")
             return 0
-        print(f"semula-answerer: takes no arguments (got {sys.argv[1]!r}); see --help", file=sys.stderr)
+        print(f"semula-answerer: takes no arguments (got {args[0]!r}); see --help", file=sys.stderr)
         return EXIT_CONFIG
     try:
         settings = Settings.from_env()

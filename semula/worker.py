@@ -84,7 +84,30 @@ def parse_headers(fp: BinaryIO) -> OldMessage:
     return message
 
 
+CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")
+
+
+def framing_problem(headers: OldMessage) -> str | None:
+    """Why a request's body framing is ambiguous, or None. Where two readers could frame a body
+    differently (a proxy in front, pywsgi here), the rest of one request passes for another (request
+    smuggling): two Content-Length headers, one that is not plain digits (Python's int() reads
+    "1_0"), Transfer-Encoding beside Content-Length, or any Transfer-Encoding but one `chunked`."""
+    lengths = headers.get_all("Content-Length") or []
+    codings = headers.get_all("Transfer-Encoding") or []
+    if len(lengths) > 1:
+        return "more than one Content-Length header"
+    if lengths and CONTENT_LENGTH.fullmatch(lengths[0].strip()) is None:
+        return "a Content-Length that is not a number"
+    if codings and lengths:
+        return "both Transfer-Encoding and Content-Length"
+    if codings and (len(codings) > 1 or codings[0].strip().lower() != "chunked"):
+        return "a Transfer-Encoding other than chunked"
+    return None
+
+
 class Handler(PyWSGIHandler):
+    _framing: str | None = None
+
     @functools.cached_property
     def keepalive(self) -> float | None:
         # gunicorn's settings are costly to read; a connection reads this one twice a request.
@@ -121,17 +144,16 @@ class Handler(PyWSGIHandler):
             if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
                 yield "HTTP_" + key, value.strip()
 
-    def MessageClass(self, fp: BinaryIO, *args: Any) -> OldMessage:  # noqa: N802 - pywsgi's name
-        return parse_headers(fp)
-
     def read_request(self, raw_requestline: str) -> Any:
         result = super().read_request(raw_requestline)
-        # Two Content-Length headers: pywsgi would read the first, a proxy in front perhaps the other,
-        # and the rest of the body would pass for a second request (request smuggling). pywsgi has
-        # already dropped Content-Length under Transfer-Encoding: chunked, as HTTP/1.1 says.
-        if len(self.headers.get_all("Content-Length") or ()) > 1:
-            raise _InvalidClientRequest("more than one Content-Length header")
+        if self._framing is not None:
+            raise _InvalidClientRequest(self._framing)
         return result
+
+    def MessageClass(self, fp: BinaryIO, *args: Any) -> OldMessage:  # noqa: N802 - pywsgi's name
+        message = parse_headers(fp)
+        self._framing = framing_problem(message)
+        return message
 
     def _write_with_headers(self, data: bytes) -> None:
         # pywsgi's own sends the header block and the body in two sends (two packets with TCP_NODELAY).

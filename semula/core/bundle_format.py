@@ -75,15 +75,19 @@ def encode(text: str) -> bytes:
 
 
 def _events(source: IO[bytes]) -> Iterator[tuple[str, Any]]:
+    guard = Surrogates(source)
     try:
         # The root object, the entries list and the entry wrap each request and response.
-        parsed = ijson.basic_parse(Surrogates(source), use_float=True)
+        parsed = ijson.basic_parse(guard, use_float=True)
         yield from jsonio.checked_events(parsed, base=WRAPPING)
     except ijson.JSONError as exc:
         raise json_error(exc) from None
     except jsonio.InvalidJSON as exc:
         raise InvalidBundle(exc.message) from None
     except UnicodeDecodeError as exc:  # the parser's own decoding: bytes that are not UTF-8 text
+        # A lone low surrogate escape fails the parser's decoding too, perhaps in the bytes the scan
+        # held back for the next read: scanned to the end, it says which it was.
+        guard.finish()
         raise InvalidBundle(
             f"The bundle is not valid UTF-8 text: a string holds bytes that are not UTF-8 ({exc.reason})."
         ) from None
@@ -124,6 +128,10 @@ class Surrogates:
         data = self.source.read(size)
         self._scan(data, final=not data)
         return data
+
+    def finish(self) -> None:
+        """Scan what was held back for the next read as if the bundle ended there."""
+        self._scan(b"", final=True)
 
     def _scan(self, data: bytes, final: bool) -> None:
         text = self.carry + data if self.carry else data

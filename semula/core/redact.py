@@ -200,32 +200,23 @@ def provider_error_text(
 
     Redaction comes before the cut, so a key straddling the limit is never left half visible. Only
     the first limit * 16 characters are read (a provider's error can be megabytes, and redaction
-    reads every character); what straddles that first cut is dropped before anything else happens,
-    since collapsing whitespace could otherwise bring it to the front.
+    reads every character). A credential cut in two by that first read cannot be recognised, and
+    collapsing the whitespace before it could bring it into the shown text; so when the read cut
+    the text, the last PARTIAL_TAIL characters of what it read (after the collapse) are never shown.
     """
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    cap = limit * 16
-    if len(text) > cap:
-        text = _without_partial_tail(text[:cap], extra_secrets)
-    text = redact_text(text, extra_secrets)
-    text = " ".join(text.split())
+    cut = len(text) > limit * 16
+    text = " ".join(redact_text(text[: limit * 16], extra_secrets).split())
+    if cut:
+        tail = max([PARTIAL_TAIL, *(len(secret) for secret in extra_secrets)])
+        text = text[: max(0, len(text) - tail)]
     return f"{status}: {text[:limit]}" if text else str(status)
 
 
-_LAST_WORD = re.compile(r"\S+\Z")
-
-
-def _without_partial_tail(text: str, extra_secrets: Iterable[str]) -> str:
-    """A cut text without what may be the start of a credential cut in two: its last run of
-    non-whitespace (every pattern's credential is one), and the longest end that begins one of
-    `extra_secrets` (which may hold spaces)."""
-    stripped = _LAST_WORD.sub("", text)
-    for secret in extra_secrets:
-        for length in range(min(len(secret) - 1, len(stripped)), 0, -1):
-            if stripped.endswith(secret[:length]):
-                stripped = stripped[:-length]
-                break
-    return stripped
+# Longer than the credentials the patterns recognise (API keys are under 200 characters, a JWT a few
+# hundred), so none straddling the read can show: an error body longer than the read shows its first
+# `limit` characters unless it is mostly whitespace, and then only what came well before the cut.
+PARTIAL_TAIL = 2048
 
 
 def _replace(match: re.Match[str]) -> str:

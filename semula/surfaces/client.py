@@ -30,8 +30,9 @@ class ClientError(Exception):
         super().__init__(self.message)
 
     def __str__(self) -> str:
-        # The field, unless the message names it already ("content.total: 'total' is required").
-        where = f" ({self.param})" if self.param and self.param not in self.message else ""
+        # The field, unless the message starts with it ("content.total: 'total' is required").
+        named = self.param and self.message.startswith(f"{self.param}:")
+        where = f" ({self.param})" if self.param and not named else ""
         return f"{self.message}{where}"
 
 

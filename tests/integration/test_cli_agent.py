@@ -248,3 +248,5 @@ def test_a_refusal_names_its_field_once():
     assert str(named) == "content.total: 'total' is a required property"
     unnamed = ClientError(400, {"message": "Invalid type.", "param": "messages[0].role"})
     assert str(unnamed) == "Invalid type. (messages[0].role)"
+    short = ClientError(400, {"message": "The setting must be a number between 1 and 100.", "param": "n"})
+    assert str(short).endswith("100. (n)")

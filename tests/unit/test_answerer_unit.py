@@ -103,7 +103,7 @@ def test_main_refuses_to_start_without_showing_the_command(monkeypatch, capsys, 
             monkeypatch.delenv(name)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert entry.main() == entry.EXIT_CONFIG
+    assert entry.main([]) == entry.EXIT_CONFIG
     err = capsys.readouterr().err
     assert err.startswith("semula-answerer: ") and "SEMULA_" in err and "secret-prompt" not in err
 
@@ -392,15 +392,11 @@ def test_the_child_cannot_read_the_daemons_environment_or_memory():
     assert "secret" in plain.values(), plain
 
 
-def test_help_prints_the_usage_and_arguments_are_refused(monkeypatch, capsys):
-    import sys
-
+def test_help_prints_the_usage_and_arguments_are_refused(capsys):
     from answerer import __main__ as entry
 
-    monkeypatch.setattr(sys, "argv", ["semula-answerer", "--help"])
-    assert entry.main() == 0
+    assert entry.main(["--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: semula-answerer") and "SEMULA_ANSWERER_SERVER" in out
-    monkeypatch.setattr(sys, "argv", ["semula-answerer", "--server", "x"])
-    assert entry.main() == entry.EXIT_CONFIG
+    assert entry.main(["--server", "x"]) == entry.EXIT_CONFIG
     assert "takes no arguments" in capsys.readouterr().err

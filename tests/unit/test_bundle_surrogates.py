@@ -67,3 +67,14 @@ def test_a_string_is_refused_exactly_when_json_reads_a_lone_surrogate_from_it(pi
 def test_cases_read_in_small_and_whole_reads(raw, expected):
     for size in (1, 4, 64, -1):
         assert refused(b'{"k": ' + raw + b"}", size) is expected
+
+
+@pytest.mark.parametrize("escape", [b"\\udc00", b"\\ud800", b"\\ude00x"])
+@pytest.mark.parametrize("padding", [0, 1, 5, 100])
+def test_the_parser_refuses_a_lone_surrogate_as_one_wherever_the_read_ends(escape, padding):
+    # The parser itself fails on a low one (a decoding error), sometimes in the bytes the scan holds
+    # back for the next read: the message must still name the surrogate.
+    raw = b'{"k": "' + b"x" * padding + escape + b'"}'
+    with pytest.raises(bundle_format.InvalidBundle) as refused:
+        list(bundle_format._events(io.BytesIO(raw)))
+    assert "lone UTF-16 surrogate" in refused.value.message

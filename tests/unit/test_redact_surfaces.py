@@ -33,8 +33,14 @@ def test_a_key_straddling_the_first_cut_is_not_brought_to_the_front_by_the_white
             body = " " * (4800 - offset) + secret + " more"
             shown = redact.provider_error_text(401, body, [secret])
             assert not any(secret[:n] in shown for n in range(4, len(secret) + 1)), (secret, offset, shown)
+    # A credential value with spaces in it, cut by the read, shows no word of it either.
+    quoted = " " * (4800 - 31) + '"password": "correct horse battery staple" more'
+    assert "correct" not in redact.provider_error_text(401, quoted)
+    # A long error without whitespace (or with little) still shows its first characters.
+    long = redact.provider_error_text(500, '{"error":{"message":"bad","echo":"' + "A" * 6000 + '"}}')
+    assert long.startswith('500: {"error":{"message":"bad","echo":"AAA') and len(long) == len("500: ") + 300
     kept = redact.provider_error_text(500, "quota exceeded " + "x" * 5000, ["unrelated-secret"])
-    assert kept == "500: quota exceeded"
+    assert kept.startswith("500: quota exceeded xxx")
 
 
 def test_log_lines_never_carry_a_credential(capsys):

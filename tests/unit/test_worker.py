@@ -114,3 +114,27 @@ def test_a_response_goes_out_whole_whatever_each_send_takes(room):
     handler.socket, handler.response_length, handler.code = _Socket(room), 0, 200
     handler._sendall(b"HTTP/1.1 200 OK\r\n\r\nbody")
     assert handler.socket.sent == b"HTTP/1.1 200 OK\r\n\r\nbody" and handler.response_length == 23
+
+
+@pytest.mark.parametrize(
+    "block, problem",
+    [
+        (b"Content-Length: 5\r\n\r\n", None),
+        (b"Transfer-Encoding: chunked\r\n\r\n", None),
+        (b"Transfer-Encoding: Chunked \r\n\r\n", None),
+        (b"Content-Length: 2\r\nContent-Length: 47\r\n\r\n", "more than one Content-Length header"),
+        (b"Content-Length: 1_0\r\n\r\n", "a Content-Length that is not a number"),
+        (b"Content-Length: +5\r\n\r\n", "a Content-Length that is not a number"),
+        (
+            b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+            "both Transfer-Encoding and Content-Length",
+        ),
+        (
+            b"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n",
+            "a Transfer-Encoding other than chunked",
+        ),
+        (b"Transfer-Encoding: gzip, chunked\r\n\r\n", "a Transfer-Encoding other than chunked"),
+    ],
+)
+def test_ambiguous_body_framing_is_named(block, problem):
+    assert worker.framing_problem(parse_headers(io.BytesIO(block))) == problem
