@@ -1,0 +1,110 @@
+"""First sight in process: the proxy's WSGI app, called directly, on bodies it has never seen that
+each match one recording (no HTTP server, no client: semula's own cost of a first sight).
+
+    .venv/bin/python -m bench.inprocess [--kib 88] [--requests 400] [--rounds 5] [--src DIR]
+
+The store is a temporary SQLite database holding one recording (bench.workloads: the agent request
+of about --kib KiB with its tools, or the 1.6 KB pair below 2 KiB); every request gives it a `user`
+of its own, outside the fingerprint, so it matches the recording but is never a kept hit. The call
+log is batched as in the server. Prints microseconds per request for each round and the best.
+`--src DIR` imports semula from another checkout (say a worktree of an older commit), to compare
+two versions in one sitting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from typing import Any
+
+from bench import workloads
+
+PATH = "/p/bench/v1/chat/completions"
+
+
+def proxy_app(settings: Any, store: Any) -> Any:
+    """The app with its call log batched, as `semula serve` runs it."""
+    from semula.web import create_app
+
+    app = create_app(settings, store)
+    layer = app.wsgi_app
+    while not hasattr(layer, "calllog"):
+        layer = getattr(layer, "app", None) or layer.fallback
+    layer.calllog.batched = True
+    return app
+
+
+def call(app: Any, raw: bytes) -> bytes:
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": PATH,
+        "CONTENT_LENGTH": str(len(raw)),
+        "CONTENT_TYPE": "application/json",
+        "wsgi.input": io.BytesIO(raw),
+        "wsgi.url_scheme": "http",
+        "SERVER_NAME": "bench",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+    }
+    status: list[str] = []
+    body = b"".join(app(environ, lambda line, headers, exc_info=None: status.append(line)))
+    if not status[0].startswith("200"):
+        raise SystemExit(f"not a replay: {status[0]} {body[:300]!r}")
+    return body
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kib", type=int, default=88, help="request size in KiB (below 2: the 1.6 KB pair)")
+    parser.add_argument("--requests", type=int, default=400, help="requests per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--src", default=None, help="import semula from this checkout instead")
+    args = parser.parse_args()
+    if args.src:
+        sys.path.insert(0, args.src)
+    from semula.config import Settings
+    from semula.db import connect
+    from semula.migrate import migrate
+    from semula.service import CLI, Context, bundles, projects
+
+    print(f"semula from {sys.modules['semula.config'].__file__.rsplit('/semula/', 1)[0]}")
+    with tempfile.TemporaryDirectory() as workdir:
+        url = f"sqlite:///{workdir}/bench.db"
+        store = connect(url, pool_size=2)
+        migrate(store)
+        settings = replace(Settings(), database_url=url, auth=False)
+        ctx = Context(store, settings, CLI)
+        projects.create(ctx, {"name": "bench", "mode": "replay"})
+        if args.kib >= 2:
+            recording = workloads.agent_recording(args.kib * 1024)
+        else:
+            recording = workloads.pair_recording(0)
+        bundle = {
+            "bundle": {"format": "semula-bundle", "version": 1},
+            "entries": [{"request": recording.request, "response": recording.response}],
+        }
+        bundles.import_bundle(ctx, "bench", io.BytesIO(json.dumps(bundle).encode()))
+        app = proxy_app(settings, store)
+        total = args.requests * (args.rounds + 1)
+        bodies = [json.dumps({**recording.request, "user": f"u{i}"}).encode() for i in range(total)]
+        for raw in bodies[: args.requests]:  # warm-up: imports, caches, the first statements
+            call(app, raw)
+        results = []
+        for number in range(1, args.rounds + 1):
+            batch = bodies[number * args.requests : (number + 1) * args.requests]
+            started = time.perf_counter()
+            for raw in batch:
+                call(app, raw)
+            results.append((time.perf_counter() - started) / len(batch) * 1e6)
+        store.close()
+    rounds = " ".join(f"{r:.0f}" for r in results)
+    print(f"{len(bodies[0]):,} B request: {rounds} µs; best {min(results):.0f}")
+
+
+if __name__ == "__main__":
+    main()
