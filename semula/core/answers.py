@@ -101,6 +101,10 @@ def check_completion(completion: Mapping[str, Any], request: Mapping[str, Any]) 
     choices = completion.get("choices")
     if not isinstance(choices, list) or not choices:
         raise InvalidAnswer("a whole completion has a non-empty list of choices", param="choices")
+    usage = completion.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        # An estimate would stand in for it unseen: what was given is refused instead.
+        raise InvalidAnswer("usage must be an object of token counts", param="usage")
     for i, choice in enumerate(choices):
         where = f"choices[{i}]"
         message = choice.get("message") if isinstance(choice, dict) else None

@@ -497,3 +497,13 @@ def test_skeleton_of_a_recursive_schema_is_bounded():
     while isinstance(skeleton, dict) and skeleton.get("child") is not None:
         skeleton, depth = skeleton["child"], depth + 1
     assert 1 <= depth <= 10
+
+
+def test_a_whole_completion_with_usage_that_is_not_an_object_is_refused_not_replaced():
+    from semula.core.answers import check_completion
+
+    completion = {"choices": [{"message": {"role": "assistant", "content": "ok"}}], "usage": "x"}
+    with pytest.raises(InvalidAnswer) as refused:
+        check_completion(completion, PLAIN_REQUEST)
+    assert refused.value.param == "usage"
+    check_completion({**completion, "usage": None}, PLAIN_REQUEST)  # absent or null: estimated later
