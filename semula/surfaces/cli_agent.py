@@ -316,7 +316,9 @@ def render(item: dict[str, Any], *, images_hint: bool = True) -> None:
     skeleton = json.dumps(shape.get("skeleton", {"content": ""}), ensure_ascii=False)
     click.echo(f"\nanswer skeleton:\n  {skeleton}")
     pid, filled = item["id"], shlex.quote(skeleton)
-    text = "" if shape.get("tools") else f"semula answer {pid} 'TEXT'   or   "
+    # Plain text is no answer where the call wants a tool call or a JSON object (response_format).
+    structured = shape.get("tools") or shape.get("response_format") is not None
+    text = "" if structured else f"semula answer {pid} 'TEXT'   or   "
     click.echo(f"\nanswer with: {text}semula answer {pid} --json {filled}")
 
 

@@ -250,3 +250,15 @@ def test_a_refusal_names_its_field_once():
     assert str(unnamed) == "Invalid type. (messages[0].role)"
     short = ClientError(400, {"message": "The setting must be a number between 1 and 100.", "param": "n"})
     assert str(short).endswith("100. (n)")
+
+
+def test_a_structured_call_is_not_offered_a_text_answer(capsys):
+    from semula.surfaces import cli_agent
+
+    schema = {"type": "object", "properties": {"total": {"type": "integer"}}, "required": ["total"]}
+    item = {"id": "pnd_1", "project": "p", "model": "m", "status": "pending", "request": {}}
+    cli_agent.render({**item, "shape": {"tools": [], "response_format": schema, "skeleton": {"total": 0}}})
+    structured = capsys.readouterr().out
+    assert "semula answer pnd_1 --json" in structured and "'TEXT'" not in structured
+    cli_agent.render({**item, "shape": {"tools": [], "response_format": None, "skeleton": {"content": ""}}})
+    assert "semula answer pnd_1 'TEXT'" in capsys.readouterr().out
