@@ -199,4 +199,6 @@ def from_database(exc: Any) -> SemulaError:
         return ServiceUnavailable("The database is busy; retry.", code="database_busy")
     if exc.kind in ("unavailable", "disk_full"):
         return ServiceUnavailable(exc.describe(), code=f"database_{exc.kind}")
+    if exc.kind == "invalid_text":  # the request's text, not the database, is at fault
+        return BadRequest(str(exc), code="invalid_text")
     return DatabaseFailure(exc.describe())

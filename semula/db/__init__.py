@@ -35,12 +35,14 @@ class DatabaseError(Exception):
     """The database refused or failed a statement."""
 
     kind = "error"
+    counted = True  # told to ERROR_LISTENERS (the metrics, whose alert pages someone)
 
     def __init__(self, detail: str = ""):
         self.detail = clean(detail)
         super().__init__(self.detail or (self.__doc__ or "").strip())
-        for listener in ERROR_LISTENERS:
-            listener(self.kind)
+        if self.counted:
+            for listener in ERROR_LISTENERS:
+                listener(self.kind)
 
     def describe(self) -> str:
         """What happened, in a sentence: the class's summary and the driver's cleaned message."""
@@ -76,6 +78,23 @@ class SchemaMismatch(DatabaseError):
     """The database schema is not the one this semula expects (run `semula migrate`)."""
 
     kind = "schema"
+
+
+class InvalidText(DatabaseError):
+    """A text value holds a NUL character (\u0000), which PostgreSQL cannot store in text."""
+
+    kind = "invalid_text"
+    counted = False  # a client's text, refused before it reached the database
+
+
+def refuse_nul(params: dict[str, Any]) -> None:
+    """Refuse a statement whose text parameters hold NUL, on both databases alike (SQLite would
+    store it; PostgreSQL refuses it in the driver). JSON documents are stored with it escaped."""
+    for value in params.values():
+        if type(value) is str and "\x00" in value:
+            raise InvalidText(
+                "A text value holds a NUL character (\\u0000), which semula cannot store in a text field."
+            )
 
 
 def load_queries(text: str, dialect: str | None = None) -> dict[str, str]:

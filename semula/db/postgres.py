@@ -24,6 +24,7 @@ from semula.db import (
     SchemaMismatch,
     Unavailable,
     UniqueViolation,
+    refuse_nul,
     takes_rows,
 )
 
@@ -113,6 +114,7 @@ class _Conn:
         self.raw = raw
 
     def _execute(self, name: str, params: dict[str, Any]) -> psycopg.Cursor:
+        refuse_nul(params)
         return self.raw.execute(PG_QUERIES[name], params)
 
     def one(self, name: str, /, **params: Any) -> Row | None:
@@ -131,6 +133,8 @@ class _Conn:
         """Many rows in one round trip: as one JSON array where the query takes `:rows` (a tenth of
         the client CPU of executemany for the call log), else pipelined by psycopg's executemany."""
         if rows:
+            for row in rows:
+                refuse_nul(row)
             with _translated():
                 if takes_rows(PG_QUERIES[name]):
                     self.raw.execute(PG_QUERIES[name], {"rows": orjson.dumps(rows).decode()})

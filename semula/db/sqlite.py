@@ -31,6 +31,7 @@ from semula.db import (
     SchemaMismatch,
     Unavailable,
     UniqueViolation,
+    refuse_nul,
     takes_rows,
 )
 
@@ -73,6 +74,7 @@ class _Conn:
 
     def _execute(self, name: str, params: dict[str, Any]) -> sqlite3.Cursor:
         """Run a named query; one of several statements runs them in order and answers with the last."""
+        refuse_nul(params)
         for sql in STEPS.get(name, ())[:-1]:
             self.raw.execute(sql, params)
         return self.raw.execute(STEPS[name][-1] if name in STEPS else QUERIES[name], params)
@@ -96,6 +98,8 @@ class _Conn:
         a JSON array (SQLite before 3.45 parses a JSON row again for every column it takes from it)."""
         if not rows:
             return
+        for row in rows:
+            refuse_nul(row)
         sql = QUERIES[name]
         with _translated():
             if takes_rows(sql):

@@ -72,7 +72,10 @@ class CallLog:
         def run() -> None:
             while True:
                 time.sleep(interval)
-                self.flush(offload)
+                try:
+                    self.flush(offload)
+                except Exception:  # a bug must not stop the log for the life of the process
+                    logger.exception("call log flush failed")
 
         threading.Thread(target=run, name="semula-calllog", daemon=True).start()
         atexit.register(self.flush)
@@ -89,22 +92,28 @@ class CallLog:
         # id generator's (gevent-patched) lock has no business.
         for row, call_id in zip(rows, new_ids("call", len(rows)), strict=True):
             row["id"] = call_id
-        try:
-            if offload is None:
-                self._insert(rows)
-            else:
-                offload(lambda: self._insert(rows))
-        except DatabaseError as exc:
-            logger.warning("call log write failed", extra={"rows": len(rows), "error": type(exc).__name__})
+            for key, value in row.items():
+                # A request's model may hold NUL, which no text field stores: the row is kept without it.
+                if type(value) is str and "\x00" in value:
+                    row[key] = value.replace("\x00", "\ufffd")
+        failed = self._insert(rows) if offload is None else offload(lambda: self._insert(rows))
+        for count, error in failed:
+            logger.warning("call log write failed", extra={"rows": count, "error": error})
 
-    def _insert(self, rows: list[dict[str, Any]]) -> None:
-        # One transaction per workspace: under row-level security a row is written as its tenant.
+    def _insert(self, rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
+        """One transaction per workspace (under row-level security a row is written as its tenant),
+        each on its own: one that fails costs no other workspace its rows. Returns the failures."""
         by_workspace: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             by_workspace.setdefault(row["workspace_id"], []).append(row)
+        failed = []
         for workspace_id, group in by_workspace.items():
-            with self.store.transaction(workspace_id) as tx:
-                tx.many("insert_calls", group)
+            try:
+                with self.store.transaction(workspace_id) as tx:
+                    tx.many("insert_calls", group)
+            except DatabaseError as exc:
+                failed.append((len(group), type(exc).__name__))
+        return failed
 
 
 def present(row: dict[str, Any]) -> dict[str, Any]:
