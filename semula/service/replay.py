@@ -320,6 +320,10 @@ def replay_headers(entry: dict[str, Any]) -> list[tuple[str, str]]:
     return recorded_meta.replayable(entries_service.meta(entry))
 
 
+MAX_PACED_GAP = 60.0  # seconds: the longest pause before one streamed event
+MAX_PACED_TOTAL = 600.0  # seconds: all the pauses of one paced reply together
+
+
 def pacing(call: Call, entry: dict[str, Any]) -> list[float] | None:
     """The pauses before each streamed event after the first, when the project replays recorded
     timing (stream_pacing `recorded` or a factor) and the entry has some; None otherwise."""
@@ -330,7 +334,14 @@ def pacing(call: Call, entry: dict[str, Any]) -> list[float] | None:
     if not gaps:
         return None
     factor = 1.0 if setting == "recorded" else float(setting)
-    return [max(0.0, float(gap)) * factor for gap in gaps]
+    # Bounded, whatever a recording holds and the factor asks: a client that left is only noticed at
+    # the next write, and each paced reply holds a connection of its worker while it sleeps.
+    paced, total = [], 0.0
+    for gap in gaps:
+        pause = min(max(0.0, float(gap)) * factor, MAX_PACED_GAP, max(0.0, MAX_PACED_TOTAL - total))
+        paced.append(pause)
+        total += pause
+    return paced
 
 
 def render(call: Call, entry: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None]:

@@ -559,3 +559,19 @@ def test_the_warning_header_is_one_printable_line_whatever_the_answer_quoted():
     assert name == "X-Semula-Warning"
     assert value == "not recorded: unknown tool 'a  Set-Cookie: x=1  ' ? ?"
     assert _warned(None) == [] and _warned("") == []
+
+
+def test_paced_replays_are_bounded_whatever_the_recording_and_the_factor():
+    """A client that left is noticed only at the next write: no pause may hold a connection long."""
+    from types import SimpleNamespace
+
+    from semula.service import replay
+
+    entry = {"meta": json.dumps({"gaps": [0.5, 600, 600, 600, 0.1]})}
+    call = SimpleNamespace(project={"stream_pacing": "100"})
+    gaps = replay.pacing(call, entry)
+    assert gaps[0] == replay.MAX_PACED_GAP  # 0.5 s x 100
+    assert max(gaps) <= replay.MAX_PACED_GAP and sum(gaps) <= replay.MAX_PACED_TOTAL
+    assert replay.pacing(
+        SimpleNamespace(project={"stream_pacing": "recorded"}), {"meta": '{"gaps": [0.25]}'}
+    ) == [0.25]
