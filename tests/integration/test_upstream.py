@@ -567,10 +567,10 @@ def test_paced_replays_are_bounded_whatever_the_recording_and_the_factor():
 
     from semula.service import replay
 
-    entry = {"meta": json.dumps({"gaps": [0.5, 600, 600, 600, 0.1]})}
+    entry = {"meta": json.dumps({"gaps": [1.0, 600, 600, 600, 0.1]})}
     call = SimpleNamespace(project={"stream_pacing": "100"})
     gaps = replay.pacing(call, entry)
-    assert gaps[0] == replay.MAX_PACED_GAP  # 0.5 s x 100
+    assert gaps[0] == replay.MAX_PACED_GAP  # 1 s x 100
     assert max(gaps) <= replay.MAX_PACED_GAP and sum(gaps) <= replay.MAX_PACED_TOTAL
     assert replay.pacing(
         SimpleNamespace(project={"stream_pacing": "recorded"}), {"meta": '{"gaps": [0.25]}'}
