@@ -303,9 +303,9 @@ def entry_view(entry_id: str, seq: int = 1) -> Any:
             elif action in ("approved", "rejected", "unreviewed"):
                 entries.review(ctx, entry_id, action)
             elif action == "revert":
-                entries.revert_answer(ctx, entry_id, seq, int(request.form.get("number", "0") or 0))
+                entries.revert_answer(ctx, entry_id, seq, _form_number("number"))
             elif action in ("up", "down", "delete_answer"):
-                _rearrange(ctx, entry, action, int(request.form.get("seq", "0") or 0))
+                _rearrange(ctx, entry, action, _form_number("seq"))
                 here = url_for("ui.entry_view", entry_id=entry_id)
             elif action == "delete":
                 entries.delete(ctx, entry_id)
@@ -323,6 +323,14 @@ def entry_view(entry_id: str, seq: int = 1) -> Any:
         "ui/entry.html", entry=entry, answer=answer, error=error, edited=edited, diff=diff
     )
     return page_, (error.status if error else 200)
+
+
+def _form_number(name: str) -> int:
+    """A whole number from the posted form (a revision, an answer's place); 400 on anything else."""
+    raw = request.form.get(name, "0") or "0"
+    if not raw.isascii() or not raw.isdigit():
+        raise errors.BadRequest(f"{name} must be a whole number.", param=name)
+    return int(raw)
 
 
 def _rearrange(ctx: Context, entry: dict[str, Any], action: str, seq: int) -> None:

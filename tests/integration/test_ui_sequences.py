@@ -93,3 +93,12 @@ def test_the_entries_list_shows_how_many_answers_a_sequence_has(ctx, app, entry_
     save_entry(ctx, "shop", "a single question", {"content": "only"})
     page = browser.get("/ui/p/shop/entries").get_data(as_text=True)
     assert page.count(" answers</span>") == 1 and "3 answers</span>" in page
+
+
+@pytest.mark.parametrize("field, action", [("number", "revert"), ("seq", "up"), ("seq", "delete_answer")])
+def test_a_form_number_that_is_no_number_is_a_400_on_the_page(ctx, app, entry_id, editor, field, action):
+    browser, csrf = editor
+    before = contents(ctx, entry_id)
+    r = browser.post(f"/ui/entries/{entry_id}/answers/2", data={"csrf": csrf, "action": action, field: "abc"})
+    assert r.status_code == 400 and "must be a whole number" in r.get_data(as_text=True)
+    assert contents(ctx, entry_id) == before
