@@ -19,7 +19,8 @@ from semula.service.auth import require
 if TYPE_CHECKING:
     from semula.service.replay import Call
 
-SESSION_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# Not "." or "..": a URL path holds them as dot segments, which clients and servers remove.
+SESSION_PATTERN = re.compile(r"^(?!\.\.?$)[A-Za-z0-9_.-]{1,64}$")
 AFTER_LAST = ("repeat_last", "cycle", "fail")
 
 
@@ -27,7 +28,9 @@ def check_session(name: Any, *, param: str = "session") -> str:
     """A session name as given, or 400 naming the pattern."""
     if not isinstance(name, str) or not SESSION_PATTERN.match(name):
         raise BadRequest(
-            "A session name is 1 to 64 letters, digits, '.', '_' or '-'.", param=param, code="invalid_session"
+            "A session name is 1 to 64 letters, digits, '.', '_' or '-', and not '.' or '..'.",
+            param=param,
+            code="invalid_session",
         )
     return name
 

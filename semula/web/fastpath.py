@@ -123,7 +123,8 @@ class ProxyApp:
             ctx = self.base.as_(self.principals.authenticate(self.base, authorization))
             header_project = environ.get("HTTP_X_SEMULA_PROJECT")
             api = APIS.get(what)
-            session = match["session"] or self._session(environ)
+            path_session = match["session"]
+            session = sequences.check_session(path_session) if path_session else self._session(environ)
             if api is not None and environ.get("REQUEST_METHOD") == "POST":
                 headers = tuple(environ.get(name) for name in speaks.answer_headers)
                 raw = self._read(environ)

@@ -142,13 +142,16 @@ def test_a_replay_miss_in_a_session_names_it_and_the_answers(ctx, client, admin,
     [
         ("/p/shop/s/bad!name/v1/chat/completions", {}),
         (URL, {"X-Semula-Session": "x" * 65}),
+        (URL, {"X-Semula-Session": ".."}),
+        ("/p/shop/s/../v1/chat/completions", {}),
+        ("/p/shop/s/./v1/chat/completions", {}),
     ],
 )
 def test_a_bad_session_name_is_refused(client, admin, shop, url, headers):
     r = client.post(url, json=BODY, headers={**admin, **headers})
     assert r.status_code in (400, 404)
-    if headers:
-        assert r.json["error"]["code"] == "invalid_session"
+    if headers or "/s/." in url:
+        assert r.json["error"]["code"] == "invalid_session", r.json
     assert client.post("/api/v1/projects/shop/sessions/bad!/reset", headers=admin).status_code == 400
 
 
