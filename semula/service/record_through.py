@@ -296,6 +296,14 @@ def forward_live(
     return Relay(relay, list(dialect.kept_headers(stream.headers).items()))
 
 
+def _redacted(event: bytes, secrets: tuple[str, ...]) -> bytes:
+    """A relayed event with the credentials it holds redacted, as a stored answer is. Event by event:
+    a key the provider splits across two events passes (the entry saved from them is redacted)."""
+    text = event.decode("utf-8", "surrogateescape")
+    cleaned = redact.redact_text(text, secrets)
+    return event if cleaned == text else cleaned.encode("utf-8", "surrogateescape")
+
+
 class Relay:
     """A stream on its way from the provider to the app: the events, and the headers to pass on."""
 
@@ -324,6 +332,7 @@ def _relay(
 ) -> Iterator[bytes]:
     events: list[dict[str, Any]] = []
     read_whole = False
+    secrets = ctx.settings.secrets()
     try:
         for block in stream.blocks():
             data = provider.event_data(block)
@@ -332,7 +341,7 @@ def _relay(
             events.append(data)
             out = dialect.relay(block, data, req)
             if out:
-                yield out
+                yield _redacted(out, secrets)
         read_whole = True
         response, chunks = dialect.from_stream(events)
         meta = {"headers": dialect.kept_headers(stream.headers), "gaps": stream.gaps}

@@ -575,3 +575,11 @@ def test_paced_replays_are_bounded_whatever_the_recording_and_the_factor():
     assert replay.pacing(
         SimpleNamespace(project={"stream_pacing": "recorded"}), {"meta": '{"gaps": [0.25]}'}
     ) == [0.25]
+
+
+def test_a_live_stream_relays_the_providers_events_with_the_key_redacted(client, shop, headers, fake):
+    """A provider that echoes the key back: the app gets each event redacted, as a stored answer is."""
+    r = client.post(URL, json=body(f"my key is {CANARY}", stream=True), headers=headers)
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+    text = r.get_data(as_text=True)
+    assert CANARY not in text and "[REDACTED]" in text
