@@ -6,6 +6,7 @@ carrying the OpenAI error object; the token never appears in a message, a repr o
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any
@@ -16,6 +17,17 @@ import requests
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT = 30.0
 OPENAI_BASE = re.compile(r"(^|/)(p/[^/]+/)?v1/?$")
+
+
+def _with_summary(answer: Any, summary: str) -> dict[str, Any]:
+    """An answer with a revision note beside it: in an answer form (a JSON output's object goes in as
+    content text, so its own fields, a `summary` among them, stay the answer's)."""
+    from semula.core import answers
+
+    if isinstance(answer, dict) and answers.takes_summary({**answer, "summary": summary}):
+        return {**answer, "summary": summary}
+    text = answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
+    return {"content": text, "summary": summary}
 
 
 class ClientError(Exception):
@@ -164,13 +176,7 @@ class Client:
         return self.request("GET", f"/api/v1/pending/{_segment(pending_id)}")
 
     def answer_pending(self, pending_id: str, answer: Any, summary: str | None = None) -> dict[str, Any]:
-        body = answer
-        if summary:
-            body = (
-                {**answer, "summary": summary}
-                if isinstance(answer, dict)
-                else {"content": answer, "summary": summary}
-            )
+        body = _with_summary(answer, summary) if summary else answer
         return self.request("POST", f"/api/v1/pending/{_segment(pending_id)}/answer", json=body)
 
     def cancel_pending(self, pending_id: str) -> dict[str, Any]:
@@ -205,7 +211,7 @@ class Client:
     ) -> dict[str, Any]:
         body = answer if isinstance(answer, dict) else {"content": answer}
         if summary:
-            body = {**body, "summary": summary}
+            body = _with_summary(body, summary)
         return self.request("PATCH", self._answer_path(entry_id, seq), json=body)
 
     def pin_entry_answer(self, entry_id: str, seq: int, pinned: bool) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 from flask import Blueprint, Response, request, stream_with_context
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from semula.core import bundle_format
+from semula.core import answers, bundle_format
 from semula.core.errors import BadRequest
 from semula.service import bundles, calllog
 from semula.service import entries as entries_service
@@ -59,7 +59,7 @@ def _answer_and_summary() -> tuple[Any, str]:
     """An edit's body: an answer (any form of docs/design/product.md §4), and an optional `summary`."""
     body = json_body()
     summary = ""
-    if isinstance(body, dict) and "summary" in body:
+    if answers.takes_summary(body):
         body = dict(body)
         summary = body.pop("summary")
         if not isinstance(summary, str):

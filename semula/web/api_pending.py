@@ -13,6 +13,7 @@ from typing import Any
 from flask import Blueprint, Response, request
 from marshmallow import RAISE, Schema, fields, validate
 
+from semula.core import answers
 from semula.core.errors import BadRequest
 from semula.service import answerer as answerer_service
 from semula.service import load
@@ -118,7 +119,7 @@ def get_pending(pending_id: str) -> Any:
 def answer(pending_id: str) -> Any:
     payload = json_body()
     summary = ""
-    if isinstance(payload, dict) and "summary" in payload:
+    if answers.takes_summary(payload):
         payload = dict(payload)
         summary = payload.pop("summary")
         if not isinstance(summary, str) or len(summary) > MAX_SUMMARY_LENGTH:

@@ -5,6 +5,7 @@ The contract is docs/design/product.md §5.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 
@@ -347,3 +348,39 @@ def test_a_refused_answer_is_a_sentence_then_the_form_the_call_takes(ctx, queue)
     assert refused.value.message.startswith(
         "the answer is empty: give content or tool_calls. Answer this call in this form: "
     ), refused.value.message
+
+
+def test_a_json_outputs_own_summary_field_stays_in_the_answer(ctx, client, make_token):
+    """A top-level `summary` is the revision's note only in an answer form: for a JSON output the
+    object is the answer, and its `summary` is one of its fields."""
+    from semula.surfaces.client import _with_summary
+
+    projects.create(ctx, {"name": "notes"})
+    schema = {
+        "type": "object",
+        "properties": {"summary": {"type": "string"}, "score": {"type": "integer"}},
+        "required": ["summary", "score"],
+        "additionalProperties": False,
+    }
+    request = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "rate it"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+    }
+    row = projects.get_row(ctx, "notes")
+    pending_id = pending_service.park(ctx, row, "v1:" + "1" * 64, request, False, api="openai.chat")
+    answered = client.post(
+        f"/api/v1/pending/{pending_id}/answer",
+        json={"summary": "happy", "score": 5},
+        headers=make_token("editor"),
+    )
+    assert answered.status_code == 200, answered.json
+    entry = client.get(f"/api/v1/entries/{answered.json['entry_id']}", headers=make_token("editor")).json
+    content = entry["response"]["choices"][0]["message"]["content"]
+    assert json.loads(content) == {"summary": "happy", "score": 5}
+    # The CLI and MCP put their own note beside such an answer without touching its fields.
+    assert _with_summary({"summary": "happy", "score": 5}, "checked") == {
+        "content": '{"summary": "happy", "score": 5}',
+        "summary": "checked",
+    }
+    assert _with_summary({"content": "hi"}, "n") == {"content": "hi", "summary": "n"}
