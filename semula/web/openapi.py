@@ -377,8 +377,8 @@ SCHEMAS: dict[str, Any] = {
             '`{"message": assistant message}`; a whole `chat.completion`. Optional `finish_reason`, '
             "`usage`, and `summary` (recorded with the entry revision). Plain JSON text is taken as content. "
             "For a JSON-schema call the object itself is an answer too; its fields are all the answer's "
-            "(a `summary` among them), so a note goes beside it only as `{\"content\": its JSON text, "
-            "\"summary\": note}`."
+            '(a `summary` among them), so a note goes beside it only as `{"content": its JSON text, '
+            '"summary": note}`.'
         ),
         "anyOf": [{"type": "object"}, {"type": "string"}],
     },

@@ -583,3 +583,22 @@ def test_a_live_stream_relays_the_providers_events_with_the_key_redacted(client,
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
     text = r.get_data(as_text=True)
     assert CANARY not in text and "[REDACTED]" in text
+
+
+def test_record_through_series_carry_no_tenants_project_name_in_hosted_mode():
+    from types import SimpleNamespace
+
+    from semula import metrics
+    from semula.service import record_through
+
+    def value(project):
+        return metrics.RECORD_THROUGH.labels(project, "budget")._value.get()
+
+    before = value(""), value("tenant-shop")
+    hosted = SimpleNamespace(settings=SimpleNamespace(hosted=True))
+    record_through._count(hosted, {"name": "tenant-shop"}, "budget")
+    assert (value(""), value("tenant-shop")) == (before[0] + 1, before[1])
+    record_through._count(
+        SimpleNamespace(settings=SimpleNamespace(hosted=False)), {"name": "tenant-shop"}, "budget"
+    )
+    assert value("tenant-shop") == before[1] + 1
