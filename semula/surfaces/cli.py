@@ -524,8 +524,25 @@ def token_create(
     click.echo(out["token"])
 
 
+IN_WORKSPACE = click.option(
+    "--workspace",
+    default=None,
+    help="The workspace (tenant) whose tokens these are (hosted mode); default: default.",
+)
+
+
+@contextmanager
+def _in_workspace(workspace: str | None) -> Iterator[Context]:
+    """local_context(), as the operator inside `workspace` when one is named."""
+    from semula.service import workspaces
+
+    with local_context() as ctx:
+        yield workspaces.operator_in(ctx, workspace) if workspace is not None else ctx
+
+
 @token.command("list")
-def token_list() -> None:
+@IN_WORKSPACE
+def token_list(workspace: str | None) -> None:
     """List tokens (never their secrets): id, role, scope, project, state, last used, expires, name.
 
     Times are UTC; "-" is never (used) or no expiry. A token past its expiry shows as expired.
@@ -537,7 +554,7 @@ def token_list() -> None:
     def when(ts: int | None) -> str:
         return time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(ts)) if ts is not None else "-"
 
-    with local_context() as ctx:
+    with _in_workspace(workspace) as ctx:
         for t in tokens.list_tokens(ctx, limit=1000)["data"]:
             expired = t["expires"] is not None and t["expires"] <= time.time()
             state = "revoked" if t["revoked"] else "expired" if expired else "active"
@@ -549,22 +566,24 @@ def token_list() -> None:
 
 @token.command("revoke")
 @click.argument("token_id")
-def token_revoke(token_id: str) -> None:
+@IN_WORKSPACE
+def token_revoke(token_id: str, workspace: str | None) -> None:
     """Revoke token TOKEN_ID at once."""
     from semula.service import tokens
 
-    with local_context() as ctx:
+    with _in_workspace(workspace) as ctx:
         tokens.revoke(ctx, token_id)
     click.echo(f"revoked {token_id}")
 
 
 @token.command("sessions")
 @click.argument("token_id")
-def token_sessions(token_id: str) -> None:
+@IN_WORKSPACE
+def token_sessions(token_id: str, workspace: str | None) -> None:
     """List the dashboard sessions signed in with TOKEN_ID (never their secrets)."""
     from semula.service import sessions
 
-    with local_context() as ctx:
+    with _in_workspace(workspace) as ctx:
         for s in sessions.list_sessions(ctx, token_id, limit=1000)["data"]:
             click.echo(f"{s['id']}\t{s['status']}\t{s['created']}\t{s['last_seen']}\t{s['ended'] or '-'}")
 
@@ -572,11 +591,12 @@ def token_sessions(token_id: str) -> None:
 @token.command("end-sessions")
 @click.argument("token_id")
 @click.option("--session", "session_id", default=None, help="End this session only (ses_…).")
-def token_end_sessions(token_id: str, session_id: str | None) -> None:
+@IN_WORKSPACE
+def token_end_sessions(token_id: str, session_id: str | None, workspace: str | None) -> None:
     """Sign TOKEN_ID out of the dashboard everywhere at once; the token itself keeps working."""
     from semula.service import sessions
 
-    with local_context() as ctx:
+    with _in_workspace(workspace) as ctx:
         if session_id is not None:
             sessions.end(ctx, token_id, session_id)
             click.echo(f"ended {session_id}")

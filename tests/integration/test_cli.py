@@ -79,3 +79,19 @@ def test_turning_on_the_answerer_or_record_through_says_the_cli_checks_its_own_e
     env.write_text('SEMULA_ANSWERER_COMMAND=["true"]\n')
     turned = run("--env-file", str(env), "project", "set", "shop", "answerer=true")
     assert turned.exit_code == 0 and json.loads(turned.output)["answerer"] is True, turned.output
+
+
+def test_the_operator_lists_and_revokes_a_tenants_tokens_by_workspace(run):
+    assert run("workspace", "create", "alpha").exit_code == 0
+    created = run("token", "create", "--workspace", "alpha", "--role", "admin", "--name", "leaked")
+    assert created.exit_code == 0, created.output
+    token_id = created.stderr.split("\t")[0]
+    assert token_id not in run("token", "list").output  # the default workspace's tokens only
+    assert token_id in run("token", "list", "--workspace", "alpha").output
+    assert run("token", "revoke", token_id).exit_code == 1  # not the default workspace's
+    revoked = run("token", "revoke", token_id, "--workspace", "alpha")
+    assert revoked.exit_code == 0 and f"revoked {token_id}" in revoked.output
+    assert "\trevoked\t" in run("token", "list", "--workspace", "alpha").output
+    assert run("token", "sessions", token_id, "--workspace", "alpha").exit_code == 0
+    missing = run("token", "list", "--workspace", "ghost")
+    assert missing.exit_code == 1
