@@ -185,6 +185,7 @@ class AnswerTooLarge(QuotaExceeded):
     """The answer is larger than this workspace's quota allows; nothing was written."""
 
     status = 413
+    type = "invalid_request_error"  # too large, as OpenAI's 413s say: no rate to wait out
 
 
 class DatabaseFailure(SemulaError):

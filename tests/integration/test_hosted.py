@@ -140,6 +140,7 @@ def test_answer_size_quota_is_413_and_writes_nothing(acme):
     call = pending.park(ctx, row, fingerprint(ask("big")), ask("big"), False)
     r = client.post(f"/api/v1/pending/{call}/answer", json={"content": "x" * 200}, headers=headers)
     assert r.status_code == 413 and r.json["error"]["code"] == "semula_quota"
+    assert r.json["error"]["type"] == "invalid_request_error"  # too large: no rate to wait out
     assert pending.get(ctx, call)["status"] == "pending"
     assert (
         client.post(f"/api/v1/pending/{call}/answer", json={"content": "small"}, headers=headers).status_code
