@@ -30,19 +30,6 @@ _USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 _USAGE_DETAILS = ("prompt_tokens_details", "completion_tokens_details")
 # Keys that make a payload an answer form; a JSON output whose object has none of them is the content itself.
 _ANSWER_KEYS = frozenset({"content", "tool_calls", "message", "choices", "refusal"})
-
-
-def takes_summary(payload: Any) -> bool:
-    """Whether an answer's top-level `summary` is the revision's note rather than part of the answer:
-    only in an answer form (content, tool_calls, message, choices, embeddings). A JSON output's
-    object is the answer itself, and its own `summary` field is its own."""
-    return (
-        isinstance(payload, dict)
-        and "summary" in payload
-        and bool((_ANSWER_KEYS | {"embeddings"}) & set(payload))
-    )
-
-
 _PLACEHOLDERS: dict[str, Any] = {"string": "", "integer": 0, "number": 0, "boolean": False, "null": None}
 _MAX_ERROR_TEXT = 300
 # An empty registry: a "$ref" to a URL in a request's schema must never make the server fetch it.
@@ -286,6 +273,17 @@ def expected_form(view: Mapping[str, Any]) -> str:
 def skeleton_from_schema(schema: Any) -> Any:
     """A placeholder value of the schema's shape: every property filled, "" / 0 / false / [] / {} leaves."""
     return _skeleton(schema, schema, 0)
+
+
+def takes_summary(payload: Any) -> bool:
+    """Whether an answer's top-level `summary` is the revision's note rather than part of the answer:
+    only in an answer form (content, tool_calls, message, choices, embeddings). A JSON output's
+    object is the answer itself, and its own `summary` field is its own."""
+    return (
+        isinstance(payload, dict)
+        and "summary" in payload
+        and bool((_ANSWER_KEYS | {"embeddings"}) & set(payload))
+    )
 
 
 def wants_json(request: Mapping[str, Any]) -> bool:
