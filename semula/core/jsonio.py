@@ -62,13 +62,19 @@ def _float(text: str) -> float:
 
 def loads(raw: bytes | str, what: str = "The body") -> Any:
     """Parse one JSON document by the policy above; BadRequest (400) naming `what` when it breaks it."""
-    return read(raw, what)[0]
+    return _read(raw, what, plain=False)[0]
 
 
 def read(raw: bytes | str, what: str = "The body") -> tuple[Any, bool]:
     """loads(), and whether the value is `plain`: read by orjson, and every float in it one that
     orjson writes as repr() does and that is not a whole number. orjson then writes the value exactly
     as json.dumps would (semula.core.fingerprint hashes it without a walk of its own)."""
+    return _read(raw, what, plain=True)
+
+
+def _read(raw: bytes | str, what: str, *, plain: bool) -> tuple[Any, bool]:
+    # `plain`: whether to vouch for the floats (the proxy's bodies); other readers (an answer with
+    # thousands of vector floats) want no such answer and do not pay for it.
     if isinstance(raw, bytes | str):
         try:
             value = orjson.loads(raw)
@@ -76,7 +82,7 @@ def read(raw: bytes | str, what: str = "The body") -> tuple[Any, bool]:
             pass  # json names the error (or reads what orjson refuses: a byte order mark, UTF-16)
         else:
             # orjson refuses NaN, infinities and lone surrogates itself; the depth is ours to check.
-            found = _ordinary(value, plain=True)
+            found = _ordinary(value, plain=plain)
             if found is not None:
                 return value, found
     return _loads(raw, what), False

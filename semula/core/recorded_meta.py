@@ -47,13 +47,17 @@ def safe_value(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= MAX_HEADER_VALUE and _VALUE.fullmatch(value) is not None
 
 
+def safe_headers(headers: Mapping[str, Any]) -> dict[str, str]:
+    """The headers a recording keeps: kept names with safe values, anything else dropped."""
+    return {name: value for name, value in headers.items() if kept(name) and safe_value(value)}
+
+
 def replayable(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The recorded headers replay may send: kept names with safe values, anything else dropped."""
+    """The recorded headers replay may send (safe_headers, at most MAX_HEADERS of them)."""
     headers = meta.get("headers")
     if not isinstance(headers, Mapping):
         return []
-    safe = [(name, value) for name, value in headers.items() if kept(name) and safe_value(value)]
-    return safe[:MAX_HEADERS]
+    return list(safe_headers(headers).items())[:MAX_HEADERS]
 
 
 def recordable(meta: Mapping[str, Any]) -> dict[str, Any]:

@@ -41,11 +41,7 @@ class Dialect:
 
     def kept_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
         """The provider's response headers a recording keeps (semula/core/recorded_meta.py)."""
-        return {
-            name: value
-            for name, value in headers.items()
-            if recorded_meta.kept(name) and recorded_meta.safe_value(value)
-        }
+        return recorded_meta.safe_headers(headers)
 
     name: ClassVar[str]
     title: ClassVar[str]  # the API's name for people: "Chat Completions", "Anthropic Messages"

@@ -294,9 +294,14 @@ def list_response(request: Mapping[str, Any], encoded: list[str]) -> dict[str, A
     }
 
 
+def synthetic_length(request: Mapping[str, Any]) -> int:
+    """How many numbers each synthetic vector has: the length asked for, else FALLBACK_DIMENSIONS."""
+    return expected_length(request) or FALLBACK_DIMENSIONS
+
+
 def synthetic_bytes(request: Mapping[str, Any]) -> int:
     """About how long the synthetic answer to a checked request is as stored: base64 of float32."""
-    size = expected_length(request) or FALLBACK_DIMENSIONS
+    size = synthetic_length(request)
     return len(inputs(request.get("input"))) * (size * 4 + 2) // 3 * 4
 
 
@@ -304,7 +309,7 @@ def synthetic_response(request: Mapping[str, Any]) -> dict[str, Any]:
     """The list response of synthetic vectors for a checked request: one per input, of the length asked
     for (the model's known length, else FALLBACK_DIMENSIONS)."""
     model = str(request.get("model"))
-    size = expected_length(request) or FALLBACK_DIMENSIONS
+    size = synthetic_length(request)
     encoded = [
         vectors.encode(vectors.synthetic(model, input_text(item), size))
         for item in inputs(request.get("input"))

@@ -482,6 +482,22 @@ def token() -> None:
     """Create, list and revoke API tokens and their dashboard sessions (operator, on the local database)."""
 
 
+IN_WORKSPACE = click.option(
+    "--workspace",
+    default=None,
+    help="The workspace (tenant) whose tokens these are (hosted mode); default: default.",
+)
+
+
+@contextmanager
+def _in_workspace(workspace: str | None) -> Iterator[Context]:
+    """local_context(), as the operator inside `workspace` when one is named."""
+    from semula.service import workspaces
+
+    with local_context() as ctx:
+        yield workspaces.operator_in(ctx, workspace) if workspace is not None else ctx
+
+
 @token.command("create")
 @click.option(
     "--role",
@@ -512,32 +528,14 @@ def token_create(
     """Create a token. The secret is printed once, here, and is not stored."""
     import time
 
-    from semula.service import tokens, workspaces
+    from semula.service import tokens
 
     expires_at = int(time.time()) + expires_in * 86400 if expires_in else None
-    with local_context() as ctx:
-        if workspace is not None:
-            ctx = workspaces.operator_in(ctx, workspace)
+    with _in_workspace(workspace) as ctx:
         data = {"role": role, "scope": scope, "project": project, "name": name, "expires_at": expires_at}
         out = tokens.create(ctx, data)
     click.echo(f"{out['id']}\t{out['role']}\t{out['scope']}\t{out['project'] or '-'}", err=True)
     click.echo(out["token"])
-
-
-IN_WORKSPACE = click.option(
-    "--workspace",
-    default=None,
-    help="The workspace (tenant) whose tokens these are (hosted mode); default: default.",
-)
-
-
-@contextmanager
-def _in_workspace(workspace: str | None) -> Iterator[Context]:
-    """local_context(), as the operator inside `workspace` when one is named."""
-    from semula.service import workspaces
-
-    with local_context() as ctx:
-        yield workspaces.operator_in(ctx, workspace) if workspace is not None else ctx
 
 
 @token.command("list")

@@ -65,21 +65,16 @@ def test_malformed_framing_is_a_400_and_nothing_is_smuggled(start_server, token)
     chunk size: each a 400 and a closed connection, never a reset or a second response."""
     server = start_server(SEMULA_AUTH="on")
     hidden = f"GET /api/v1/projects HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
-    smuggled = (
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        f"Content-Length: 2\r\nContent-Length: {2 + len(hidden)}\r\n\r\n{{}}{hidden}"
-    ).encode()
-    answer = raw_exchange(server.url, smuggled)
-    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
-    assert answer.count(b"HTTP/1.1 ") == 1 and b'"data"' not in answer
     head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
     for framing in (
+        f"Content-Length: 2\r\nContent-Length: {2 + len(hidden)}\r\n",
         "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n",
         "Transfer-Encoding: gzip, chunked\r\nContent-Length: 2\r\n",
         "Content-Length: 1_0\r\n",
     ):
         answer = raw_exchange(server.url, f"{head}{framing}\r\n{{}}{hidden}".encode())
-        assert answer.startswith(b"HTTP/1.1 400 ") and answer.count(b"HTTP/1.1 ") == 1, (framing, answer)
+        assert answer.startswith(b"HTTP/1.1 400 "), (framing, answer[:200])
+        assert answer.count(b"HTTP/1.1 ") == 1 and b'"data"' not in answer, (framing, answer)
     chunked = (
         "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
         f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n\r\nzz\r\n{{}}\r\n0\r\n\r\n"
