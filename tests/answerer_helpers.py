@@ -106,7 +106,8 @@ def alive(pid: int) -> bool:
         return False
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        # The process ended between the two looks: reading a dead pid's stat fails with ESRCH.
         return False
     return state != "Z"
 
