@@ -9,47 +9,74 @@ revert, rejection, deletion or re-recording, or a change of the project's settin
 process, is therefore seen by the very next request, as without this cache
 (docs/decisions/0024-kept-replay-hits.md, docs/decisions/0040-replay-change-counter.md).
 
-The first sight of a request only notes which project and fingerprint it led to; the next one keeps
-what it finds under the counter value its call read no later than its rows (Call.version). Answers
-with templates are never kept, nor streams of an API whose dialect cannot stamp their bytes afresh
-(Dialect.keeps_stream).
+The first sight of a request only notes that it was seen; the next one keeps what it finds under the
+counter value its call read no later than its rows (Call.version). Answers with templates are never
+kept, nor streams of an API whose dialect cannot stamp their bytes afresh (Dialect.keeps_stream).
 
-A request is keyed by the SHA-256 digest of its body, so a kept hit holds no copy of the request; a
-body longer than MAX_BODY by its length and its first and last SAMPLE bytes instead, and a kept answer
-is served only to a body with the SHA-256 digest of the one that found it: a first sight of a large
-body costs no pass over all of its bytes, a kept hit one. A kept hit holds its answer as the bytes
-it was sent as, with the few members its dialect stamps afresh for each reply (Dialect.stamped):
-a reply replaces those bytes and serialises nothing, and the memory stays bounded whatever the size
-of the requests agents send.
+A request is keyed by one SHA-256 digest of its context (an id for the API, workspace, binding,
+project selector, session and answer headers, never reused) and its body; a body longer than MAX_BODY
+by its length and its first and last SAMPLE bytes instead, and a kept answer is served only to a body
+with the SHA-256 digest of the one that found it: a first sight of a large body costs no pass over all
+of its bytes, a kept hit one. A kept hit holds its answer as the bytes it was sent as, with the few
+members its dialect stamps afresh for each reply (Dialect.stamped): a reply replaces those bytes and
+serialises nothing. What hits share (the project's id and name, the API, the request's model and
+flags, the recorded headers) is held once for all of them (Shared).
+
+Once the cache is half full, answers are kept packed (semula/core/packing.py): about half the bytes
+of a completion, for a few microseconds of unpacking per reply, so a store of many recordings keeps
+about twice as many of them (docs/decisions/0045-first-sight-path.md).
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
+from semula.core import packing
+from semula.dialects import Dialect, Request
 from semula.service import Context
 from semula.service.auth import require, visible
 from semula.service.replay import Call, replay_headers, templated
 
-# Bounds the memory: a request is keyed by its digest (a body longer than MAX_BODY by its length and
-# its first and last SAMPLE bytes), and the cache holds about MAX_BYTES per process in all (`cost()`:
-# ~2.9 KiB for a 1.6 KB request with a 1.2 KB answer, so ~14,000 of those). A full cache admits one new
-# request in ADMIT, dropping its oldest (docs/decisions/0040-replay-change-counter.md).
+# Bounds the memory: the cache holds about MAX_BYTES per process in all (`cost()`), each kept hit its
+# answer's bytes and HIT more, each request seen once NOTED. A full cache admits one new request in
+# ADMIT, dropping its oldest (docs/decisions/0040-replay-change-counter.md).
 MAX_BODY = 32 * 1024
 SAMPLE = 2048
 MAX_BYTES = 40 * 1024 * 1024
-# What a kept hit holds besides its key and its answer's bytes (the Kept, the slimmed call, the stamps
-# and its slot in the dict), and what a first sight's note holds: measured with tracemalloc for the
-# 1.6 KB request of bench/workloads.py (2.9 KiB a kept hit in all, 0.5 KiB a note).
-OVERHEAD = 1600
-NOTE = 440
+# Measured with tracemalloc (tests/integration/test_hits.py checks them): a kept hit besides its
+# answer's bytes (its key and its slot in the dict, the Kept, its stamps, fingerprint and entry id),
+# and a request seen once (its key and its slot).
+HIT = 640
+NOTED = 120
+LARGE_BODY = 96  # what a body over MAX_BODY adds to its kept hit: the digest it must have
 ADMIT = 8
-PROJECTS = 1024  # slim project rows shared by kept hits
-Key = tuple[str, str, str | None, str | None, str | None, bool, tuple[str | None, ...], object]
-DIGEST_KEY = 32 + 33  # a digest's bytes object
+SHARED = 4096  # the most Shared values held; past it, the table starts again (hits keep theirs)
+CONTEXTS = 4096  # the most request contexts with an id; past it, new ids (old keys then match nothing)
+
+Key = bytes
+
+
+class _Seen:
+    """What a request seen once is noted as: nothing but that it was seen."""
+
+
+SEEN = _Seen()
+_contexts: dict[tuple[Any, ...], bytes] = {}
+_next_context = 0
+
+
+def _context_id(context: tuple[Any, ...]) -> bytes:
+    global _next_context
+    ident = _contexts.get(context)
+    if ident is None:
+        if len(_contexts) >= CONTEXTS:
+            _contexts.clear()
+        _next_context += 1
+        ident = _contexts[context] = _next_context.to_bytes(8, "big")
+    return ident
 
 
 def key(
@@ -61,49 +88,107 @@ def key(
     session: str | None = None,
     headers: tuple[str | None, ...] = (),
 ) -> Key:
-    """What decides the answer to a request, besides the rows store.version() covers.
+    """What decides the answer to a request, besides the rows store.version() covers, as one digest.
 
     In a session only whether there is one: a session call is kept only when its answer does not
     depend on its call number (one answer; decided by the entry and project rows, which the version
     covers), and then every session gets the same answer. `headers` are the values of the request
-    headers its API reads into the request (Anthropic's betas).
+    headers its API reads into the request (Anthropic's betas). The context is an id of its own
+    (never given to another context in this process), so no two contexts' bytes can be confused.
     """
-    workspace, bound = ctx.principal.workspace_id, ctx.principal.project_id
-    body = hashlib.sha256(raw).digest() if len(raw) <= MAX_BODY else (len(raw), raw[:SAMPLE], raw[-SAMPLE:])
-    return (api, workspace, bound, path_project, header_project, session is not None, headers, body)
+    principal = ctx.principal
+    context = (api, principal.workspace_id, principal.project_id, path_project, header_project)
+    digest = hashlib.sha256(_context_id((*context, session is not None, headers)))
+    if len(raw) <= MAX_BODY:
+        digest.update(raw)
+    else:
+        digest.update(len(raw).to_bytes(8, "big"))
+        digest.update(raw[:SAMPLE])
+        digest.update(raw[-SAMPLE:])
+    return digest.digest()
 
 
-@dataclass(slots=True)
-class Kept:
-    project_id: str
-    fingerprint: str
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """What many kept hits have in common, held once: their project, API, request and headers."""
+
+    project: dict[str, str]  # the id and name: what the call log and the access line read
     workspace_id: str  # the project's: store.version() covers its rows
-    version: object = None  # None until a request has read it before its rows
-    call: Call | None = None  # the call that found the hit: the call log's row is made from it
-    data: bytes | None = None  # the reply as sent: a JSON body, or a stream's server-sent events
-    stamps: dict[str, Any] | None = None  # the members restamp renews, as `data` has them
-    headers: list[tuple[str, str]] = field(default_factory=list)  # recorded provider headers
-    digest: bytes | None = None  # a large body's SHA-256, which a body must have to be served this hit
+    dialect: Dialect
+    request: Request
+    headers: tuple[tuple[str, str], ...]  # the provider headers the entry recorded
+
+
+class Kept:
+    """A kept hit: its answer's bytes (packed or not), its stamps and what the call log reads."""
+
+    __slots__ = ("version", "data", "packed", "stamps", "fingerprint", "entry_id", "shared", "digest")
+
+    def __init__(
+        self,
+        version: object,
+        data: bytes,
+        packed: bool,
+        stamps: tuple[Any, ...],
+        fingerprint: str,
+        entry_id: str,
+        shared: Shared,
+        digest: bytes | None,
+    ):
+        self.version = version
+        self.data = data  # the reply as sent (a JSON body, or a stream's events), packed or not
+        self.packed = packed
+        self.stamps = stamps  # the values of the dialect's `stamped` members, as `data` has them
+        self.fingerprint = fingerprint
+        self.entry_id = entry_id
+        self.shared = shared
+        self.digest = digest  # a large body's SHA-256, which a body must have to be served this hit
+
+    # What the call log and the access line read of a call (replay.log_row), for a hit.
+    pending_id = None
+
+    @property
+    def project(self) -> dict[str, str]:
+        return self.shared.project
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.shared.dialect
+
+    @property
+    def model(self) -> str:
+        return self.shared.request.model
 
     @property
     def stream(self) -> bool:
-        return self.call is not None and self.call.stream
+        return self.shared.request.stream
+
+    @property
+    def entry(self) -> dict[str, str]:
+        return {"id": self.entry_id}
+
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        return self.shared.headers
 
 
-def cost(key: Key, kept: Kept) -> int:
-    """About how many bytes a kept hit holds: its key, its answer's bytes and the rest."""
-    body = key[-1]
-    held = OVERHEAD + len(kept.data) if kept.data is not None else NOTE
-    return (DIGEST_KEY if isinstance(body, bytes) else 2 * SAMPLE + 128) + held
+_MISSING = object()
+
+
+def cost(key: Key, kept: Kept | _Seen) -> int:
+    """About how many bytes a request in the cache holds (`key` is a digest whatever the body's size)."""
+    if isinstance(kept, _Seen):
+        return NOTED
+    return HIT + len(kept.data) + (LARGE_BODY if kept.digest is not None else 0)
 
 
 class HitCache:
     def __init__(self, max_bytes: int = MAX_BYTES):
         self.max_bytes = max_bytes
-        self._kept: dict[Key, Kept] = {}
+        self._kept: dict[Key, Kept | _Seen] = {}
         self._bytes = 0  # cost() of everything kept
         self._refused = 0  # new requests met while full
-        self._projects: dict[tuple[str, str], dict[str, str]] = {}  # one slim project row per project
+        self._shared: dict[tuple[Any, ...], Shared] = {}
 
     def find(self, ctx: Context, key: Key, raw: bytes) -> Kept | None:
         """The kept hit for this request, if the rows it came from are unchanged since it was kept.
@@ -112,16 +197,15 @@ class HitCache:
         counter with its entry (Call.version), and keep() keeps it under that value.
         """
         kept = self._kept.get(key)
-        if kept is None or kept.data is None:
+        if kept is None or isinstance(kept, _Seen):
             return None
         if kept.digest is not None and hashlib.sha256(raw).digest() != kept.digest:
             return None  # another large body with the same length and ends
-        if not visible(ctx, kept.project_id):
+        shared = kept.shared
+        if not visible(ctx, shared.project["id"]):
             return None
-        if ctx.store.version(kept.workspace_id) != kept.version:
-            self._drop(key)
-            kept.version, kept.call, kept.data, kept.stamps = None, None, None, None
-            self._put(key, kept, admitted=True)
+        if ctx.store.version(shared.workspace_id) != kept.version:
+            self._put(key, SEEN, admitted=True)
             return None
         require(ctx, role="viewer", scope="replay")
         return kept
@@ -136,56 +220,66 @@ class HitCache:
         sse: bytes | None = None,
     ) -> None:
         """Keep a hit its call found at this change counter `version` (None: read later, or not at
-        all); a first sight only notes where it led.
+        all); a first sight only notes that it was seen.
 
         `body` is the response as render() made it; a stream is kept as the bytes it was sent as
         (`sse`, `body` then its first event) when its dialect can stamp those bytes afresh for each
         reply; otherwise it is not kept. So is a body whose stamps its dialect cannot find in its bytes.
         """
-        if call.entry is None or templated(call.entry):
+        entry = call.entry
+        if entry is None or templated(entry):
             return
         if call.stream and (sse is None or not call.dialect.keeps_stream(call.request)):
             return
         if call.session is not None and (call.call_number or call.project["sequences"] == "record"):
             return  # its answer depends on its number in the session, or would for a caller who may record
-        kept = self._kept.get(key)
-        found = (call.project["id"], call.fingerprint)
-        if kept is None or version is None or (kept.project_id, kept.fingerprint) != found:
-            self._put(key, Kept(*found, call.project["workspace_id"]))
+        if version is None or key not in self._kept:
+            self._put(key, SEEN)
             return
+        dialect = call.dialect
         if sse is not None:
-            data, stamps = sse, call.dialect.stamps(body)
+            data, stamps = sse, dialect.stamps(body)
         else:
-            made = call.dialect.kept_json(body)
+            made = dialect.kept_json(body)
             if made is None:
                 return
             data, stamps = made
-        # Only what the call log and restamp() read of the call: not its parsed body, project or entry rows.
-        slim = replace(call, body={}, project=self._project(call.project), entry={"id": call.entry["id"]})
-        self._drop(key)
+        packed = packing.pack(data) if self._bytes * 2 > self.max_bytes else None
         # A copy: orjson's bytes keep the whole buffer it wrote into (8 KiB for a 700-byte answer).
-        data = bytes(memoryview(data))
-        kept.version, kept.call, kept.data, kept.stamps = version, slim, data, stamps
-        kept.headers = replay_headers(call.entry)
-        kept.digest = hashlib.sha256(raw).digest() if len(raw) > MAX_BODY else None
+        held = packed if packed is not None else bytes(memoryview(data))
+        kept = Kept(
+            version,
+            held,
+            packed is not None,
+            tuple(stamps.get(name, _MISSING) for name in dialect.stamped),
+            call.fingerprint,
+            entry["id"],
+            self._shared_for(call, entry),
+            hashlib.sha256(raw).digest() if len(raw) > MAX_BODY else None,
+        )
         self._put(key, kept, admitted=True)
 
-    def _project(self, project: dict[str, Any]) -> dict[str, str]:
-        """The id and name of a kept hit's project, one dict for all the hits of a project."""
-        ident = (project["id"], project["name"])
-        slim = self._projects.get(ident)
-        if slim is None:
-            if len(self._projects) >= PROJECTS:
-                self._projects.clear()
-            slim = self._projects[ident] = {"id": ident[0], "name": ident[1]}
-        return slim
+    def _shared_for(self, call: Call, entry: dict[str, Any]) -> Shared:
+        project, headers = call.project, tuple(replay_headers(entry))
+        ident = (
+            project["id"],
+            project["name"],
+            project["workspace_id"],
+            call.dialect.name,
+            call.request,
+            headers,
+        )
+        shared = self._shared.get(ident)
+        if shared is None:
+            if len(self._shared) >= SHARED:
+                self._shared.clear()
+            slim = {"id": project["id"], "name": project["name"]}
+            shared = self._shared[ident] = Shared(
+                slim, project["workspace_id"], call.dialect, call.request, headers
+            )
+        return shared
 
-    def _drop(self, key: Key) -> None:
-        old = self._kept.pop(key, None)
-        if old is not None:
-            self._bytes -= cost(key, old)
-
-    def _put(self, key: Key, kept: Kept, *, admitted: bool = False) -> None:
+    def _put(self, key: Key, kept: Kept | _Seen, *, admitted: bool = False) -> None:
         """Keep (or keep again, as answered) a request, dropping the oldest while over max_bytes.
 
         When full, a new request is kept only one time in ADMIT: requests cycling through more than
@@ -197,7 +291,9 @@ class HitCache:
             self._refused += 1
             if self._refused % ADMIT:
                 return
-        self._drop(key)
+        old = self._kept.pop(key, None)
+        if old is not None:
+            self._bytes -= cost(key, old)
         self._bytes += cost(key, kept)
         self._kept[key] = kept
         while self._bytes > self.max_bytes and len(self._kept) > 1:
@@ -208,8 +304,12 @@ class HitCache:
     def reply(kept: Kept) -> bytes:
         """A kept answer's bytes with this reply's stamps (id, created, ...) as its dialect's render()
         would give them: a JSON body, or a stream's events."""
-        call, data, stamps = kept.call, kept.data, kept.stamps
-        assert call is not None and data is not None and stamps is not None
-        if call.stream:
-            return call.dialect.restamp_sse(data, stamps, call.request, time.time())
-        return call.dialect.restamp_json(data, stamps, call.request, time.time())
+        shared = kept.shared
+        data = packing.unpack(kept.data) if kept.packed else kept.data
+        names = shared.dialect.stamped
+        stamps = {
+            name: value for name, value in zip(names, kept.stamps, strict=True) if value is not _MISSING
+        }
+        if shared.request.stream:
+            return shared.dialect.restamp_sse(data, stamps, shared.request, time.time())
+        return shared.dialect.restamp_json(data, stamps, shared.request, time.time())

@@ -8,7 +8,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from semula import dialects
 from semula.core import fingerprint as fp
@@ -350,9 +350,28 @@ def render(call: Call, entry: dict[str, Any]) -> tuple[dict[str, Any] | None, li
     return call.dialect.render(call.request, response, chunks, templated(entry), time.time())
 
 
+class Logged(Protocol):
+    """What the call log reads of a call: a Call, or a kept hit standing for one (service.hits.Kept)."""
+
+    @property
+    def project(self) -> dict[str, Any]: ...
+    @property
+    def fingerprint(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def stream(self) -> bool: ...
+    @property
+    def entry(self) -> dict[str, Any] | None: ...
+    @property
+    def pending_id(self) -> str | None: ...
+    @property
+    def dialect(self) -> Dialect: ...
+
+
 def log_row(
     ctx: Context,
-    call: Call | None,
+    call: Logged | None,
     *,
     outcome: str,
     status: int,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from semula import dialects, logs, metrics
@@ -131,7 +131,7 @@ class ProxyApp:
                 key = hits.key(ctx, api, match["project"], header_project, raw, session, headers)
                 kept = self.hits.find(ctx, key, raw)
                 if kept is not None:
-                    self._log(ctx, kept.call, "hit", 200, started)
+                    self._log(ctx, kept, "hit", 200, started)
                     if kept.stream:
                         return self._sse(start_response, self.hits.reply(kept), kept.headers)
                     return self._bytes(start_response, 200, self.hits.reply(kept), kept.headers)
@@ -290,7 +290,9 @@ class ProxyApp:
             raise errors.MethodNotAllowed()
 
     @staticmethod
-    def _sse(start_response: Callable[..., Any], data: bytes, extra: list[tuple[str, str]]) -> list[bytes]:
+    def _sse(
+        start_response: Callable[..., Any], data: bytes, extra: Sequence[tuple[str, str]]
+    ) -> list[bytes]:
         length = ("Content-Length", str(len(data)))
         start_response(OK, [*SSE_HEADERS, length, *extra, *access.finish(200)])
         return [data]
@@ -301,7 +303,7 @@ class ProxyApp:
         start_response: Callable[..., Any],
         status: int,
         body: dict[str, Any],
-        extra: list[tuple[str, str]] = (),
+        extra: Sequence[tuple[str, str]] = (),
     ) -> list[bytes]:
         code = body.get("error", {}).get("code") if status >= 400 else None
         return cls._bytes(start_response, status, jsonio.compact(body), extra, code)
@@ -311,7 +313,7 @@ class ProxyApp:
         start_response: Callable[..., Any],
         status: int,
         data: bytes,
-        extra: list[tuple[str, str]] = (),
+        extra: Sequence[tuple[str, str]] = (),
         code: str | None = None,
     ) -> list[bytes]:
         start_response(
@@ -335,7 +337,7 @@ class ProxyApp:
         return self._json(start_response, exc.status, speaks.error_body(exc), list(exc.headers))
 
     def _log(
-        self, ctx: Context, call: replay_service.Call | None, outcome: str, status: int, started: float
+        self, ctx: Context, call: replay_service.Logged | None, outcome: str, status: int, started: float
     ) -> None:
         metrics.count_call(outcome)
         row = replay_service.log_row(ctx, call, outcome=outcome, status=status, started=started)

@@ -10,6 +10,7 @@ import io
 import json
 import re
 import sqlite3
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -106,8 +107,8 @@ def test_a_large_request_is_kept_by_its_digest_and_holds_no_copy_of_itself(
     assert answer(client, headers, big) == (200, "big")
     assert "entry_by_fingerprint" not in entry_queries
     [(key, kept)] = app.wsgi_app.hits._kept.items()
-    assert sum(map(len, key[-1][1:])) <= 2 * hits.SAMPLE  # not the body's 190 KB
-    assert kept.call.body == {} and set(kept.call.entry) == {"id"}
+    assert len(key) == 32 and len(kept.digest) == 32  # digests, not the body's 190 KB
+    assert hits.cost(key, kept) < 2 * hits.HIT + len(kept.data)
     # A body of the same length with the same ends is another request, and each gets its own answer.
     middle = len(prompt) // 2
     same_ends = prompt[:middle] + "A MIDDLE" + prompt[middle + 8 :]
@@ -327,7 +328,7 @@ def test_kept_hits_stay_within_their_byte_budget_and_keep_most_of_a_larger_cycle
     for text in texts:
         save_entry(ctx, "shop", text)
     cache = app.wsgi_app.hits
-    cache.max_bytes = 20 * hits.OVERHEAD * 2  # room for some 20 to 30 of the 40 requests
+    cache.max_bytes = 20 * (hits.HIT + 300)  # room for some 20 to 30 of the 40 requests
     headers = make_token("admin")
     served = []
     for _ in range(10):  # a test suite run over and over: each request once per pass
@@ -337,7 +338,7 @@ def test_kept_hits_stay_within_their_byte_budget_and_keep_most_of_a_larger_cycle
     assert served == [(200, f"answer to {text}") for text in texts]
     assert 15 <= len(cache._kept) < 40
     assert entry_queries.count("entry_by_fingerprint") <= 25  # most of those it holds were served kept
-    assert all(k.call is None or k.call.body == {} for k in cache._kept.values())  # not the parsed body
+    assert all(isinstance(k, hits.Kept) or k is hits.SEEN for k in cache._kept.values())
 
 
 def stream_answer(client, headers):
@@ -420,3 +421,73 @@ def test_first_sights_asked_together_get_their_own_entries_with_the_counter(ctx,
     assert {at for _, at in got.values()} == {store.version("wsp_default")}
     if store.dialect == "postgresql":
         assert statements.count("entries_at_version") == 2  # the first, then all the others together
+
+
+LONG = (
+    "Your parcel left the warehouse on Monday and the carrier expects to deliver it on Thursday "
+    "between nine and twelve; if it has not arrived by Friday, reply here and we send a new one. "
+) * 3
+
+
+def test_once_the_cache_is_half_full_answers_are_kept_packed_and_replied_unchanged(
+    ctx, app, client, make_token, entry_queries, monkeypatch
+):
+    projects.create(ctx, {"name": "shop", "mode": "replay"})
+    texts = [f"question {i}" for i in range(12)]
+    for text in texts:
+        save_entry(ctx, "shop", text, {"content": f"{text}: {LONG}"})
+    cache = app.wsgi_app.hits
+    cache.max_bytes = 10 * (hits.HIT + 1100)  # half full after some five kept answers
+    headers = make_token("admin")
+    monkeypatch.setattr(time, "time", lambda: 2_000_000_000.5)
+    first = [client.post(URL, json=request_for(t), headers=headers).json for t in texts for _ in range(2)]
+    kept = [k for k in cache._kept.values() if isinstance(k, hits.Kept)]
+    assert any(k.packed for k in kept) and any(not k.packed for k in kept)
+    assert all(len(k.data) < 0.7 * 1100 for k in kept if k.packed)
+    entry_queries.clear()
+    again = [client.post(URL, json=request_for(t), headers=headers).json for t in texts for _ in range(2)]
+    served_kept = len(texts) * 2 - entry_queries.count("entry_by_fingerprint")
+    assert served_kept >= 2 * sum(k.packed for k in kept)  # the packed ones among them
+    for before, after in zip(first, again, strict=True):
+        assert after["id"] != before["id"] and after["created"] == 2_000_000_000
+        assert {**after, "id": None} == {**before, "id": None}  # byte for byte but the fresh id
+
+
+def test_a_stream_kept_packed_is_replied_whole(shop, app, client, make_token, entry_queries):
+    cache = app.wsgi_app.hits
+    cache._bytes = cache.max_bytes // 2 + 1  # as if half full of other hits: what is kept now is packed
+    headers = make_token("viewer", scope="replay")
+    assert [stream_answer(client, headers)[:2] for _ in range(2)] == [(200, "first")] * 2
+    [kept] = [k for k in cache._kept.values() if isinstance(k, hits.Kept)]
+    entry_queries.clear()
+    replies = [stream_answer(client, headers) for _ in range(3)]
+    assert "entry_by_fingerprint" not in entry_queries
+    assert {r[:2] for r in replies} == {(200, "first")} and len({next(iter(r[2])) for r in replies}) == 3
+    assert kept.packed
+
+
+def held_by(key, kept, share_of_dict):
+    """The bytes a kept hit's own objects take (sys.getsizeof), its key and its slot in the dict."""
+    own = [key, kept, kept.data, kept.stamps, kept.fingerprint, kept.entry_id]
+    own += [v for v in kept.stamps if v is not None] + ([kept.digest] if kept.digest else [])
+    return sum(map(sys.getsizeof, own)) + share_of_dict
+
+
+def test_the_cost_of_a_kept_hit_and_of_a_note_is_what_they_hold(ctx, app, client, make_token):
+    projects.create(ctx, {"name": "shop", "mode": "replay"})
+    texts = [f"question {i}" for i in range(200)]
+    for text in texts:
+        save_entry(ctx, "shop", text)
+    cache = app.wsgi_app.hits
+    headers = make_token("admin")
+    for text in texts:
+        for _ in range(2 if text.endswith(("0", "2", "4", "6", "8")) else 1):
+            assert answer(client, headers, request_for(text))[0] == 200
+    share = (sys.getsizeof(cache._kept) - sys.getsizeof({})) / len(cache._kept)
+    kept = [(k, v) for k, v in cache._kept.items() if isinstance(v, hits.Kept)]
+    noted = [k for k, v in cache._kept.items() if v is hits.SEEN]
+    assert len(kept) == 100 and len(noted) == 100
+    for key, hit in kept:
+        held = held_by(key, hit, share)
+        assert held <= hits.cost(key, hit) <= held * 1.3
+    assert sys.getsizeof(noted[0]) + share <= hits.NOTED <= (sys.getsizeof(noted[0]) + share) * 1.5
