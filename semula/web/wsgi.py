@@ -5,7 +5,7 @@ from typing import Any
 
 import gevent
 
-from semula import logs
+from semula import logs, metrics
 from semula.config import Settings
 from semula.service import retention
 from semula.web import create_app
@@ -35,6 +35,8 @@ store = app.extensions["semula"]["store"]
 # Call-log rows are written every 0.1 s. SQLite's calls hold the whole process, so its writes (and the
 # WAL checkpoints they trigger, with an fsync) run in one of gevent's native threads instead.
 app.extensions["semula"]["calllog"].start(interval=0.1, offload=offload if store.blocks_process else None)
+# The per-request metrics are counted in the worker and written with the same rhythm (semula/metrics.py).
+metrics.start_batching(interval=0.1)
 # A bundle import parses and checks for seconds of CPU: in a native thread, the event loop keeps
 # serving this worker's other requests meanwhile (Python switches threads every few milliseconds).
 app.extensions["semula"]["offload"] = offload

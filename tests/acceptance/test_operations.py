@@ -74,7 +74,18 @@ def test_a_parked_call_and_a_timeout_in_the_logs_and_the_metrics(start_server, c
     timeout_id = timeout.headers["x-request-id"]
     assert timeout_id.startswith("req_")
 
-    after = scrape(server)
+    # The per-request series reach /metrics within the workers' flush interval (semula/metrics.py);
+    # the other series are written as they move.
+    def both_served():
+        snapshot = scrape(server)
+        counted = value(snapshot, "semula_request_seconds_count", surface="proxy")
+        return (
+            snapshot
+            if counted - value(before, "semula_request_seconds_count", surface="proxy") >= 2
+            else None
+        )
+
+    after = wait_for(both_served, what="both proxied requests in /metrics")
 
     # The access lines and the life of each call, by request id and pending id.
     lines = wait_for(

@@ -307,13 +307,18 @@ def test_metrics_add_up_across_gunicorn_workers(start_server, ctx, shop, openai_
     hits = 40
     with ThreadPoolExecutor(8) as pool:  # 8 at once: both workers serve some
         list(pool.map(lambda _: client.chat.completions.create(**request), range(hits)))
+
+    def hits_counted():
+        text = requests.get(server.url + "/metrics", timeout=10).text
+        lines = text.splitlines()
+        return sum(
+            float(x.split()[-1]) for x in lines if x.startswith('semula_proxy_calls_total{outcome="hit"}')
+        )
+
+    # Each worker writes its counts every 0.1 s (semula/metrics.py): the total arrives, and stays.
+    wait_for(lambda: hits_counted() >= hits, what=f"{hits} hits counted")
+    assert hits_counted() == hits
     text = requests.get(server.url + "/metrics", timeout=10).text
-    counted = sum(
-        float(line.split()[-1])
-        for line in text.splitlines()
-        if line.startswith('semula_proxy_calls_total{outcome="hit"}')
-    )
-    assert counted == hits
     assert (
         sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("semula_misses_total"))
         == 1
