@@ -270,7 +270,10 @@ def start_sampler(store: db.Store, interval: float = 5.0) -> None:
 
 def render(store: db.Store | None = None) -> tuple[bytes, str]:
     """The exposition text: every worker's samples (or this process's), then the database gauges."""
-    flush()  # this worker's own counts are current; the others' at most one interval behind
+    try:
+        flush()  # this worker's own counts are current; the others' at most one interval behind
+    except Exception:  # a bug here must not cost the scrape the series written so far
+        logger.exception("metrics flush failed")
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)

@@ -13,8 +13,8 @@ The first sight of a request only notes that it was seen; the next one keeps wha
 counter value its call read no later than its rows (Call.version). Answers with templates are never
 kept, nor streams of an API whose dialect cannot stamp their bytes afresh (Dialect.keeps_stream).
 
-A request is keyed by one SHA-256 digest of its context (an id for the API, workspace, binding,
-project selector, session and answer headers, never reused) and its body; a body longer than MAX_BODY
+A request is keyed by one SHA-256 digest of its context (the API, workspace, binding, project
+selectors, session and answer headers) and its body; a body longer than MAX_BODY
 by its length and its first and last SAMPLE bytes instead, and a kept answer is served only to a body
 with the SHA-256 digest of the one that found it: a first sight of a large body costs no pass over all
 of its bytes, a kept hit one. A kept hit holds its answer as the bytes it was sent as, with the few
@@ -54,7 +54,7 @@ NOTED = 120
 LARGE_BODY = 96  # what a body over MAX_BODY adds to its kept hit: the digest it must have
 ADMIT = 8
 SHARED = 4096  # the most Shared values held; past it, the table starts again (hits keep theirs)
-CONTEXTS = 4096  # the most request contexts with an id; past it, new ids (old keys then match nothing)
+HEADER = 200  # what a recorded header costs besides its name's and value's characters (its objects)
 
 Key = bytes
 
@@ -64,19 +64,6 @@ class _Seen:
 
 
 SEEN = _Seen()
-_contexts: dict[tuple[Any, ...], bytes] = {}
-_next_context = 0
-
-
-def _context_id(context: tuple[Any, ...]) -> bytes:
-    global _next_context
-    ident = _contexts.get(context)
-    if ident is None:
-        if len(_contexts) >= CONTEXTS:
-            _contexts.clear()
-        _next_context += 1
-        ident = _contexts[context] = _next_context.to_bytes(8, "big")
-    return ident
 
 
 def key(
@@ -93,15 +80,18 @@ def key(
     In a session only whether there is one: a session call is kept only when its answer does not
     depend on its call number (one answer; decided by the entry and project rows, which the version
     covers), and then every session gets the same answer. `headers` are the values of the request
-    headers its API reads into the request (Anthropic's betas). The context is an id of its own
-    (never given to another context in this process), so no two contexts' bytes can be confused.
+    headers its API reads into the request (Anthropic's betas). The context is hashed as its
+    repr(), which no other context of strings, None and booleans shares, then a tag for how the
+    body is taken, then the body.
     """
     principal = ctx.principal
     context = (api, principal.workspace_id, principal.project_id, path_project, header_project)
-    digest = hashlib.sha256(_context_id((*context, session is not None, headers)))
+    digest = hashlib.sha256(repr((*context, session is not None, headers)).encode("utf-8", "surrogatepass"))
     if len(raw) <= MAX_BODY:
+        digest.update(b"\0whole\0")
         digest.update(raw)
     else:
+        digest.update(b"\0sampled\0")
         digest.update(len(raw).to_bytes(8, "big"))
         digest.update(raw[:SAMPLE])
         digest.update(raw[-SAMPLE:])
@@ -117,6 +107,7 @@ class Shared:
     dialect: Dialect
     request: Request
     headers: tuple[tuple[str, str], ...]  # the provider headers the entry recorded
+    size: int  # what the headers hold, charged to every hit that shares them (cost())
 
 
 class Kept:
@@ -176,10 +167,11 @@ _MISSING = object()
 
 
 def cost(key: Key, kept: Kept | _Seen) -> int:
-    """About how many bytes a request in the cache holds (`key` is a digest whatever the body's size)."""
+    """About how many bytes a request in the cache holds (`key` is a digest whatever the body's size):
+    a hit is charged the recorded headers it shares, so sharing can only make the bound generous."""
     if isinstance(kept, _Seen):
         return NOTED
-    return HIT + len(kept.data) + (LARGE_BODY if kept.digest is not None else 0)
+    return HIT + len(kept.data) + kept.shared.size + (LARGE_BODY if kept.digest is not None else 0)
 
 
 class HitCache:
@@ -274,9 +266,10 @@ class HitCache:
             if len(self._shared) >= SHARED:
                 self._shared.clear()
             slim = {"id": project["id"], "name": project["name"]}
-            shared = self._shared[ident] = Shared(
-                slim, project["workspace_id"], call.dialect, call.request, headers
-            )
+            # Recorded headers are mostly per answer (timings, rate limits): each hit pays for them.
+            size = sum(HEADER + len(name) + len(value) for name, value in headers)
+            shared = Shared(slim, project["workspace_id"], call.dialect, call.request, headers, size)
+            self._shared[ident] = shared
         return shared
 
     def _put(self, key: Key, kept: Kept | _Seen, *, admitted: bool = False) -> None:

@@ -221,6 +221,24 @@ def test_the_same_request_in_another_workspace_is_not_served_from_this_one(ctx, 
     assert hits.key(ctx, "openai.chat", "shop", None, b"{}") != hits.key(
         ctx, "openai.responses", "shop", None, b"{}"
     )
+    # And so are they with other answer headers (Anthropic's betas), or the project named elsewhere.
+    keys = {
+        hits.key(ctx, "anthropic.messages", "shop", None, b"{}", headers=headers)
+        for headers in [(None,), ("None",), ("a",), ("a,b",), ("",)]
+    }
+    keys |= {
+        hits.key(ctx, "openai.chat", None, "shop", b"{}"),
+        hits.key(ctx, "openai.chat", "shop", None, b"{}"),
+    }
+    assert len(keys) == 7
+
+
+def test_a_large_body_is_never_keyed_as_a_small_one_made_of_its_samples(ctx):
+    big = b"[" + b"1," * 40_000 + b"1]"
+    samples = len(big).to_bytes(8, "big") + big[: hits.SAMPLE] + big[-hits.SAMPLE :]
+    assert hits.key(ctx, "openai.chat", "shop", None, big) != hits.key(
+        ctx, "openai.chat", "shop", None, samples
+    )
 
 
 def test_templates_and_streams_are_rendered_afresh_each_time(ctx, client, make_token):
@@ -491,3 +509,32 @@ def test_the_cost_of_a_kept_hit_and_of_a_note_is_what_they_hold(ctx, app, client
         held = held_by(key, hit, share)
         assert held <= hits.cost(key, hit) <= held * 1.3
     assert sys.getsizeof(noted[0]) + share <= hits.NOTED <= (sys.getsizeof(noted[0]) + share) * 1.5
+
+
+def test_recorded_provider_headers_count_in_the_cost_of_each_hit_that_replays_them(
+    ctx, app, client, make_token, entry_queries
+):
+    projects.create(ctx, {"name": "recorded", "mode": "replay"})
+    save_entry(ctx, "recorded", "plain")
+    save_entry(ctx, "recorded", "with headers")
+    headers = {f"x-ratelimit-remaining-{n}": "9" * 200 for n in ("requests", "tokens")}
+    bundle = json.loads(b"".join(bundles.export_bundle(ctx, "recorded")))
+    for entry in bundle["entries"]:
+        if "with headers" in json.dumps(entry["request"]):
+            entry["meta"] = {"headers": headers}
+    projects.create(ctx, {"name": "shop", "mode": "replay"})
+    assert bundles.import_bundle(ctx, "shop", io.BytesIO(json.dumps(bundle).encode()))["created"] == 2
+    auth = make_token("admin")
+    for text in ("plain", "with headers"):
+        for _ in range(2):
+            client.post(URL, json=request_for(text), headers=auth)
+    [(plain_key, plain), (headed_key, headed)] = [
+        (k, v) for k, v in app.wsgi_app.hits._kept.items() if isinstance(v, hits.Kept)
+    ]
+    entry_queries.clear()
+    replayed = client.post(URL, json=request_for("with headers"), headers=auth)
+    assert "entry_by_fingerprint" not in entry_queries  # served kept, headers and all
+    assert replayed.headers["x-ratelimit-remaining-tokens"] == "9" * 200
+    extra = hits.cost(headed_key, headed) - len(headed.data) - (hits.cost(plain_key, plain) - len(plain.data))
+    objects = [headed.headers, *headed.headers, *(text for pair in headed.headers for text in pair)]
+    assert len(headed.headers) == 2 and sum(map(sys.getsizeof, objects)) <= extra

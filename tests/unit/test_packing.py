@@ -55,7 +55,7 @@ def test_a_stream_of_chunks_packs_to_a_fraction():
     chunk = 'data: {"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini",'
     events = "".join(
         chunk + f'"choices":[{{"index":0,"delta":{{"content":"word{i} "}},"finish_reason":null}}]}}\n\n'
-        for i in range(200)
+        for i in range(90)  # ~14 KB: under MAX_SIZE
     ).encode()
     packed = packing.pack(events + b"data: [DONE]\n\n")
     assert packed is not None and len(packed) < len(events) / 8
@@ -64,14 +64,14 @@ def test_a_stream_of_chunks_packs_to_a_fraction():
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"{}", b"x" * (packing.MIN_SIZE - 1), os.urandom(4096)],
-    ids=["empty", "tiny", "under the minimum", "random bytes"],
+    [b"", b"{}", b"x" * (packing.MIN_SIZE - 1), os.urandom(4096), b" " * (packing.MAX_SIZE + 1)],
+    ids=["empty", "tiny", "under the minimum", "random bytes", "over the maximum"],
 )
 def test_what_would_not_save_enough_is_left_as_it_is(data):
     assert packing.pack(data) is None
 
 
-def test_every_byte_value_and_long_answers_come_back_whole():
-    data = bytes(range(256)) * 64 + COMPLETION * 200  # past deflate's 32 KiB window
+def test_every_byte_value_and_the_longest_packed_answer_come_back_whole():
+    data = (bytes(range(256)) * 8 + COMPLETION * 20)[: packing.MAX_SIZE]
     packed = packing.pack(data)
     assert packed is not None and packing.unpack(packed) == data
