@@ -64,6 +64,8 @@ class _Seen:
 
 
 SEEN = _Seen()
+PREFIXES = 1024  # contexts whose hashed repr() is kept, to hash a request's body after it
+_prefixes: dict[tuple[Any, ...], Any] = {}
 
 
 def key(
@@ -85,8 +87,21 @@ def key(
     body is taken, then the body.
     """
     principal = ctx.principal
-    context = (api, principal.workspace_id, principal.project_id, path_project, header_project)
-    digest = hashlib.sha256(repr((*context, session is not None, headers)).encode("utf-8", "surrogatepass"))
+    context = (
+        api,
+        principal.workspace_id,
+        principal.project_id,
+        path_project,
+        header_project,
+        session is not None,
+        headers,
+    )
+    prefix = _prefixes.get(context)
+    if prefix is None:
+        if len(_prefixes) >= PREFIXES:
+            _prefixes.clear()  # a cache of a pure function: dropping it changes no key
+        prefix = _prefixes[context] = hashlib.sha256(repr(context).encode("utf-8", "surrogatepass"))
+    digest = prefix.copy()
     if len(raw) <= MAX_BODY:
         digest.update(b"\0whole\0")
         digest.update(raw)
