@@ -108,7 +108,8 @@ class Tally:
 
     In the server each increment of a prometheus_client value takes a lock, asks the kernel for the
     process id and writes into a memory-mapped file: the three series every proxied request moves
-    cost ~12 µs of a replay hit's ~140 µs of server CPU (bench/RESULTS.md, session 8). Counted here,
+    cost ~8 µs of a replay hit's ~120 µs of server CPU under load, measured with and without this
+    side by side (bench/RESULTS.md, session 8). Counted here,
     they cost a dict update each, and `flush()` writes each label set's sum once per interval. A
     scrape therefore sees the other workers' requests of the last interval (0.1 s in the server) a
     little later; the worker that serves the scrape flushes its own first. Only the gevent worker

@@ -6,9 +6,9 @@ saves little on a short answer: it can only refer back to what it has already se
 a 1.2 KB completion spends a fifth of its bytes on names (`"finish_reason":`, `"completion_tokens":`)
 met once each. The dictionary is what every answer could refer back to: with it a typical completion
 packs to ~45% of its size (its prose to about half, its JSON to almost nothing), a stream's chunks to
-a tenth. Unpacking costs about a microsecond per kilobyte. The dictionary holds no answer's content,
-only the APIs' own vocabulary, so answers that share more than that (the benchmark's, which differ by
-a number) gain nothing extra from it.
+a tenth. Unpacking costs ~4 µs for a 1.2 KB completion and ~30 µs at MAX_SIZE. The dictionary holds
+no answer's content, only the APIs' own vocabulary, so answers that share more than that (the
+benchmark's, which differ by a number) gain nothing extra from it.
 """
 
 from __future__ import annotations
