@@ -43,29 +43,36 @@ WAL_INDEX_HEADER = 48
 WAL_INDEX_VERSION = 3007000
 # The replay change counter (store.version()): its triggers are in the migration that made it.
 COUNTER = "SELECT counter FROM replay_changes WHERE id = 1"
+# store.entry_at_version(): the named query with positional parameters, in their order.
+ENTRY_BY_FINGERPRINT = (
+    QUERIES["entry_by_fingerprint"].replace(":project_id", "?").replace(":fingerprint", "?")
+)
+
+
+def _translation(exc: sqlite3.DatabaseError) -> DatabaseError:
+    """The driver-neutral error for an error of sqlite3 (semula.db's classes)."""
+    text = str(exc)
+    if isinstance(exc, sqlite3.IntegrityError):
+        return UniqueViolation(text) if "UNIQUE" in text or "PRIMARY KEY" in text else DatabaseError(text)
+    if isinstance(exc, sqlite3.OperationalError):
+        name = getattr(exc, "sqlite_errorname", "")
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
+            return Busy(text)
+        if name.startswith("SQLITE_FULL"):
+            return DiskFull(text)
+        if name.startswith("SQLITE_CANTOPEN"):
+            return Unavailable(text)
+        if text.startswith(("no such table", "no such column", "no such function")):
+            return SchemaMismatch(text)
+    return DatabaseError(text)  # disk I/O errors, a corrupt file, ...
 
 
 @contextmanager
 def _translated() -> Iterator[None]:
     try:
         yield
-    except sqlite3.IntegrityError as exc:
-        if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
-            raise UniqueViolation(str(exc)) from exc
-        raise DatabaseError(str(exc)) from exc
-    except sqlite3.OperationalError as exc:
-        name = getattr(exc, "sqlite_errorname", "")
-        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc):
-            raise Busy(str(exc)) from exc
-        if name.startswith("SQLITE_FULL"):
-            raise DiskFull(str(exc)) from exc
-        if name.startswith("SQLITE_CANTOPEN"):
-            raise Unavailable(str(exc)) from exc
-        if str(exc).startswith(("no such table", "no such column", "no such function")):
-            raise SchemaMismatch(str(exc)) from exc
-        raise DatabaseError(str(exc)) from exc
-    except sqlite3.DatabaseError as exc:  # disk I/O errors, a corrupt file, ...
-        raise DatabaseError(str(exc)) from exc
+    except sqlite3.DatabaseError as exc:
+        raise _translation(exc) from exc
 
 
 class _Conn:
@@ -308,8 +315,23 @@ class SQLiteStore:
         self, workspace_id: str, project_id: str, fingerprint: str
     ) -> tuple[Row | None, object]:
         version = self.version(workspace_id)  # before the row: a later change moves it
-        with self._conn() as conn:
-            return conn.one("entry_by_fingerprint", project_id=project_id, fingerprint=fingerprint), version
+        # Every first sight of a replay comes here: _conn() and _translated() inlined, positional
+        # parameters (the ids and the hex fingerprint are semula's own, never NUL), a third of the
+        # Python around SQLite's own ~10 us (docs/decisions/0045-first-sight-path.md).
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._open()
+        try:
+            row = conn.raw.execute(ENTRY_BY_FINGERPRINT, (project_id, fingerprint)).fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise _translation(exc) from exc
+        finally:
+            if len(self._idle) < self.pool_size:
+                self._idle.append(conn)
+            else:
+                conn.raw.close()
+        return (dict(row) if row is not None else None), version
 
     def version(self, workspace_id: str) -> object:
         """The replay change counter (one for all workspaces): moved, by triggers, in the transaction

@@ -104,3 +104,40 @@ def test_clean_keeps_the_first_line_and_redacts_credentials():
     text = db.clean("could not use postgresql://bob:s3cret@db:5432/x password=hunter22\nDETAIL: secret row")
     assert text.startswith("could not use postgresql://bob:[REDACTED]@db:5432/x")
     assert "s3cret" not in text and "hunter22" not in text and "DETAIL" not in text
+
+
+def test_sqlite_entry_lookup_translates_errors_and_keeps_its_connection(tmp_path):
+    """The replay's entry lookup runs outside the store's context managers: its errors are the
+    driver-neutral ones all the same, and its connection goes back to the pool either way."""
+    store = sqlite_driver.SQLiteStore(str(tmp_path / "lookup.db"), pool_size=2)
+    try:
+        with store.transaction() as tx:
+            tx.raw.execute("CREATE TABLE replay_changes (id INTEGER PRIMARY KEY, counter INTEGER)")
+            tx.raw.execute("INSERT INTO replay_changes VALUES (1, 7)")
+            tx.raw.execute(
+                "CREATE TABLE entries (id, response, chunks, review_status, model, meta, answers,"
+                " project_id, fingerprint)"
+            )
+            tx.raw.execute(
+                "INSERT INTO entries VALUES ('e1', '{}', NULL, 'unreviewed', 'm', NULL, 1, 'p', 'f')"
+            )
+        row, version = store.entry_at_version("w", "p", "f")
+        assert version == 7
+        assert row == {
+            "id": "e1",
+            "response": "{}",
+            "chunks": None,
+            "review_status": "unreviewed",
+            "model": "m",
+            "meta": None,
+            "answers": 1,
+        }
+        assert store.entry_at_version("w", "p", "other")[0] is None
+        idle = len(store._idle)
+        with store.transaction() as tx:
+            tx.raw.execute("DROP TABLE entries")
+        with pytest.raises(db.SchemaMismatch, match="no such table: entries"):
+            store.entry_at_version("w", "p", "f")
+        assert len(store._idle) == idle
+    finally:
+        store.close()
