@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -80,3 +81,63 @@ def test_serve_refuses_a_newer_schema_and_starts_no_server(store, db_url, tmp_pa
         pytest.fail("semula serve started on a database migrated by a newer semula")
     assert proc.returncode == 1
     assert b"newer semula" in output and b"Booting worker" not in output
+
+
+def test_sqlite_moves_the_request_to_the_end_of_entry_rows_and_keeps_everything(tmp_path):
+    """0019 (SQLite): an entry's request becomes its row's last column, so the replay's lookup of the
+    response never walks the request's overflow pages; entries, their answers and revisions survive
+    (a rebuilt table would have cascaded deletes to both), and the change counter moves once."""
+    import shutil
+
+    from semula.config import Settings
+    from semula.service import CLI, Context, entries, projects
+    from tests.entry_helpers import request_for, save_entry
+
+    before = tmp_path / "before"
+    before.mkdir()
+    for path in migration_files("sqlite"):
+        if not path.name.startswith("0019_"):
+            shutil.copy(str(path), before / path.name)
+    store = connect(f"sqlite:///{tmp_path}/old.db", pool_size=1)
+    try:
+        migrate(store, before)
+        ctx = Context(store, Settings(), CLI)
+        project = projects.create(ctx, {"name": "shop", "mode": "replay"})
+        long_text = "tool output " * 9000  # ~100 KB: the request spills onto overflow pages
+        saved = [save_entry(ctx, "shop", text) for text in ("short", long_text)]
+        entries.edit(ctx, saved[0]["id"], {"content": "edited"}, summary="by hand")
+        entries.append(
+            store,
+            ctx,
+            project_id=project["id"],
+            fingerprint=saved[1]["fingerprint"],
+            request=request_for(long_text),
+            response=json.loads(store.one("get_entry", id=saved[1]["id"])["response"]),
+            chunks=None,
+            actor="agent",
+            summary="",
+        )
+
+        def rows(sql):
+            with store.transaction() as tx:
+                return [dict(row) for row in tx.raw.execute(sql)]
+
+        def snapshot():  # by column name: the columns' order is what changes
+            return (
+                rows("SELECT * FROM entries ORDER BY id"),
+                rows("SELECT * FROM entry_revisions ORDER BY id"),
+                rows("SELECT * FROM entry_answers ORDER BY entry_id, seq"),
+            )
+
+        old = snapshot()
+        counter = store.version("wsp_default")
+        assert migrate(store) == ["0019_entry_request_last.sqlite.sql"]
+        assert snapshot() == old
+        assert [len(part) for part in old] == [2, 4, 1]  # revisions: 2 saves, 1 edit, 1 appended answer
+        assert store.version("wsp_default") == counter + 1
+        columns = [row["name"] for row in rows("PRAGMA table_info(entries)")]
+        assert columns[-1] == "request" and columns.count("request") == 1
+        row, _ = store.entry_at_version("wsp_default", project["id"], saved[1]["fingerprint"])
+        assert row["id"] == saved[1]["id"] and row["answers"] == 2
+    finally:
+        store.close()
