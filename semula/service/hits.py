@@ -238,6 +238,10 @@ class HitCache:
             return
         if call.stream and (sse is None or not call.dialect.keeps_stream(call.request)):
             return
+        if not call.stream and not call.request.fresh:
+            # restamp `recorded`: a completion recorded without an id or created gets fresh ones at
+            # every render, which a kept hit would freeze at its first reply's; rendered each time.
+            return
         if call.session is not None and (call.call_number or call.project["sequences"] == "record"):
             return  # its answer depends on its number in the session, or would for a caller who may record
         if version is None or key not in self._kept:

@@ -538,3 +538,15 @@ def test_recorded_provider_headers_count_in_the_cost_of_each_hit_that_replays_th
     extra = hits.cost(headed_key, headed) - len(headed.data) - (hits.cost(plain_key, plain) - len(plain.data))
     objects = [headed.headers, *headed.headers, *(text for pair in headed.headers for text in pair)]
     assert len(headed.headers) == 2 and sum(map(sys.getsizeof, objects)) <= extra
+
+
+def test_with_restamp_recorded_an_answer_recorded_without_stamps_gets_fresh_ones_every_time(
+    ctx, shop, client, make_token
+):
+    """An agent's answer has no recorded id or created: with restamp `recorded` each reply is stamped
+    afresh, as a render does, never frozen at the first kept reply's stamps."""
+    projects.update(ctx, "shop", {"restamp": "recorded"})
+    headers = make_token("viewer", scope="replay")
+    bodies = [client.post(URL, json=BODY, headers=headers).json for _ in range(5)]
+    assert {b["choices"][0]["message"]["content"] for b in bodies} == {"first"}
+    assert len({b["id"] for b in bodies}) == 5
