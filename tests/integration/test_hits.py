@@ -550,3 +550,14 @@ def test_with_restamp_recorded_an_answer_recorded_without_stamps_gets_fresh_ones
     bodies = [client.post(URL, json=BODY, headers=headers).json for _ in range(5)]
     assert {b["choices"][0]["message"]["content"] for b in bodies} == {"first"}
     assert len({b["id"] for b in bodies}) == 5
+
+
+def test_a_full_cache_drops_the_oldest_and_copies_its_dict_before_the_front_grows_long():
+    """Each eviction leaves an empty slot at the dict's front that the next one walks past; the cache
+    copies the dict after sqrt(100 n) evictions, keeping the oldest-first order."""
+    cache = hits.HitCache(max_bytes=hits.cost(b"k" * 32, hits.SEEN) * 1000)
+    keys = [n.to_bytes(32, "big") for n in range(20_000)]
+    for key in keys:
+        cache._put(key, hits.SEEN, admitted=True)
+    assert list(cache._kept) == keys[-1000:]
+    assert cache._dropped * cache._dropped <= 100 * len(cache._kept)
