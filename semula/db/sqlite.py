@@ -252,22 +252,28 @@ class SQLiteStore:
                     raise
                 time.sleep(0.02)
 
-    @contextmanager
-    def _conn(self) -> Iterator[_Conn]:
+    def _take(self) -> _Conn:
         # pop() alone is atomic; "if self._idle" then pop() races between threads (the answerer).
         try:
-            conn = self._idle.pop()
+            return self._idle.pop()
         except IndexError:
-            conn = self._open()
+            return self._open()
+
+    def _give_back(self, conn: _Conn) -> None:
+        if conn.raw.in_transaction:
+            conn.raw.rollback()
+        if len(self._idle) < self.pool_size:
+            self._idle.append(conn)
+        else:
+            conn.raw.close()
+
+    @contextmanager
+    def _conn(self) -> Iterator[_Conn]:
+        conn = self._take()
         try:
             yield conn
         finally:
-            if conn.raw.in_transaction:
-                conn.raw.rollback()
-            if len(self._idle) < self.pool_size:
-                self._idle.append(conn)
-            else:
-                conn.raw.close()
+            self._give_back(conn)
 
     def _for(self, name: str) -> AbstractContextManager[_Conn]:
         # A query of several statements is atomic, as its PostgreSQL twin of one statement is.
@@ -315,22 +321,16 @@ class SQLiteStore:
         self, workspace_id: str, project_id: str, fingerprint: str
     ) -> tuple[Row | None, object]:
         version = self.version(workspace_id)  # before the row: a later change moves it
-        # Every first sight of a replay comes here: _conn() and _translated() inlined, positional
-        # parameters (the ids and the hex fingerprint are semula's own, never NUL), a third of the
-        # Python around SQLite's own ~10 us (docs/decisions/0045-first-sight-path.md).
-        try:
-            conn = self._idle.pop()
-        except IndexError:
-            conn = self._open()
+        # Every first sight of a replay comes here: no generator context managers (_conn(),
+        # _translated()), positional parameters (the ids and the hex fingerprint are semula's own,
+        # never NUL), a third of the Python around SQLite's own ~10 us (decision 0045).
+        conn = self._take()
         try:
             row = conn.raw.execute(ENTRY_BY_FINGERPRINT, (project_id, fingerprint)).fetchone()
         except sqlite3.DatabaseError as exc:
             raise _translation(exc) from exc
         finally:
-            if len(self._idle) < self.pool_size:
-                self._idle.append(conn)
-            else:
-                conn.raw.close()
+            self._give_back(conn)
         return (dict(row) if row is not None else None), version
 
     def version(self, workspace_id: str) -> object:
