@@ -53,8 +53,11 @@ HIT = 640
 NOTED = 120
 LARGE_BODY = 96  # what a body over MAX_BODY adds to its kept hit: the digest it must have
 ADMIT = 8
-SHARED = 4096  # the most Shared values held; past it, the table starts again (hits keep theirs)
 HEADER = 200  # what a recorded header costs besides its name's and value's characters (its objects)
+# What a Shared holds besides its headers (itself, its project's id and name, its request, its key
+# in the table): charged once while a kept hit uses it, so hits whose recorded headers differ per
+# answer, each with a Shared of its own, are charged for every one of them.
+SHARED_COST = 1024
 
 Key = bytes
 
@@ -113,7 +116,7 @@ def key(
     return digest.digest()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Shared:
     """What many kept hits have in common, held once: their project, API, request and headers."""
 
@@ -122,7 +125,9 @@ class Shared:
     dialect: Dialect
     request: Request
     headers: tuple[tuple[str, str], ...]  # the provider headers the entry recorded
-    size: int  # what the headers hold, charged to every hit that shares them (cost())
+    ident: tuple[Any, ...]  # its key in HitCache._shared
+    size: int  # what it holds (SHARED_COST and its headers), charged while a kept hit uses it
+    users: int = 0  # the kept hits that use it
 
 
 class Kept:
@@ -182,11 +187,11 @@ _MISSING = object()
 
 
 def cost(key: Key, kept: Kept | _Seen) -> int:
-    """About how many bytes a request in the cache holds (`key` is a digest whatever the body's size):
-    a hit is charged the recorded headers it shares, so sharing can only make the bound generous."""
+    """About how many bytes a request in the cache holds (`key` is a digest whatever the body's size),
+    besides its Shared's, which the cache charges once for all the hits that use it."""
     if isinstance(kept, _Seen):
         return NOTED
-    return HIT + len(kept.data) + kept.shared.size + (LARGE_BODY if kept.digest is not None else 0)
+    return HIT + len(kept.data) + (LARGE_BODY if kept.digest is not None else 0)
 
 
 class HitCache:
@@ -194,7 +199,7 @@ class HitCache:
         self.max_bytes = max_bytes
         self._kept: dict[Key, Kept | _Seen] = {}
         self._dropped = 0  # evictions since self._kept was last copied (_put)
-        self._bytes = 0  # cost() of everything kept
+        self._bytes = 0  # cost() of everything kept, and the size of every Shared a kept hit uses
         self._refused = 0  # new requests met while full
         self._shared: dict[tuple[Any, ...], Shared] = {}
 
@@ -283,14 +288,30 @@ class HitCache:
         )
         shared = self._shared.get(ident)
         if shared is None:
-            if len(self._shared) >= SHARED:
-                self._shared.clear()
+            # Held while a kept hit uses it (_hold, _release): the table is no larger than the cache.
             slim = {"id": project["id"], "name": project["name"]}
-            # Recorded headers are mostly per answer (timings, rate limits): each hit pays for them.
-            size = sum(HEADER + len(name) + len(value) for name, value in headers)
-            shared = Shared(slim, project["workspace_id"], call.dialect, call.request, headers, size)
+            size = SHARED_COST + sum(HEADER + len(name) + len(value) for name, value in headers)
+            shared = Shared(slim, project["workspace_id"], call.dialect, call.request, headers, ident, size)
             self._shared[ident] = shared
         return shared
+
+    def _hold(self, key: Key, kept: Kept | _Seen) -> None:
+        self._bytes += cost(key, kept)
+        if isinstance(kept, Kept):
+            shared = kept.shared
+            if not shared.users:
+                self._bytes += shared.size
+            shared.users += 1
+
+    def _release(self, key: Key, kept: Kept | _Seen) -> None:
+        self._bytes -= cost(key, kept)
+        if isinstance(kept, Kept):
+            shared = kept.shared
+            shared.users -= 1
+            if not shared.users:
+                self._bytes -= shared.size
+                if self._shared.get(shared.ident) is shared:
+                    del self._shared[shared.ident]
 
     def _put(self, key: Key, kept: Kept | _Seen, *, admitted: bool = False) -> None:
         """Keep (or keep again, as answered) a request, dropping the oldest while over max_bytes.
@@ -305,13 +326,13 @@ class HitCache:
             if self._refused % ADMIT:
                 return
         old = self._kept.pop(key, None)
+        self._hold(key, kept)  # before the release: a Shared the two use stays in the table
         if old is not None:
-            self._bytes -= cost(key, old)
-        self._bytes += cost(key, kept)
+            self._release(key, old)
         self._kept[key] = kept
         while self._bytes > self.max_bytes and len(self._kept) > 1:
             oldest = next(iter(self._kept))
-            self._bytes -= cost(oldest, self._kept.pop(oldest))
+            self._release(oldest, self._kept.pop(oldest))
             self._dropped += 1
         if self._dropped * self._dropped > 100 * len(self._kept):
             # A dict leaves a dropped key's slot empty at its front, and next(iter()) walks every such

@@ -511,33 +511,56 @@ def test_the_cost_of_a_kept_hit_and_of_a_note_is_what_they_hold(ctx, app, client
     assert sys.getsizeof(noted[0]) + share <= hits.NOTED <= (sys.getsizeof(noted[0]) + share) * 1.5
 
 
-def test_recorded_provider_headers_count_in_the_cost_of_each_hit_that_replays_them(
+def shared_by(shared, share_of_table):
+    """The bytes a Shared's own objects take: itself, its project's id and name, its request, its
+    recorded headers, its key in the table and its slot there."""
+    own = [shared, shared.project, *shared.project.values(), shared.workspace_id, shared.ident]
+    own += [shared.request, shared.request.__dict__, shared.request.model, shared.headers]
+    own += [*shared.headers, *(text for pair in shared.headers for text in pair)]
+    return sum(map(sys.getsizeof, own)) + share_of_table
+
+
+def test_recorded_provider_headers_are_charged_once_for_each_set_of_them_a_kept_hit_uses(
     ctx, app, client, make_token, entry_queries
 ):
+    """Recorded headers mostly differ per answer (timings, rate limits): then each kept hit has a
+    Shared of its own, and the cache is charged what each of them holds, headers and all."""
     projects.create(ctx, {"name": "recorded", "mode": "replay"})
-    save_entry(ctx, "recorded", "plain")
-    save_entry(ctx, "recorded", "with headers")
-    headers = {f"x-ratelimit-remaining-{n}": "9" * 200 for n in ("requests", "tokens")}
+    texts = [f"question {i}" for i in range(40)]
+    for text in texts:
+        save_entry(ctx, "recorded", text)
     bundle = json.loads(b"".join(bundles.export_bundle(ctx, "recorded")))
-    for entry in bundle["entries"]:
-        if "with headers" in json.dumps(entry["request"]):
-            entry["meta"] = {"headers": headers}
+    for n, entry in enumerate(bundle["entries"]):
+        if n % 2:
+            recorded = {f"x-ratelimit-remaining-{k}": f"{n:03}" * 60 for k in ("requests", "tokens")}
+            entry["meta"] = {"headers": recorded}
     projects.create(ctx, {"name": "shop", "mode": "replay"})
-    assert bundles.import_bundle(ctx, "shop", io.BytesIO(json.dumps(bundle).encode()))["created"] == 2
+    assert bundles.import_bundle(ctx, "shop", io.BytesIO(json.dumps(bundle).encode()))["created"] == 40
     auth = make_token("admin")
-    for text in ("plain", "with headers"):
+    for text in texts:
         for _ in range(2):
             client.post(URL, json=request_for(text), headers=auth)
-    [(plain_key, plain), (headed_key, headed)] = [
-        (k, v) for k, v in app.wsgi_app.hits._kept.items() if isinstance(v, hits.Kept)
-    ]
+    cache = app.wsgi_app.hits
+    kept = [(k, v) for k, v in cache._kept.items() if isinstance(v, hits.Kept)]
+    assert len(kept) == 40
     entry_queries.clear()
-    replayed = client.post(URL, json=request_for("with headers"), headers=auth)
+    headed = next(v for _, v in kept if v.headers)
+    text = next(t for t in texts if t in json.dumps(entries.get(ctx, headed.entry_id)["request"]))
+    replayed = client.post(URL, json=request_for(text), headers=auth)
     assert "entry_by_fingerprint" not in entry_queries  # served kept, headers and all
-    assert replayed.headers["x-ratelimit-remaining-tokens"] == "9" * 200
-    extra = hits.cost(headed_key, headed) - len(headed.data) - (hits.cost(plain_key, plain) - len(plain.data))
-    objects = [headed.headers, *headed.headers, *(text for pair in headed.headers for text in pair)]
-    assert len(headed.headers) == 2 and sum(map(sys.getsizeof, objects)) <= extra
+    assert replayed.headers["x-ratelimit-remaining-tokens"] == headed.headers[1][1]
+
+    shareds = {id(v.shared): v.shared for _, v in kept}.values()
+    assert len(shareds) == 21  # one for the 20 hits without headers, one for each with them
+    assert {s.users for s in shareds if s.headers} == {1} and cache._shared == {s.ident: s for s in shareds}
+    assert cache._bytes == sum(hits.cost(k, v) for k, v in cache._kept.items()) + sum(s.size for s in shareds)
+    share = (sys.getsizeof(cache._kept) - sys.getsizeof({})) / len(cache._kept)
+    table_share = (sys.getsizeof(cache._shared) - sys.getsizeof({})) / len(cache._shared)
+    for key, hit in kept:
+        if hit.headers:
+            held = held_by(key, hit, share) + shared_by(hit.shared, table_share)
+            charged = hits.cost(key, hit) + hit.shared.size
+            assert held <= charged <= held * 1.3
 
 
 def test_with_restamp_recorded_an_answer_recorded_without_stamps_gets_fresh_ones_every_time(
