@@ -131,16 +131,36 @@ class Tally:
         counts[1 + bisect.bisect_left(LATENCY_BOUNDS, seconds)] += 1
 
     def flush(self) -> None:
-        for outcome, n in self.calls.items():
-            _call_child(outcome).inc(n)
-        for key, n in self.requests.items():
-            _request_child(key).inc(n)
-        for surface, counts in self.latency.items():
+        """Write the counts, each taken out once written: a failure part-way leaves here only what
+        was not written yet, and flush() counts it again."""
+        for outcome in list(self.calls):
+            _call_child(outcome).inc(self.calls[outcome])
+            del self.calls[outcome]
+        for key in list(self.requests):
+            _request_child(key).inc(self.requests[key])
+            del self.requests[key]
+        for surface in list(self.latency):
+            counts = self.latency[surface]
             hist = _latency_child(surface)
-            hist._sum.inc(counts[0])
-            for bucket, n in zip(hist._buckets, counts[1:], strict=True):
-                if n:
-                    bucket.inc(n)
+            if counts[0]:
+                hist._sum.inc(counts[0])
+                counts[0] = 0.0
+            for index, bucket in enumerate(hist._buckets, 1):
+                if counts[index]:
+                    bucket.inc(counts[index])
+                    counts[index] = 0
+            del self.latency[surface]
+
+    def add(self, other: Tally) -> None:
+        """Count another tally's counts here too."""
+        for outcome, n in other.calls.items():
+            self.calls[outcome] = self.calls.get(outcome, 0) + n
+        for key, n in other.requests.items():
+            self.requests[key] = self.requests.get(key, 0) + n
+        for surface, counts in other.latency.items():
+            mine = self.latency.setdefault(surface, [0.0] * len(counts))
+            for index, n in enumerate(counts):
+                mine[index] += n
 
 
 LATENCY_BOUNDS = (*REQUEST_SECONDS._upper_bounds,)
@@ -172,7 +192,11 @@ def flush() -> None:
     if _tally is None:
         return
     tally, _tally = _tally, Tally()
-    tally.flush()
+    try:
+        tally.flush()
+    except BaseException:
+        _tally.add(tally)  # what was not written (a full disk): written with the next interval's counts
+        raise
 
 
 def start_batching(interval: float = 0.1) -> None:

@@ -36,21 +36,26 @@ def count(surface="proxy"):
         metrics.count_call("tally-test")
 
 
-def test_a_flush_writes_what_counting_each_request_would_have(monkeypatch):
+def counted_directly(monkeypatch, surface, as_surface, times=1):
+    """What counting each request would write, under `as_surface`'s label, `times` over."""
     monkeypatch.setattr(metrics, "_tally", None)
     before = samples()
-    count("tally-direct")
-    direct = moved(before, samples())
+    count(surface)
+    rename = {("surface", surface): ("surface", as_surface)}
+    return {
+        (name, tuple(rename.get(label, label) for label in labels)): v * times
+        for (name, labels), v in moved(before, samples()).items()
+    }
+
+
+def test_a_flush_writes_what_counting_each_request_would_have(monkeypatch):
+    expected = counted_directly(monkeypatch, "tally-direct", "tally-batched")
     monkeypatch.setattr(metrics, "_tally", metrics.Tally())
     before = samples()
     count("tally-batched")
     assert moved(before, samples()) == {}  # nothing written until the flush
     metrics.flush()
     batched = moved(before, samples())
-    rename = {("surface", "tally-direct"): ("surface", "tally-batched")}
-    expected = {
-        (name, tuple(rename.get(label, label) for label in labels)): v for (name, labels), v in direct.items()
-    }
     # The calls counter moved by the same amount in both runs, under the same labels.
     assert batched == expected and len(batched) > len(LATENCIES) // 2
 
@@ -72,3 +77,23 @@ def test_flushing_without_batching_writes_nothing_and_keeps_nothing(monkeypatch)
     before = samples()
     metrics.flush()
     assert moved(before, samples()) == {}
+
+
+def test_a_flush_that_fails_part_way_writes_the_rest_at_the_next_flush(monkeypatch):
+    expected = counted_directly(monkeypatch, "tally-direct-again", "tally-failing", times=2)
+    monkeypatch.setattr(metrics, "_tally", metrics.Tally())
+    before = samples()
+    count("tally-failing")
+    real = metrics._latency_child
+
+    def failing(surface):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(metrics, "_latency_child", failing)  # the counters are written, then it fails
+    with pytest.raises(OSError):
+        metrics.flush()
+    assert 0 < len(moved(before, samples())) < len(expected)
+    count("tally-failing")  # counted while the disk was full
+    monkeypatch.setattr(metrics, "_latency_child", real)
+    metrics.flush()
+    assert moved(before, samples()) == pytest.approx(expected)
