@@ -204,6 +204,12 @@ class Dialect:
         """The events as server-sent events on the wire, as the API frames them."""
         raise NotImplementedError
 
+    def keeps_json(self, req: Request, recorded: dict[str, Any]) -> bool:
+        """Whether a rendered body of this recorded response may be kept and sent again through
+        restamp_json(): yes when restamp() renews its stamps as render() does (every API but Chat
+        Completions stamps every reply afresh whatever the project's restamp setting)."""
+        return True
+
     def keeps_stream(self, req: Request) -> bool:
         """Whether a replayed stream of this request may be kept as bytes and sent again through
         restamp_sse() (no by default: its events carry ids this dialect does not know how to renew)."""

@@ -155,6 +155,13 @@ class OpenAIChat(Dialect):
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         return stream.sse_lines(events)
 
+    def keeps_json(self, req: Request, recorded: dict[str, Any]) -> bool:
+        # With restamp off, a completion keeps its recorded id and created when it has them and gets
+        # fresh ones when it has not, each render; a kept hit would repeat its first reply's.
+        return req.fresh or bool(
+            recorded.get("choices") and recorded.get("id") and isinstance(recorded.get("created"), int)
+        )
+
     def keeps_stream(self, req: Request) -> bool:
         # With restamp off, a stream keeps its recorded id when it has one and gets a fresh one when
         # it has none: such streams are rendered each time rather than kept.

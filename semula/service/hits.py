@@ -11,7 +11,9 @@ process, is therefore seen by the very next request, as without this cache
 
 The first sight of a request only notes that it was seen; the next one keeps what it finds under the
 counter value its call read no later than its rows (Call.version). Answers with templates are never
-kept, nor streams of an API whose dialect cannot stamp their bytes afresh (Dialect.keeps_stream).
+kept, nor streams of an API whose dialect cannot stamp their bytes afresh (Dialect.keeps_stream),
+nor answers that would repeat a first reply's stamps where a render gives fresh ones
+(Dialect.keeps_json: with restamp `recorded`, a Chat answer recorded without its own).
 
 A request is keyed by one SHA-256 digest of its context (the API, workspace, binding, project
 selectors, session and answer headers) and its body; a body longer than MAX_BODY
@@ -36,7 +38,7 @@ from typing import Any
 
 from semula.core import packing
 from semula.dialects import Dialect, Request
-from semula.service import Context
+from semula.service import Context, entries
 from semula.service.auth import require, visible
 from semula.service.replay import Call, replay_headers, templated
 
@@ -244,10 +246,6 @@ class HitCache:
             return
         if call.stream and (sse is None or not call.dialect.keeps_stream(call.request)):
             return
-        if not call.stream and not call.request.fresh:
-            # restamp `recorded`: a completion recorded without an id or created gets fresh ones at
-            # every render, which a kept hit would freeze at its first reply's; rendered each time.
-            return
         if call.session is not None and (call.call_number or call.project["sequences"] == "record"):
             return  # its answer depends on its number in the session, or would for a caller who may record
         if version is None or key not in self._kept:
@@ -257,6 +255,8 @@ class HitCache:
         if sse is not None:
             data, stamps = sse, dialect.stamps(body)
         else:
+            if not call.request.fresh and not dialect.keeps_json(call.request, entries.decode(entry)[0]):
+                return  # restamp `recorded`, and the answer has no stamps of its own to keep
             made = dialect.kept_json(body)
             if made is None:
                 return

@@ -575,6 +575,27 @@ def test_with_restamp_recorded_an_answer_recorded_without_stamps_gets_fresh_ones
     assert len({b["id"] for b in bodies}) == 5
 
 
+def test_with_restamp_recorded_an_answer_with_its_own_stamps_is_kept_and_replies_them(
+    ctx, shop, client, make_token, entry_queries
+):
+    """A provider's answer (record-through, an imported bundle) has its own id and created: with
+    restamp `recorded` every reply has them, so it is kept as any other hit."""
+    bundle = json.loads(b"".join(bundles.export_bundle(ctx, "shop")))
+    bundle["entries"][0]["response"].update(id="chatcmpl-recorded", created=1700000000)
+    projects.create(ctx, {"name": "stamped", "mode": "replay"})
+    assert bundles.import_bundle(ctx, "stamped", io.BytesIO(json.dumps(bundle).encode()))["created"] == 1
+    projects.update(ctx, "stamped", {"restamp": "recorded"})
+    headers = make_token("viewer", scope="replay")
+    url = "/p/stamped/v1/chat/completions"
+    bodies = [client.post(url, json=BODY, headers=headers).json for _ in range(2)]
+    entry_queries.clear()
+    bodies += [client.post(url, json=BODY, headers=headers).json for _ in range(3)]
+    assert "entry_by_fingerprint" not in entry_queries  # kept
+    assert {(b["id"], b["created"], b["choices"][0]["message"]["content"]) for b in bodies} == {
+        ("chatcmpl-recorded", 1700000000, "first")
+    }
+
+
 def test_a_full_cache_drops_the_oldest_and_copies_its_dict_before_the_front_grows_long():
     """Each eviction leaves an empty slot at the dict's front that the next one walks past; the cache
     copies the dict after sqrt(100 n) evictions, keeping the oldest-first order."""

@@ -118,3 +118,26 @@ def test_a_body_whose_stamp_appears_twice_is_not_kept_as_bytes() -> None:
     dialect, _req, body = rendered(ANTHROPIC)
     body["content"][0]["input"] = {"id": body["id"]}  # the same member nested: a replacement could hit it
     assert dialect.kept_json(body) is None
+
+
+@pytest.mark.parametrize("api", [CHAT, RESPONSES, ANTHROPIC, EMBEDDINGS])
+@pytest.mark.parametrize("own_stamps", [False, True])
+def test_with_restamp_recorded_a_body_is_kept_only_where_its_replies_stamp_as_renders_do(
+    api: str, own_stamps: bool
+) -> None:
+    """A kept body's replies repeat the stamps restamp() keeps; where a render gives fresh ones each
+    time (with restamp `recorded`, a Chat answer recorded without its own), it is not kept."""
+    dialect = dialects.get(api)
+    req = replace(dialect.check(REQUESTS[api]), fresh=False)
+    recorded = dict(RESPONSES_RECORDED[api])
+    if api == CHAT and own_stamps:
+        recorded.update(id="chatcmpl-recorded", created=1_700_000_000)
+    renders = [dialect.render(req, recorded, None, False, 1_800_000_000.0 + n)[0] for n in range(2)]
+    data, stamps = dialect.kept_json(renders[0]) or (b"", {})
+    replies = [json.loads(dialect.restamp_json(data, stamps, req, 1_800_000_000.0 + n)) for n in range(2)]
+    as_renders = all(
+        (renders[0].get(name) == renders[1].get(name)) == (replies[0].get(name) == replies[1].get(name))
+        for name in dialect.stamped
+    )
+    assert dialect.keeps_json(req, recorded) == as_renders
+    assert as_renders or (api == CHAT and not own_stamps)
