@@ -192,10 +192,13 @@ class Dialect:
                 data = data.replace(_member(name, old), _member(name, new), 1)
         return data
 
-    def kept_json(self, body: dict[str, Any]) -> tuple[bytes, dict[str, Any]] | None:
-        """A rendered body as bytes to send again through restamp_json(), with its stamps; None when a
-        stamped member's bytes are not found exactly once in them (then it is rendered each time)."""
-        data, stamps = jsonio.compact(body), self.stamps(body)
+    def kept_json(
+        self, body: dict[str, Any], data: bytes | None = None
+    ) -> tuple[bytes, dict[str, Any]] | None:
+        """A rendered body as bytes (`data`, when it was sent as jsonio.compact() wrote it) to send
+        again through restamp_json(), with its stamps; None when a stamped member's bytes are not
+        found exactly once in them (then it is rendered each time)."""
+        data, stamps = jsonio.compact(body) if data is None else data, self.stamps(body)
         if all(data.count(_member(name, value)) == 1 for name, value in stamps.items()):
             return data, stamps
         return None

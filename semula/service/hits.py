@@ -232,19 +232,20 @@ class HitCache:
         body: dict[str, Any],
         version: object,
         raw: bytes,
-        sse: bytes | None = None,
+        data: bytes,
     ) -> None:
         """Keep a hit its call found at this change counter `version` (None: read later, or not at
         all); a first sight only notes that it was seen.
 
-        `body` is the response as render() made it; a stream is kept as the bytes it was sent as
-        (`sse`, `body` then its first event) when its dialect can stamp those bytes afresh for each
-        reply; otherwise it is not kept. So is a body whose stamps its dialect cannot find in its bytes.
+        `body` is the response as render() made it and `data` its bytes as sent (jsonio.compact()); a
+        stream is kept as the bytes it was sent as (`data`, `body` then its first event) when its
+        dialect can stamp those bytes afresh for each reply; otherwise it is not kept. So is a body
+        whose stamps its dialect cannot find in its bytes.
         """
         entry = call.entry
         if entry is None or templated(entry):
             return
-        if call.stream and (sse is None or not call.dialect.keeps_stream(call.request)):
+        if call.stream and not call.dialect.keeps_stream(call.request):
             return
         if call.session is not None and (call.call_number or call.project["sequences"] == "record"):
             return  # its answer depends on its number in the session, or would for a caller who may record
@@ -252,12 +253,12 @@ class HitCache:
             self._put(key, SEEN)
             return
         dialect = call.dialect
-        if sse is not None:
-            data, stamps = sse, dialect.stamps(body)
+        if call.stream:
+            stamps = dialect.stamps(body)
         else:
             if not call.request.fresh and not dialect.keeps_json(call.request, entries.decode(entry)[0]):
                 return  # restamp `recorded`, and the answer has no stamps of its own to keep
-            made = dialect.kept_json(body)
+            made = dialect.kept_json(body, data)
             if made is None:
                 return
             data, stamps = made

@@ -131,10 +131,11 @@ class ProxyApp:
                 key = hits.key(ctx, api, match["project"], header_project, raw, session, headers)
                 kept = self.hits.find(ctx, key, raw)
                 if kept is not None:
+                    data = self.hits.reply(kept)  # before the log: a failure is logged once, as an error
                     self._log(ctx, kept, "hit", 200, started)
                     if kept.stream:
-                        return self._sse(start_response, self.hits.reply(kept), kept.headers)
-                    return self._bytes(start_response, 200, self.hits.reply(kept), kept.headers)
+                        return self._sse(start_response, data, kept.headers)
+                    return self._bytes(start_response, 200, data, kept.headers)
                 parsed, plain = policy.read_json(raw)
                 body = speaks.with_headers(parsed, _header(environ))
                 project, version = self.projects.get(ctx, match["project"], header_project)
@@ -187,7 +188,6 @@ class ProxyApp:
             start_response(OK, [*SSE_HEADERS, *call.live.headers, *access.finish(200)])
             return call.live
         body, events = replay_service.render(call, call.entry)
-        self._log(ctx, call, outcome, 200, started)
         extra = replay_service.replay_headers(call.entry) + _warned(call.entry.get("warning"))
         # A hit is kept under the counter value its rows were read at; a call that waited for its
         # answer read it later, so is not (its next request keeps it).
@@ -195,18 +195,22 @@ class ProxyApp:
         if events is not None:
             gaps = replay_service.pacing(call, call.entry)
             if gaps:
+                self._log(ctx, call, outcome, 200, started)
                 start_response(OK, [*SSE_HEADERS, *extra, *access.finish(200)])
                 return _paced(call.dialect.sse(events), gaps)
             # Unpaced, a replayed stream is one write: an event per write cost a system call and a
             # chunk frame per word, 7x the CPU of the same answer without stream.
             data = b"".join(call.dialect.sse(events))
             if outcome == "hit" and events:
-                self.hits.keep(key, call, events[0], version, raw, sse=data)
+                self.hits.keep(key, call, events[0], version, raw, data)
+            self._log(ctx, call, outcome, 200, started)  # after what may fail: a call is logged once
             return self._sse(start_response, data, extra)
         assert body is not None
+        data = jsonio.compact(body)
         if outcome == "hit":
-            self.hits.keep(key, call, body, version, raw)
-        return self._json(start_response, 200, body, extra)
+            self.hits.keep(key, call, body, version, raw, data)
+        self._log(ctx, call, outcome, 200, started)
+        return self._bytes(start_response, 200, data, extra)
 
     def _stored_response(
         self,

@@ -596,6 +596,26 @@ def test_with_restamp_recorded_an_answer_with_its_own_stamps_is_kept_and_replies
     }
 
 
+@pytest.mark.parametrize("failing", ["reply", "keep"])
+def test_a_hit_that_fails_to_reply_is_logged_once_as_an_error(
+    shop, app, client, make_token, monkeypatch, failing
+):
+    calllog = app.extensions["semula"]["calllog"]
+    logged = []
+    record = calllog.record
+    monkeypatch.setattr(calllog, "record", lambda row: logged.append(row["outcome"]) or record(row))
+    headers = make_token("viewer", scope="replay")
+    warm(client, headers, times=1 if failing == "keep" else 2)  # "reply": kept after the second
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(hits.HitCache, failing, broken)
+    logged.clear()
+    assert client.post(URL, json=BODY, headers=headers).status_code == 500
+    assert logged == ["error"]
+
+
 def test_a_full_cache_drops_the_oldest_and_copies_its_dict_before_the_front_grows_long():
     """Each eviction leaves an empty slot at the dict's front that the next one walks past; the cache
     copies the dict after sqrt(100 n) evictions, keeping the oldest-first order."""
