@@ -306,7 +306,9 @@ def import_bundle(
     file (no database writes, so a bad bundle cannot leave anything behind); then one transaction
     applies the settings, resets operator fields and writes the entries in batches. Entries are
     matched by fingerprint: new ones are created, changed ones get a new revision (actor import),
-    identical ones are left alone, and pinned ones in this project are skipped.
+    ones whose answers, pin and review are the same but whose meta differs take the bundle's meta
+    (updated, no new revision: a revision records an answer), identical ones are left alone, and
+    pinned ones in this project are skipped.
 
     `offload` runs the first phase elsewhere (the server: in a native thread, so the worker's
     event loop keeps serving while a large bundle is parsed and checked); the source is copied to
@@ -428,6 +430,8 @@ def _write(
             )
             existing = {r["fingerprint"]: r for r in found}
             inserts, updates, revisions = [], [], []
+            # Entries whose answers are the ones stored, and answers 2..n of them, whose meta differs.
+            meta_updates, answer_metas = [], []
             sequences: list[tuple[str, _Prepared]] = []  # entries written whose answers 2..n change
             for item in batch:
                 old = existing.get(item.fingerprint)
@@ -459,8 +463,17 @@ def _write(
                 elif old["pinned"]:
                     report["skipped"] += 1
                     continue
-                elif _same(tx, old, item):
-                    report["unchanged"] += 1
+                elif (metas := _meta_changes(tx, old, item)) is not None:
+                    # The answers are the ones stored: no new revision, but the bundle's meta is kept
+                    # (the entry row's too when only a later answer's differs: its updated_at moves).
+                    if metas:
+                        meta_updates.append({"id": old["id"], "meta": item.meta, "now": stamp})
+                        answer_metas += [
+                            {"entry_id": old["id"], "seq": seq, "meta": meta, "now": stamp}
+                            for seq, meta in metas
+                            if seq > 1
+                        ]
+                    report["updated" if metas else "unchanged"] += 1
                     continue
                 else:
                     entry_id, number = old["id"], old["revision"] + 1
@@ -484,6 +497,8 @@ def _write(
             tx.many("import_insert_entry", inserts)
             tx.many("import_update_entry", updates)
             tx.many("insert_revision", revisions)
+            tx.many("import_entry_meta", meta_updates)
+            tx.many("import_answer_meta", answer_metas)
             for entry_id, item in sequences:
                 _write_answers(tx, workspace, entry_id, item, stamp)
             if progress:
@@ -533,22 +548,36 @@ def _same_json(mine: str | None, theirs: str | None) -> bool:
     )
 
 
-def _same(tx: Any, old: dict[str, Any], item: _Prepared) -> bool:
+def _same_meta(mine: str | None, theirs: str | None) -> bool:
+    # No meta and an empty one are the same: neither replays a header or a pause.
+    return mine == theirs or (json.loads(mine) if mine else {}) == (json.loads(theirs) if theirs else {})
+
+
+def _meta_changes(tx: Any, old: dict[str, Any], item: _Prepared) -> list[tuple[int, str | None]] | None:
+    """None when the bundle's entry differs from the stored one in what an import revision records
+    (its answers) or in its pin or review; otherwise the answers whose meta (recorded provider headers
+    and stream timing, not part of a revision) differs, as (seq, the bundle's meta): empty when the
+    entry is unchanged."""
     if old["review_status"] != item.review_status or bool(old["pinned"]) != bool(item.pinned):
-        return False
+        return None
     if not all(_same_json(getattr(item, name), old[name]) for name in ("request", "response", "chunks")):
-        return False
+        return None
     if old["answers"] != 1 + len(item.later):
-        return False
+        return None
+    metas = [] if _same_meta(item.meta, old["meta"]) else [(1, item.meta)]
     if not item.later:
-        return True
+        return metas
     stored = tx.all("list_entry_answers", entry_id=old["id"])
-    return all(
-        _same_json(mine[0], theirs["response"])
-        and _same_json(mine[1], theirs["chunks"])
-        and mine[2] == theirs["pinned"]
-        for mine, theirs in zip(item.later, stored, strict=True)
-    )
+    for seq, (mine, theirs) in enumerate(zip(item.later, stored, strict=True), start=2):
+        if not (
+            _same_json(mine[0], theirs["response"])
+            and _same_json(mine[1], theirs["chunks"])
+            and mine[2] == theirs["pinned"]
+        ):
+            return None
+        if not _same_meta(mine[3], theirs["meta"]):
+            metas.append((seq, mine[3]))
+    return metas
 
 
 # --- checking a bundle for credentials --------------------------------------------------------------

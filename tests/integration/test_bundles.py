@@ -157,6 +157,49 @@ def test_import_is_idempotent_skips_pinned_and_revises_changed(ctx, source):
         assert [r["actor"] for r in shown["revisions"]] == ["import", "import"]
 
 
+def test_import_takes_a_bundle_whose_only_change_is_meta_without_a_new_revision(ctx):
+    """Recorded headers and stream timing are part of an entry (replay sends them): a bundle that
+    changes only them updates the entry, answer 1's and each later answer's, and adds no revision."""
+    projects.create(ctx, {"name": "copy"})
+    entry = {
+        **VALID["entries"][0],
+        "meta": {"headers": {"openai-processing-ms": "100"}, "gaps": [0.5]},
+        "later_answers": [{"response": {"content": "2"}, "meta": {"headers": {"openai-version": "1"}}}],
+    }
+    bundle = {**VALID, "entries": [entry]}
+    assert import_(ctx, "copy", json.dumps(bundle))["created"] == 1
+    before = snapshot(ctx, "copy")["entries"]
+
+    def counts(report):
+        return report["created"], report["updated"], report["unchanged"], report["skipped"]
+
+    def stored():
+        [item] = json.loads(export(ctx, "copy"))["entries"]
+        return item.get("meta"), [answer.get("meta") for answer in item["later_answers"]]
+
+    assert counts(import_(ctx, "copy", json.dumps(bundle))) == (0, 0, 1, 0)
+
+    entry["meta"] = {"headers": {"openai-processing-ms": "250"}, "gaps": [0.5, 1.0]}
+    assert counts(import_(ctx, "copy", json.dumps(bundle))) == (0, 1, 0, 0)
+    assert stored() == (entry["meta"], [{"headers": {"openai-version": "1"}}])
+
+    entry["later_answers"][0]["meta"] = {"headers": {"openai-version": "2"}}
+    assert counts(import_(ctx, "copy", json.dumps(bundle))) == (0, 1, 0, 0)
+    assert stored() == (entry["meta"], [{"headers": {"openai-version": "2"}}])
+
+    del entry["meta"], entry["later_answers"][0]["meta"]  # a bundle without meta clears it
+    assert counts(import_(ctx, "copy", json.dumps(bundle))) == (0, 1, 0, 0)
+    assert stored() == (None, [None])
+    assert counts(import_(ctx, "copy", json.dumps(bundle))) == (0, 0, 1, 0)
+
+    # Revisions record answers: the answers, their revisions and the review are as the first import left them.
+    [after] = snapshot(ctx, "copy")["entries"]
+    keep = ("revision", "revisions", "response", "chunks", "review_status", "pinned", "answers")
+    assert {key: after[key] for key in keep} == {key: before[0][key] for key in keep}
+    assert [(a["seq"], a["revision"]) for a in after["sequence"]] == [(1, 1), (2, 1)]
+    assert [r["actor"] for r in after["revisions"]] == ["import", "import"]
+
+
 def test_import_resets_operator_fields_applies_settings_and_is_audited(ctx, source):
     bundle = export(ctx, source)
     projects.create(ctx, {"name": "copy", "mode": "replay", "upstream_max_calls": 5, "record_timeout": 9})

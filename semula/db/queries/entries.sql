@@ -52,11 +52,11 @@ ORDER BY fingerprint COLLATE "C"
 
 -- name: entries_by_fingerprints
 -- :fingerprints is a JSON array: one query per import batch, whatever its size.
-SELECT id, fingerprint, request, response, chunks, revision, pinned, review_status, answers FROM entries
+SELECT id, fingerprint, request, response, chunks, revision, pinned, review_status, answers, meta FROM entries
 WHERE project_id = :project_id AND fingerprint IN (SELECT value FROM json_each(:fingerprints))
 
 -- name: entries_by_fingerprints.postgresql
-SELECT id, fingerprint, request, response, chunks, revision, pinned, review_status, answers FROM entries
+SELECT id, fingerprint, request, response, chunks, revision, pinned, review_status, answers, meta FROM entries
 WHERE project_id = :project_id
   AND fingerprint IN (SELECT jsonb_array_elements_text(CAST(:fingerprints AS jsonb)))
 
@@ -70,6 +70,12 @@ VALUES (:id, :workspace_id, :project_id, :fingerprint, :model, :request, :respon
 UPDATE entries SET model = :model, request = :request, response = :response, chunks = :chunks,
     revision = :revision, pinned = :pinned, review_status = :review_status, updated_at = :now,
     api = :api, response_id = :response_id, meta = :meta, answers = :answers
+WHERE id = :id AND pinned = 0
+
+-- name: import_entry_meta
+-- An imported entry whose answers are the ones stored and only its recorded headers or stream timing
+-- differ: the bundle's meta, no new revision (revisions record answers, and meta is not one).
+UPDATE entries SET meta = :meta, updated_at = :now
 WHERE id = :id AND pinned = 0
 
 -- name: list_call_log
