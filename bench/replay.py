@@ -208,6 +208,18 @@ def start_flask(recordings: Path | None = None) -> Target:
     return Target("bare Flask route (gevent, 2 workers)", url + "/v1/chat/completions", process=process)
 
 
+def start_floor(recordings: Path | None = None) -> Target:
+    """The stack's floor (bench.floor_app): the bare route's steps as plain WSGI on semula's own worker."""
+    port = free_port()
+    argv = [sys.executable, "-m", "gunicorn", "-k", "semula.worker.Worker", "-w", "2", "-b", f"{HOST}:{port}"]
+    argv += ["--timeout", "300", "--log-level", "warning", "bench.floor_app:app"]
+    env = {"SEMULA_BENCH_RECORDINGS": str(recordings)} if recordings else {}
+    process = Process("floor", argv, env=env)
+    url = f"http://{HOST}:{port}"
+    process.start(url + "/healthz", timeout=600)
+    return Target("floor: plain WSGI on semula's worker", url + "/v1/chat/completions", process=process)
+
+
 def start_semula(
     label: str,
     name: str,
@@ -408,7 +420,7 @@ def report(targets: list[Target], duration: int, rounds: int) -> str:
     return "\n".join(lines)
 
 
-SERVERS = ("wiremock", "flask", "semula-sqlite", "semula-sqlite-noauth", "semula-postgres")
+SERVERS = ("wiremock", "flask", "floor", "semula-sqlite", "semula-sqlite-noauth", "semula-postgres")
 
 
 def run(*, duration: int = 10, rounds: int = 3, warmup: int = 5, only: tuple[str, ...] = SERVERS) -> str:
@@ -419,6 +431,8 @@ def run(*, duration: int = 10, rounds: int = 3, warmup: int = 5, only: tuple[str
             targets.append(run.track(start_wiremock()))
         if "flask" in only:
             targets.append(run.track(start_flask()))
+        if "floor" in only:
+            targets.append(run.track(start_floor()))
         if {"semula-sqlite", "semula-sqlite-noauth"} & set(only):
             sqlite_url, _ = run.database("sqlite")
             token = load_pair(sqlite_url)

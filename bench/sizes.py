@@ -225,6 +225,8 @@ def run_workload(
             )
         flask = timed("the bare Flask route", loads, lambda: replay.start_flask(files.recordings))
         targets.append(run.track(flask))
+        floor = timed("the floor", loads, lambda: replay.start_floor(files.recordings))
+        targets.append(run.track(floor))
         targets += semula_targets(run, dbs, files.bundle, loads, notes)
         for target in targets:
             target.script = cycle_script(
@@ -246,6 +248,9 @@ def run_workload(
         "",
         *replay.table(targets),
         "",
+        "The floor is the bare route's steps as a plain WSGI app on semula's own worker "
+        "(bench/floor_app.py): "
+        "what any replay server on this stack pays, with no authentication, database, log or checks.",
         "Loading: " + "; ".join(f"{what} {seconds:.1f} s" for what, seconds in loads.items()) + ".",
         *(f"{note}" for note in notes),
         "",
