@@ -79,6 +79,26 @@ def test_the_bare_flask_route_keys_a_request_as_semula_matches_it() -> None:
     assert flask_app.key(other) != flask_app.key(recorded)
 
 
+def test_the_floor_answers_a_recorded_request_whatever_its_user_and_refuses_others() -> None:
+    import io
+
+    import orjson
+
+    from bench import floor_app, pair
+
+    def post(body: dict) -> tuple[str, dict]:
+        raw = orjson.dumps(body)
+        environ = {"REQUEST_METHOD": "POST", "CONTENT_LENGTH": str(len(raw)), "wsgi.input": io.BytesIO(raw)}
+        said: list[str] = []
+        out = b"".join(floor_app.app(environ, lambda status, headers: said.append(status)))
+        return said[0], orjson.loads(out)
+
+    status, answer = post({**pair.request_body(), "user": "someone else"})
+    assert status == "200 OK" and answer["choices"] == pair.completion()["choices"]
+    assert answer["id"].startswith("chatcmpl-") and answer["id"] != post(pair.request_body())[1]["id"]
+    assert post({**pair.request_body(), "temperature": 0.9})[0] == "404 Not Found"
+
+
 def test_a_workload_store_holds_probes_and_fillers() -> None:
     made = list(firstsight.recordings(1000, (2048, 8192)))
     assert len(made) == 1000
