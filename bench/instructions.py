@@ -1,0 +1,144 @@
+"""Instructions per request through semula's own worker and app, in one process, counted by callgrind:
+a figure that does not move with the machine's load, to compare two versions of the code on a shared
+or noisy machine (wall-clock runs there vary by ±10%).
+
+    .venv/bin/python -m bench.instructions [--mode hit|first] [--sdk] [--requests 1000] [--src DIR]
+
+A request goes through `semula.worker.Handler.handle_one_request` (gevent's pywsgi with semula's cuts)
+into the app `semula serve` runs (SQLite, auth on, the call log batched), read from an in-memory
+stream and answered into a socket that takes every send whole: everything a worker runs for it but
+the system calls and the event loop. `--mode hit` sends the recorded 1.6 KB pair again and again (a
+kept hit); `first` gives every request a `user` of its own (a first sight). Requests carry wrk's four
+headers, or with `--sdk` the sixteen the official `openai` SDK sends. The count is that of a run of
+`--requests` requests less that of a run of none, divided by the requests. `--src DIR` imports semula
+from another checkout (a worktree of an older commit). Needs valgrind (`apt-get install valgrind`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from typing import Any
+
+SDK_HEADERS = (
+    b"Accept-Encoding: gzip, deflate\r\nAccept: application/json\r\nUser-Agent: OpenAI/Python 1.99.0\r\n"
+    b"X-Stainless-Lang: python\r\nX-Stainless-Package-Version: 1.99.0\r\nX-Stainless-OS: Linux\r\n"
+    b"X-Stainless-Arch: x64\r\nX-Stainless-Runtime: CPython\r\nX-Stainless-Runtime-Version: 3.11.7\r\n"
+    b"X-Stainless-Retry-Count: 0\r\nX-Stainless-Read-Timeout: 600\r\nConnection: keep-alive\r\n"
+)
+WARM = 50  # requests before the counted ones: imports, caches, the first statements, the kept hit
+
+
+class _Socket:
+    """Takes every send whole, and checks that each response is a 200."""
+
+    def settimeout(self, timeout: float | None) -> None:
+        pass
+
+    def send(self, data: bytes) -> int:
+        if bytes(data[:15]) != b"HTTP/1.1 200 OK":
+            raise SystemExit(f"not a replay: {bytes(data[:300])!r}")
+        return len(data)
+
+    def sendall(self, data: bytes) -> None:
+        self.send(data)
+
+
+def serve(mode: str, sdk: bool, requests: int) -> None:
+    """Run WARM + `requests` requests through a Handler (the child callgrind counts)."""
+    from bench import pair, replay
+    from semula.config import Settings
+    from semula.db import connect
+    from semula.web import create_app
+    from semula.worker import Handler
+
+    url = f"sqlite:///{tempfile.mkdtemp(prefix='semula-instructions-')}/bench.db"
+    token = replay.load_pair(url)
+    app = create_app(replace(Settings(), database_url=url, auth=True), connect(url, pool_size=2))
+    layer = app.wsgi_app
+    while not hasattr(layer, "calllog"):
+        layer = getattr(layer, "app", None) or layer.fallback
+    layer.calllog.batched = True
+    body = pair.request_bytes()
+
+    def request(number: int) -> bytes:
+        raw = body if mode == "hit" else body.replace(b'"messages"', b'"user":"u%d","messages"' % number, 1)
+        head = b"POST /p/bench/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"
+        head += SDK_HEADERS if sdk else b""
+        head += b"Authorization: Bearer " + token.encode() + b"\r\nContent-Type: application/json\r\n"
+        return head + b"Content-Length: %d\r\n\r\n" % len(raw) + raw
+
+    class Log:
+        class cfg:  # noqa: N801 - gunicorn's attribute
+            keepalive = 2
+
+        access_log_enabled = False
+
+    class Server:
+        log, closed, application = Log(), False, app
+
+        def get_environ(self) -> dict[str, Any]:
+            return {
+                "SERVER_NAME": "bench",
+                "SERVER_PORT": "80",
+                "wsgi.url_scheme": "http",
+                "wsgi.errors": sys.stderr,
+            }
+
+    handler = Handler.__new__(Handler)
+    handler.socket, handler.client_address, handler.server = _Socket(), ("127.0.0.1", 5555), Server()
+    handler.rfile = io.BufferedReader(io.BytesIO(b"".join(request(n) for n in range(WARM + requests))))
+    for _ in range(WARM + requests):
+        if handler.handle_one_request() is not True:
+            raise SystemExit("the connection closed")
+
+
+def counted(argv: list[str], env: dict[str, str]) -> int:
+    """The instructions callgrind counts for one run of this module as the child."""
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__, *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if found is None:
+        raise SystemExit(f"callgrind said no count:\n{out.stderr[-2000:]}")
+    return int(found[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=("hit", "first"), default="hit")
+    parser.add_argument("--sdk", action="store_true", help="the openai SDK's sixteen headers, not wrk's four")
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--src", default=None, help="import semula from this checkout instead")
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.src:
+        sys.path.insert(0, args.src)
+    if args.child is not None:
+        serve(args.mode, args.sdk, args.child)
+        return
+    # The child runs this file as a script: the checkout to measure first on its path, then this one.
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [args.src, here]))}
+    common = ["--mode", args.mode] + (["--sdk"] if args.sdk else [])
+    common += ["--src", args.src] if args.src else []
+    base = counted([*common, "--child", "0"], env)
+    total = counted([*common, "--child", str(args.requests)], env)
+    print(
+        f"{(total - base) / args.requests:,.0f} instructions per request ({args.mode}, "
+        f"{'sdk' if args.sdk else 'wrk'} headers, semula from {args.src or here})"
+    )
+
+
+if __name__ == "__main__":
+    main()
