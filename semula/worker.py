@@ -19,9 +19,9 @@ of gunicorn's `gevent` worker.
   which the email parser still parses when it is anything else; a header is looked up in an index of
   the block rather than by lowercasing every header for each of the ten lookups a request makes; the
   environ is made in one method with each header name's key made once per process; a response with
-  a Content-Length goes out in one send, not two. Together with the smaller ones below, a replay hit
-  through the worker costs 14% fewer instructions than with pywsgi's reading of the request (4
-  headers; 44% fewer for the reading itself with an SDK's 16).
+  a Content-Length goes out in one send, not two. A kept hit through the worker and the app costs 11%
+  fewer instructions than with pywsgi's own reading (wrk's 4 headers), 25% fewer with the openai
+  SDK's 16 (`python -m bench.instructions`, bench/RESULTS.md session 11).
 - And smaller ones, each a percent or two of a replay hit: the Date header formatted once a second,
   the common HTTP versions accepted without parsing, gunicorn's access-log switch read once per
   connection, no getsockopt before each send.
