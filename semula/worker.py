@@ -82,6 +82,7 @@ class Headers(OldMessage):
     _indexed_length = -1
 
     def _lookup(self) -> dict[str, list[str]]:
+        """The index of lowercased names to values, made again when the headers changed since."""
         headers = self._headers
         index = self._index
         if index is None or self._indexed is not headers or self._indexed_length != len(headers):
@@ -92,10 +93,7 @@ class Headers(OldMessage):
         return index
 
     def get(self, name: str, failobj: Any = None) -> Any:
-        index = self._index
-        if index is None or self._indexed is not self._headers or self._indexed_length != len(self._headers):
-            index = self._lookup()
-        values = index.get(name.lower())
+        values = self._lookup().get(name.lower())
         return values[0] if values else failobj
 
     def get_all(self, name: str, failobj: Any = None) -> Any:
@@ -118,9 +116,10 @@ def parse_headers(fp: BinaryIO) -> OldMessage:
     peek = getattr(fp, "peek", None)
     if peek is not None:
         buffered = peek(0)
-        end = 0 if buffered[:2] == b"\r\n" else buffered.find(b"\r\n\r\n") + 2
-        if end >= 2 or buffered[:2] == b"\r\n":
-            block = buffered[: end + 2].decode("iso-8859-1")
+        # The block's length: 2 with no headers, 3 (find's -1 + 4) when its end is not buffered yet.
+        size = 2 if buffered.startswith(b"\r\n") else buffered.find(b"\r\n\r\n") + 4
+        if size != 3:
+            block = buffered[:size].decode("iso-8859-1")
             if (
                 len(block) <= client._MAXLINE
                 and block.count("\n") <= client._MAXHEADERS
