@@ -131,12 +131,12 @@ def run(
         notes += said
     servers = list(dict.fromkeys(name for _, _, name in results))
     flask = next(name for name in servers if name.startswith("bare"))
-    semula = [name for name in servers if name != flask]  # the floor among them
+    others = [name for name in servers if name != flask]  # the floor and semula on each database
     header = [
         "request",
         "recordings",
         *(f"{n} µs/req" for n in servers),
-        *(f"{n} × Flask CPU" for n in semula),
+        *(f"{n} × Flask CPU" for n in others),
     ]
     header.append("non-2xx + errors")
     lines = [
@@ -154,7 +154,7 @@ def run(
             cpu = {n: median([r["cpu_us"] for r in results[(count, size, n)]]) for n in servers}
             bad = sum(r["non2xx"] + r["socket_errors"] for n in servers for r in results[(count, size, n)])
             cells = [f"{actual.get(size, size):,} B", f"{count:,}", *(f"{cpu[n]:.0f}" for n in servers)]
-            cells += [f"{cpu[n] / cpu[flask]:.2f}" for n in semula]
+            cells += [f"{cpu[n] / cpu[flask]:.2f}" for n in others]
             lines.append("| " + " | ".join([*cells, str(bad)]) + " |")
     lines += [
         "",

@@ -196,28 +196,28 @@ def _import_stubs(url: str, stubs: list[dict[str, Any]]) -> None:
 
 def start_flask(recordings: Path | None = None) -> Target:
     """The bare Flask route, serving bench.pair or the recordings of a JSON-lines file."""
-    port = free_port()
-    argv = [sys.executable, "-m", "gunicorn", "-k", "gevent", "-w", "2", "-b", f"{HOST}:{port}"]
-    # A worker reads 100,000 recordings in ~13 s on a busy machine: more than gunicorn's 30 s allows it
-    # before its first heartbeat would be, on a busier one.
-    argv += ["--timeout", "300"]
-    env = {"SEMULA_BENCH_RECORDINGS": str(recordings)} if recordings else {}
-    process = Process("flask", [*argv, "--log-level", "warning", "bench.flask_app:app"], env=env)
-    url = f"http://{HOST}:{port}"
-    process.start(url + "/healthz", timeout=600)  # each worker reads every recording first
-    return Target("bare Flask route (gevent, 2 workers)", url + "/v1/chat/completions", process=process)
+    label = "bare Flask route (gevent, 2 workers)"
+    return _gunicorn("flask", label, "gevent", "bench.flask_app:app", recordings)
 
 
 def start_floor(recordings: Path | None = None) -> Target:
     """The stack's floor (bench.floor_app): the bare route's steps as plain WSGI on semula's own worker."""
+    label = "floor: plain WSGI on semula's worker"
+    return _gunicorn("floor", label, "semula.worker.Worker", "bench.floor_app:app", recordings)
+
+
+def _gunicorn(name: str, label: str, worker: str, app: str, recordings: Path | None) -> Target:
+    """gunicorn with 2 workers of the given class serving a bench app on a free port."""
     port = free_port()
-    argv = [sys.executable, "-m", "gunicorn", "-k", "semula.worker.Worker", "-w", "2", "-b", f"{HOST}:{port}"]
-    argv += ["--timeout", "300", "--log-level", "warning", "bench.floor_app:app"]
+    argv = [sys.executable, "-m", "gunicorn", "-k", worker, "-w", "2", "-b", f"{HOST}:{port}"]
+    # A worker reads 100,000 recordings in ~13 s on a busy machine: more than gunicorn's 30 s allows it
+    # before its first heartbeat would be, on a busier one.
+    argv += ["--timeout", "300", "--log-level", "warning", app]
     env = {"SEMULA_BENCH_RECORDINGS": str(recordings)} if recordings else {}
-    process = Process("floor", argv, env=env)
+    process = Process(name, argv, env=env)
     url = f"http://{HOST}:{port}"
-    process.start(url + "/healthz", timeout=600)
-    return Target("floor: plain WSGI on semula's worker", url + "/v1/chat/completions", process=process)
+    process.start(url + "/healthz", timeout=600)  # each worker reads every recording first
+    return Target(label, url + "/v1/chat/completions", process=process)
 
 
 def start_semula(
