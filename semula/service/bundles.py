@@ -550,7 +550,7 @@ def _same_json(mine: str | None, theirs: str | None) -> bool:
 
 def _same_meta(mine: str | None, theirs: str | None) -> bool:
     # No meta and an empty one are the same: neither replays a header or a pause.
-    return mine == theirs or (json.loads(mine) if mine else {}) == (json.loads(theirs) if theirs else {})
+    return mine == theirs or entries_service.parsed_meta(mine) == entries_service.parsed_meta(theirs)
 
 
 def _meta_changes(tx: Any, old: dict[str, Any], item: _Prepared) -> list[tuple[int, str | None]] | None:

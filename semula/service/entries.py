@@ -212,7 +212,12 @@ def decode(row: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]] | 
 
 def meta(row: dict[str, Any]) -> dict[str, Any]:
     """What was recorded besides the body: provider headers and stream timing (empty when none)."""
-    return json.loads(row["meta"]) if row.get("meta") else {}
+    return parsed_meta(row.get("meta"))
+
+
+def parsed_meta(text: str | None) -> dict[str, Any]:
+    """A stored meta column's value: empty when there is none."""
+    return json.loads(text) if text else {}
 
 
 # The lifecycle of an entry (docs/design/product.md §6): list, show, edit, revert, pin, review, delete.
