@@ -201,9 +201,17 @@ class Handler(PyWSGIHandler):
     def access_log_enabled(self) -> bool:
         return bool(self.server.log.access_log_enabled)
 
+    @functools.cached_property
+    def first_request_timeout(self) -> float | None:
+        # A new connection's first request may be slow to come (its client busy, a thread waiting for
+        # the GIL): it gets gunicorn's worker timeout, as its sync workers give a request, not the
+        # keep-alive idle time, which bounds the wait between two requests.
+        return max(self.server.log.cfg.timeout or 0, self.keepalive or 0) or None
+
     def read_requestline(self) -> str:
         # Only the wait for a request line is bounded: a held call never reads from its socket.
-        self.socket.settimeout(self.keepalive)
+        first = self.requestline is None
+        self.socket.settimeout(self.first_request_timeout if first else self.keepalive)
         try:
             return super().read_requestline()
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 
 import requests
 
@@ -58,6 +59,21 @@ def raw_exchange(url: str, data: bytes) -> bytes:
         while chunk := conn.recv(65536):
             received += chunk
     return received
+
+
+def test_a_slow_first_request_is_served_and_an_idle_connection_is_closed(start_server):
+    """The keep-alive time (1 s in tests) bounds the wait between two requests of a connection, not
+    the wait for its first: a client slow to send it (a busy thread, as under load) is still served."""
+    server = start_server()
+    host, port = server.url.removeprefix("http://").split(":")
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection((host, int(port)), timeout=15) as conn:
+        time.sleep(2.5)  # the slow client itself: more than twice the keep-alive time
+        conn.sendall(request)
+        assert conn.recv(65536).startswith(b"HTTP/1.1 200 ")
+        started = time.monotonic()
+        assert conn.recv(65536) == b""  # idle after its response: the server closes it
+        assert 0.5 < time.monotonic() - started < 10
 
 
 def test_malformed_framing_is_a_400_and_nothing_is_smuggled(start_server, token):

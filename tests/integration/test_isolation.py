@@ -248,6 +248,7 @@ NO_OBJECT = {
     "entries.append",
     "entries.decode",
     "entries.meta",
+    "entries.parsed_meta",
     "replay.pacing",
     "replay.count_tokens",
     "replay.replay_headers",

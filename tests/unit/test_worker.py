@@ -140,6 +140,7 @@ class _Server:
     class log:  # noqa: N801 - gunicorn's attribute
         class cfg:  # noqa: N801
             keepalive = 2
+            timeout = 30
 
         access_log_enabled = False
 
