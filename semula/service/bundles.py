@@ -306,8 +306,8 @@ def import_bundle(
     file (no database writes, so a bad bundle cannot leave anything behind); then one transaction
     applies the settings, resets operator fields and writes the entries in batches. Entries are
     matched by fingerprint: new ones are created, changed ones get a new revision (actor import),
-    ones whose answers, pin and review are the same but whose meta differs take the bundle's meta
-    (updated, no new revision: a revision records an answer), identical ones are left alone, and
+    ones whose answers are the same but whose pin, review or meta differs take the bundle's (updated,
+    no new revision: a revision records an answer), identical ones are left alone, and
     pinned ones in this project are skipped.
 
     `offload` runs the first phase elsewhere (the server: in a native thread, so the worker's
@@ -430,8 +430,9 @@ def _write(
             )
             existing = {r["fingerprint"]: r for r in found}
             inserts, updates, revisions = [], [], []
-            # Entries whose answers are the ones stored, and answers 2..n of them, whose meta differs.
-            meta_updates, answer_metas = [], []
+            # Entries whose answers are the ones stored, and answers 2..n of them, whose pin, review
+            # or meta differs.
+            marked, answer_marks = [], []
             sequences: list[tuple[str, _Prepared]] = []  # entries written whose answers 2..n change
             for item in batch:
                 old = existing.get(item.fingerprint)
@@ -463,17 +464,26 @@ def _write(
                 elif old["pinned"]:
                     report["skipped"] += 1
                     continue
-                elif (metas := _meta_changes(tx, old, item)) is not None:
-                    # The answers are the ones stored: no new revision, but the bundle's meta is kept
-                    # (the entry row's too when only a later answer's differs: its updated_at moves).
-                    if metas:
-                        meta_updates.append({"id": old["id"], "meta": item.meta, "now": stamp})
-                        answer_metas += [
-                            {"entry_id": old["id"], "seq": seq, "meta": meta, "now": stamp}
-                            for seq, meta in metas
+                elif (marks := _marks_changed(tx, old, item)) is not None:
+                    # The answers are the ones stored: no new revision, but the bundle's pin, review
+                    # and meta are kept (the entry row's too when only a later answer's differ: its
+                    # updated_at moves).
+                    if marks:
+                        marked.append(
+                            {
+                                "id": old["id"],
+                                "meta": item.meta,
+                                "pinned": item.pinned,
+                                "review_status": item.review_status,
+                                "now": stamp,
+                            }
+                        )
+                        answer_marks += [
+                            {"entry_id": old["id"], "seq": seq, "pinned": pinned, "meta": meta, "now": stamp}
+                            for seq, pinned, meta in marks
                             if seq > 1
                         ]
-                    report["updated" if metas else "unchanged"] += 1
+                    report["updated" if marks else "unchanged"] += 1
                     continue
                 else:
                     entry_id, number = old["id"], old["revision"] + 1
@@ -497,8 +507,8 @@ def _write(
             tx.many("import_insert_entry", inserts)
             tx.many("import_update_entry", updates)
             tx.many("insert_revision", revisions)
-            tx.many("import_entry_meta", meta_updates)
-            tx.many("import_answer_meta", answer_metas)
+            tx.many("import_entry_marks", marked)
+            tx.many("import_answer_marks", answer_marks)
             for entry_id, item in sequences:
                 _write_answers(tx, workspace, entry_id, item, stamp)
             if progress:
@@ -553,31 +563,30 @@ def _same_meta(mine: str | None, theirs: str | None) -> bool:
     return mine == theirs or entries_service.parsed_meta(mine) == entries_service.parsed_meta(theirs)
 
 
-def _meta_changes(tx: Any, old: dict[str, Any], item: _Prepared) -> list[tuple[int, str | None]] | None:
+def _marks_changed(tx: Any, old: dict[str, Any], item: _Prepared) -> list[tuple[int, int, str | None]] | None:
     """None when the bundle's entry differs from the stored one in what an import revision records
-    (its answers) or in its pin or review; otherwise the answers whose meta (recorded provider headers
-    and stream timing, not part of a revision) differs, as (seq, the bundle's meta): empty when the
-    entry is unchanged."""
-    if old["review_status"] != item.review_status or bool(old["pinned"]) != bool(item.pinned):
-        return None
+    (its answers); otherwise the answers whose marks differ (pin, review, and meta: recorded provider
+    headers and stream timing), as (seq, the bundle's pin, the bundle's meta), answer 1 for a review
+    too: empty when the entry is unchanged."""
     if not all(_same_json(getattr(item, name), old[name]) for name in ("request", "response", "chunks")):
         return None
     if old["answers"] != 1 + len(item.later):
         return None
-    metas = [] if _same_meta(item.meta, old["meta"]) else [(1, item.meta)]
+    first_same = (
+        old["review_status"] == item.review_status
+        and bool(old["pinned"]) == bool(item.pinned)
+        and _same_meta(item.meta, old["meta"])
+    )
+    marks = [] if first_same else [(1, item.pinned, item.meta)]
     if not item.later:
-        return metas
+        return marks
     stored = tx.all("list_entry_answers", entry_id=old["id"])
     for seq, (mine, theirs) in enumerate(zip(item.later, stored, strict=True), start=2):
-        if not (
-            _same_json(mine[0], theirs["response"])
-            and _same_json(mine[1], theirs["chunks"])
-            and mine[2] == theirs["pinned"]
-        ):
+        if not (_same_json(mine[0], theirs["response"]) and _same_json(mine[1], theirs["chunks"])):
             return None
-        if not _same_meta(mine[3], theirs["meta"]):
-            metas.append((seq, mine[3]))
-    return metas
+        if mine[2] != theirs["pinned"] or not _same_meta(mine[3], theirs["meta"]):
+            marks.append((seq, mine[2], mine[3]))
+    return marks
 
 
 # --- checking a bundle for credentials --------------------------------------------------------------

@@ -157,6 +157,33 @@ def test_import_is_idempotent_skips_pinned_and_revises_changed(ctx, source):
         assert [r["actor"] for r in shown["revisions"]] == ["import", "import"]
 
 
+def test_import_takes_a_bundle_whose_only_change_is_a_pin_or_review_without_a_new_revision(ctx):
+    """Pinning and reviewing add no revision (entries.review, set_pinned): a bundle whose answers are
+    the stored ones and only their pin or review differs takes them, updated, with no revision."""
+    projects.create(ctx, {"name": "copy"})
+    entry = {**VALID["entries"][0], "later_answers": [{"response": {"content": "2"}}]}
+    bundle = {**VALID, "entries": [entry]}
+    assert import_(ctx, "copy", json.dumps(bundle))["created"] == 1
+    [before] = snapshot(ctx, "copy")["entries"]
+
+    entry["review_status"] = "approved"
+    entry["later_answers"][0]["pinned"] = True
+    report = import_(ctx, "copy", json.dumps(bundle))
+    assert (report["updated"], report["unchanged"]) == (1, 0)
+    [after] = snapshot(ctx, "copy")["entries"]
+    assert after["review_status"] == "approved" and not after["pinned"]
+    marks = [(a["seq"], a["pinned"], a["revision"]) for a in after["sequence"]]
+    assert marks == [(1, False, 1), (2, True, 1)]
+    keep = ("revision", "revisions", "response", "answers")
+    assert {key: after[key] for key in keep} == {key: before[key] for key in keep}
+
+    entry["pinned"] = True
+    assert import_(ctx, "copy", json.dumps(bundle))["updated"] == 1
+    [pinned] = snapshot(ctx, "copy")["entries"]
+    assert pinned["pinned"] and pinned["revisions"] == before["revisions"]
+    assert import_(ctx, "copy", json.dumps(bundle))["skipped"] == 1  # pinned here now: left alone
+
+
 def test_import_takes_a_bundle_whose_only_change_is_meta_without_a_new_revision(ctx):
     """Recorded headers and stream timing are part of an entry (replay sends them): a bundle that
     changes only them updates the entry, answer 1's and each later answer's, and adds no revision."""

@@ -72,10 +72,11 @@ UPDATE entries SET model = :model, request = :request, response = :response, chu
     api = :api, response_id = :response_id, meta = :meta, answers = :answers
 WHERE id = :id AND pinned = 0
 
--- name: import_entry_meta
--- An imported entry whose answers are the ones stored and only its recorded headers or stream timing
--- differ: the bundle's meta, no new revision (revisions record answers, and meta is not one).
-UPDATE entries SET meta = :meta, updated_at = :now
+-- name: import_entry_marks
+-- An imported entry whose answers are the ones stored and only its pin, review or recorded headers
+-- and stream timing differ: the bundle's, with no new revision (revisions record answers, and none
+-- of these is one; pinning and reviewing an entry add none either).
+UPDATE entries SET meta = :meta, pinned = :pinned, review_status = :review_status, updated_at = :now
 WHERE id = :id AND pinned = 0
 
 -- name: list_call_log

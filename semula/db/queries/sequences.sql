@@ -85,10 +85,10 @@ ON CONFLICT (entry_id, seq) DO UPDATE SET
     pinned = excluded.pinned, updated_at = excluded.updated_at, meta = excluded.meta
 RETURNING revision
 
--- name: import_answer_meta
--- Answer :seq of an imported sequence whose answers are the ones stored and only this answer's meta
--- differs: the bundle's meta, no new revision (as import_entry_meta).
-UPDATE entry_answers SET meta = :meta, updated_at = :now
+-- name: import_answer_marks
+-- Answer :seq of an imported sequence whose answers are the ones stored and only this answer's pin
+-- or meta differs: the bundle's, no new revision (as import_entry_marks).
+UPDATE entry_answers SET meta = :meta, pinned = :pinned, updated_at = :now
 WHERE entry_id = :entry_id AND seq = :seq
 
 -- name: drop_answers_after
