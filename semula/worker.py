@@ -8,8 +8,10 @@ of gunicorn's `gevent` worker.
   second under load (p99 ~900 ms at 50 connections). Yielding once per request bounds that (p99 ~30 ms)
   for some throughput.
 - Keep-alive: pywsgi ignores gunicorn's `keepalive`, so an idle client would hold its connection, and a
-  graceful stop, for ever. A connection idle for `keepalive` seconds is closed, and so is each one after
-  its current request once the worker is stopping.
+  graceful stop, for ever. A connection idle for `keepalive` seconds after a request is closed, and so
+  is each one after its current request once the worker is stopping. A new connection's first
+  request may take up to gunicorn's `timeout` (30 s) to come, but one that has sent nothing closes
+  within a second of the worker stopping.
 - Accepted sockets inherit TCP_NODELAY from gunicorn's listening socket (Linux), which a pywsgi server
   needs for small responses.
 - Costs of pywsgi's per request are cut, each without changing what it accepts or sends (tests in
@@ -41,6 +43,7 @@ from urllib.parse import unquote
 
 import gevent
 from gevent.pywsgi import Input, OldMessage, _InvalidClientRequest, format_date_time
+from gevent.socket import wait_read
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler
 
 from semula import logs, metrics
@@ -53,6 +56,7 @@ PLAIN_HEADER = re.compile(rb"([!-9;-~]+):[ \t]*([^\r\n]*?)\r?\n")
 PLAIN_BLOCK = re.compile(r"(?:[!-9;-~]+:[ \t]*[^\r\n]*\r\n)*\r\n")
 PLAIN_PAIR = re.compile(r"([!-9;-~]+):[ \t]*([^\r\n]*)\r\n")
 ONE_SEND = 64 * 1024  # a header block and a body up to this size go out in one send
+FIRST_BYTES_SLICE = 1.0  # s: how soon a stopping worker closes a new connection that sent nothing
 
 
 _date: tuple[int, bytes] = (0, b"")
@@ -204,19 +208,43 @@ class Handler(PyWSGIHandler):
     @functools.cached_property
     def first_request_timeout(self) -> float | None:
         # A new connection's first request may be slow to come (its client busy, a thread waiting for
-        # the GIL): it gets gunicorn's worker timeout, as its sync workers give a request, not the
+        # the GIL): it gets gunicorn's worker timeout (or the keep-alive time, if longer), not the
         # keep-alive idle time, which bounds the wait between two requests.
         return max(self.server.log.cfg.timeout or 0, self.keepalive or 0) or None
 
     def read_requestline(self) -> str:
         # Only the wait for a request line is bounded: a held call never reads from its socket.
-        first = self.requestline is None
-        self.socket.settimeout(self.first_request_timeout if first else self.keepalive)
+        if self.requestline is None:  # the connection's first
+            if not self._first_bytes_came():
+                return ""  # nothing in time, or the worker is stopping: the connection closes
+            timeout = self.first_request_timeout
+        else:
+            timeout = self.keepalive
+        self.socket.settimeout(timeout)
         try:
             return super().read_requestline()
         finally:
             if self.socket is not None:
                 self.socket.settimeout(None)
+
+    def _first_bytes_came(self) -> bool:
+        """Wait for a new connection's first bytes, up to first_request_timeout, a slice at a time: a
+        stopping worker closes a connection that has sent nothing within a slice, rather than being
+        held by it until the timeout (a browser's or a load balancer's connection opened ahead)."""
+        limit = self.first_request_timeout
+        deadline = None if limit is None else time.monotonic() + limit
+        while not self.server.closed:
+            wait = (
+                FIRST_BYTES_SLICE if deadline is None else min(FIRST_BYTES_SLICE, deadline - time.monotonic())
+            )
+            if wait <= 0:
+                return False
+            try:
+                wait_read(self.socket.fileno(), timeout=wait)
+                return True
+            except TimeoutError:
+                continue
+        return False
 
     def handle_one_request(self) -> Any:
         result = super().handle_one_request()

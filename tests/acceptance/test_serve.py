@@ -61,19 +61,44 @@ def raw_exchange(url: str, data: bytes) -> bytes:
     return received
 
 
+def read_response(conn: socket.socket) -> bytes:
+    """One HTTP response with a Content-Length, read whole from a connection."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += conn.recv(65536)
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = int(
+        next(line for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:"))[15:]
+    )
+    while len(body) < length:
+        body += conn.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
 def test_a_slow_first_request_is_served_and_an_idle_connection_is_closed(start_server):
     """The keep-alive time (1 s in tests) bounds the wait between two requests of a connection, not
-    the wait for its first: a client slow to send it (a busy thread, as under load) is still served."""
+    the wait for its first: a client slow to send it (a busy thread, as under load) is still served.
+    A connection that has sent nothing does not hold a stopping worker."""
     server = start_server()
     host, port = server.url.removeprefix("http://").split(":")
     request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
     with socket.create_connection((host, int(port)), timeout=15) as conn:
         time.sleep(2.5)  # the slow client itself: more than twice the keep-alive time
-        conn.sendall(request)
-        assert conn.recv(65536).startswith(b"HTTP/1.1 200 ")
         started = time.monotonic()
+        conn.sendall(request)
+        assert read_response(conn).startswith(b"HTTP/1.1 200 ")
         assert conn.recv(65536) == b""  # idle after its response: the server closes it
-        assert 0.5 < time.monotonic() - started < 10
+        assert 0.9 < time.monotonic() - started < 10
+
+    with socket.create_connection((host, int(port)), timeout=15) as silent:
+        with socket.create_connection((host, int(port)), timeout=15) as served:
+            served.sendall(request)  # served after the silent one opened: the worker has accepted both
+            assert read_response(served).startswith(b"HTTP/1.1 200 ")
+        started = time.monotonic()
+        server.stop()
+        assert server.proc.returncode == 0, server.log()[-2000:]
+        assert time.monotonic() - started < 10  # not the 30 s a first request may take
+        assert silent.recv(65536) == b""
 
 
 def test_malformed_framing_is_a_400_and_nothing_is_smuggled(start_server, token):

@@ -4,6 +4,7 @@ pywsgi uses, the Headers lookups as the email message's own, get_environ as pyws
 from __future__ import annotations
 
 import io
+import os
 from http import client
 
 import pytest
@@ -231,11 +232,19 @@ def test_the_date_header_is_pywsgis_and_follows_the_clock(monkeypatch):
         assert worker.http_date() == format_date_time(int(now))
 
 
+# A descriptor that is always readable: the request of a test "came" on it (Handler._first_bytes_came).
+_READABLE, _writer = os.pipe()
+os.write(_writer, b"x")
+
+
 class _Socket:
     """Takes at most `room` bytes a send, as a full kernel buffer would."""
 
     def __init__(self, room: int):
         self.room, self.sent = room, b""
+
+    def fileno(self) -> int:
+        return _READABLE
 
     def settimeout(self, timeout) -> None:
         pass
