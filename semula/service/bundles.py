@@ -308,7 +308,8 @@ def import_bundle(
     matched by fingerprint: new ones are created, changed ones get a new revision (actor import),
     ones whose answers are the same but whose pin, review or meta differs take the bundle's (updated,
     no new revision: a revision records an answer), identical ones are left alone, and
-    pinned ones in this project are skipped.
+    pinned ones in this project are skipped; so is a pinned answer of a sequence, which keeps its
+    place (the answers up to the last pinned one stay, whatever the bundle's count).
 
     `offload` runs the first phase elsewhere (the server: in a native thread, so the worker's
     event loop keeps serving while a large bundle is parsed and checked); the source is copied to
@@ -433,11 +434,20 @@ def _write(
             # Entries whose answers are the ones stored, and answers 2..n of them, whose pin, review
             # or meta differs.
             marked, answer_marks = [], []
-            sequences: list[tuple[str, _Prepared]] = []  # entries written whose answers 2..n change
+            # Entries written whose answers 2..n change: with the answer count and the pinned ones.
+            sequences: list[tuple[str, _Prepared, int, set[int]]] = []
             for item in batch:
                 old = existing.get(item.fingerprint)
+                # Answers 2..n stored for it, and those pinned: an import leaves a pinned answer alone,
+                # in its place (the answers up to the last pinned one stay).
+                stored = (
+                    tx.all("list_entry_answers", entry_id=old["id"])
+                    if old is not None and old["answers"] > 1 and not old["pinned"]
+                    else []
+                )
+                kept = {answer["seq"] for answer in stored if answer["pinned"]}
                 values_ = {
-                    "answers": 1 + len(item.later),
+                    "answers": max(1 + len(item.later), *kept, 1),
                     "api": item.api,
                     "response_id": item.response_id,
                     "meta": item.meta,
@@ -464,7 +474,7 @@ def _write(
                 elif old["pinned"]:
                     report["skipped"] += 1
                     continue
-                elif (marks := _marks_changed(tx, old, item)) is not None:
+                elif (marks := _marks_changed(old, item, stored, values_["answers"])) is not None:
                     # The answers are the ones stored: no new revision, but the bundle's pin, review
                     # and meta are kept (the entry row's too when only a later answer's differ: its
                     # updated_at moves).
@@ -490,7 +500,7 @@ def _write(
                     updates.append({"id": entry_id, "revision": number, **values_})
                     report["updated"] += 1
                 if item.later or (old is not None and old["answers"] > 1):
-                    sequences.append((entry_id, item))
+                    sequences.append((entry_id, item, values_["answers"], kept))
                 revisions.append(
                     {
                         "id": new_id("revision"),
@@ -509,8 +519,8 @@ def _write(
             tx.many("insert_revision", revisions)
             tx.many("import_entry_marks", marked)
             tx.many("import_answer_marks", answer_marks)
-            for entry_id, item in sequences:
-                _write_answers(tx, workspace, entry_id, item, stamp)
+            for entry_id, item, answers, kept in sequences:
+                _write_answers(tx, workspace, entry_id, item, stamp, answers, kept)
             if progress:
                 progress("write", len(batch), count)
         # Counted inside the transaction, after the writes: a breach undoes the whole import.
@@ -519,12 +529,16 @@ def _write(
     return {"object": "import_report", "project": row["name"], "entries": count, **report}
 
 
-def _write_answers(tx: Any, workspace: str, entry_id: str, item: _Prepared, stamp: float) -> None:
-    """Answers 2..n of an imported entry as the bundle has them; answers past them go."""
-    answers = 1 + len(item.later)
+def _write_answers(
+    tx: Any, workspace: str, entry_id: str, item: _Prepared, stamp: float, answers: int, kept: set[int]
+) -> None:
+    """Answers 2..n of an imported entry as the bundle has them, but for the pinned ones (`kept`),
+    left as they are; answers past `answers` (the bundle's, or up to the last pinned one) go."""
     tx.run("drop_answers_after", entry_id=entry_id, answers=answers)
     tx.run("drop_revisions_after", entry_id=entry_id, answers=answers)
     for seq, (response, chunks, pinned, meta) in enumerate(item.later, start=2):
+        if seq in kept:
+            continue
         row = tx.one(
             "import_answer",
             workspace_id=workspace,
@@ -563,14 +577,17 @@ def _same_meta(mine: str | None, theirs: str | None) -> bool:
     return mine == theirs or entries_service.parsed_meta(mine) == entries_service.parsed_meta(theirs)
 
 
-def _marks_changed(tx: Any, old: dict[str, Any], item: _Prepared) -> list[tuple[int, int, str | None]] | None:
+def _marks_changed(
+    old: dict[str, Any], item: _Prepared, stored: list[dict[str, Any]], answers: int
+) -> list[tuple[int, int, str | None]] | None:
     """None when the bundle's entry differs from the stored one in what an import revision records
-    (its answers); otherwise the answers whose marks differ (pin, review, and meta: recorded provider
+    (its answers, `answers` of them after the import, the pinned ones not compared: an import leaves
+    them alone); otherwise the answers whose marks differ (pin, review, and meta: recorded provider
     headers and stream timing), as (seq, the bundle's pin, the bundle's meta), answer 1 for a review
     too: empty when the entry is unchanged."""
     if not all(_same_json(getattr(item, name), old[name]) for name in ("request", "response", "chunks")):
         return None
-    if old["answers"] != 1 + len(item.later):
+    if old["answers"] != answers:
         return None
     first_same = (
         old["review_status"] == item.review_status
@@ -578,10 +595,9 @@ def _marks_changed(tx: Any, old: dict[str, Any], item: _Prepared) -> list[tuple[
         and _same_meta(item.meta, old["meta"])
     )
     marks = [] if first_same else [(1, item.pinned, item.meta)]
-    if not item.later:
-        return marks
-    stored = tx.all("list_entry_answers", entry_id=old["id"])
-    for seq, (mine, theirs) in enumerate(zip(item.later, stored, strict=True), start=2):
+    for seq, (mine, theirs) in enumerate(zip(item.later, stored, strict=False), start=2):
+        if theirs["pinned"]:
+            continue
         if not (_same_json(mine[0], theirs["response"]) and _same_json(mine[1], theirs["chunks"])):
             return None
         if mine[2] != theirs["pinned"] or not _same_meta(mine[3], theirs["meta"]):

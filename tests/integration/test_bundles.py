@@ -184,6 +184,47 @@ def test_import_takes_a_bundle_whose_only_change_is_a_pin_or_review_without_a_ne
     assert import_(ctx, "copy", json.dumps(bundle))["skipped"] == 1  # pinned here now: left alone
 
 
+def test_import_leaves_a_pinned_later_answer_alone_in_its_place(ctx):
+    """A pinned answer of a sequence is left alone by imports (docs/cli.md, entry answer pin): its
+    answer, pin and revisions stay, whatever the bundle has there, and so does its place."""
+    projects.create(ctx, {"name": "copy"})
+    later = [{"response": {"content": "2"}}, {"response": {"content": "3"}}, {"response": {"content": "4"}}]
+    entry = {**VALID["entries"][0], "later_answers": later}
+    assert import_(ctx, "copy", json.dumps({**VALID, "entries": [entry]}))["created"] == 1
+    [listed] = entries.list_entries(ctx, "copy")["data"]
+    entries.pin_answer(ctx, listed["id"], 3, True)
+
+    def answers():
+        return [
+            (
+                a["seq"],
+                a["pinned"],
+                a["revision"],
+                entries.get_answer(ctx, listed["id"], a["seq"])["answer"]["content"],
+            )
+            for a in entries.get(ctx, listed["id"])["sequence"]
+        ]
+
+    # The bundle unpins answer 3 and changes it and answer 2: answer 2 changes, answer 3 stays.
+    changed = [
+        {"response": {"content": "2b"}},
+        {"response": {"content": "3b"}},
+        {"response": {"content": "4"}},
+    ]
+    entry["later_answers"] = changed
+    assert import_(ctx, "copy", json.dumps({**VALID, "entries": [entry]}))["updated"] == 1
+    assert answers() == [(1, False, 2, "1"), (2, False, 2, "2b"), (3, True, 1, "3"), (4, False, 2, "4")]
+    report = import_(ctx, "copy", json.dumps({**VALID, "entries": [entry]}))
+    assert (report["updated"], report["unchanged"]) == (0, 1)  # the pinned answer differing is no change
+
+    # A bundle with one answer drops the answers after the pinned one only.
+    entry["later_answers"] = []
+    assert import_(ctx, "copy", json.dumps({**VALID, "entries": [entry]}))["updated"] == 1
+    assert answers() == [(1, False, 3, "1"), (2, False, 2, "2b"), (3, True, 1, "3")]
+    assert entries.get(ctx, listed["id"])["answers"] == 3
+    assert import_(ctx, "copy", json.dumps({**VALID, "entries": [entry]}))["unchanged"] == 1
+
+
 def test_import_takes_a_bundle_whose_only_change_is_meta_without_a_new_revision(ctx):
     """Recorded headers and stream timing are part of an entry (replay sends them): a bundle that
     changes only them updates the entry, answer 1's and each later answer's, and adds no revision."""
