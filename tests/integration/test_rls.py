@@ -117,5 +117,60 @@ def test_a_pooled_connection_forgets_its_workspace(filled):
             "list_projects", workspace_id=workspaces["alpha"], only_id=None, after=None, limit=10
         )
         assert unscoped == []
+        # Another tenant on the same connection sees its own rows only, in a transaction too.
+        for name in ("alpha", "bravo", "bravo", "alpha"):
+            scoped = store.scoped(workspaces[name])
+            seen = scoped.all(
+                "list_projects", workspace_id=workspaces[name], only_id=None, after=None, limit=10
+            )
+            other = "bravo" if name == "alpha" else "alpha"
+            hidden = scoped.all(
+                "list_projects", workspace_id=workspaces[other], only_id=None, after=None, limit=10
+            )
+            assert [p["name"] for p in seen] == ["p"] and hidden == []
+            with scoped.transaction() as tx:
+                assert (
+                    tx.all(
+                        "list_projects", workspace_id=workspaces[other], only_id=None, after=None, limit=10
+                    )
+                    == []
+                )
+        assert (
+            store.all("list_projects", workspace_id=workspaces["alpha"], only_id=None, after=None, limit=10)
+            == []
+        )
+    finally:
+        store.close()
+
+
+def test_a_tenant_reading_again_on_its_connection_sets_no_workspace_again(filled):
+    """A scoped read costs one round trip once its connection runs as its workspace: no set_config
+    before it and none after it (a hosted replay hit reads the change counter this way)."""
+    from semula.db import connect
+
+    workspaces, app_url = filled
+    store = connect(app_url, pool_size=1)
+    statements: list[str] = []
+    try:
+        scoped = store.scoped(workspaces["alpha"])
+        scoped.all("list_projects", workspace_id=workspaces["alpha"], only_id=None, after=None, limit=10)
+        with store._pool.connection() as raw:
+            original = type(raw).execute
+
+            def counting(self, query, *args, **kwargs):
+                statements.append(str(query))
+                return original(self, query, *args, **kwargs)
+
+            type(raw).execute = counting
+        try:
+            for _ in range(3):
+                scoped.all(
+                    "list_projects", workspace_id=workspaces["alpha"], only_id=None, after=None, limit=10
+                )
+            assert len(statements) == 3 and not [q for q in statements if "set_config" in q]
+            store.all("list_projects", workspace_id=workspaces["alpha"], only_id=None, after=None, limit=10)
+            assert [q for q in statements if "set_config" in q] != []  # unscoped: set again first
+        finally:
+            type(raw).execute = original
     finally:
         store.close()
