@@ -139,6 +139,16 @@ def test_a_pooled_connection_forgets_its_workspace(filled):
             store.all("list_projects", workspace_id=workspaces["alpha"], only_id=None, after=None, limit=10)
             == []
         )
+
+        # An unscoped store's transaction as a tenant (authentication's pattern) sets it locally only.
+        def bravo(reader):
+            return reader.all(
+                "list_projects", workspace_id=workspaces["bravo"], only_id=None, after=None, limit=10
+            )
+
+        with store.transaction(workspaces["bravo"]) as tx:
+            assert [p["name"] for p in bravo(tx)] == ["p"]
+        assert bravo(store) == []
     finally:
         store.close()
 
