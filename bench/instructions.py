@@ -35,8 +35,16 @@ SDK_HEADERS = (
 WARM = 50  # requests before the counted ones: imports, caches, the first statements, the kept hit
 
 
+# A descriptor that is always readable: the connection's first bytes "came" (Handler._first_bytes_came).
+_READABLE, _writer = os.pipe()
+os.write(_writer, b"x")
+
+
 class _Socket:
     """Takes every send whole, and checks that each response is a 200."""
+
+    def fileno(self) -> int:
+        return _READABLE
 
     def settimeout(self, timeout: float | None) -> None:
         pass
@@ -77,6 +85,7 @@ def serve(mode: str, sdk: bool, requests: int) -> None:
     class Log:
         class cfg:  # noqa: N801 - gunicorn's attribute
             keepalive = 2
+            timeout = 30
 
         access_log_enabled = False
 

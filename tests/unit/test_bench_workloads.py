@@ -99,6 +99,15 @@ def test_the_floor_answers_a_recorded_request_whatever_its_user_and_refuses_othe
     assert post({**pair.request_body(), "temperature": 0.9})[0] == "404 Not Found"
 
 
+def test_the_instruction_count_child_serves_its_requests_through_the_worker() -> None:
+    """What `python -m bench.instructions` runs under callgrind: it fails on anything but a 200, or
+    when the worker closes the connection (a worker change that needs more of its fake server)."""
+    from bench import instructions
+
+    for mode in ("hit", "first"):
+        instructions.serve(mode, sdk=True, requests=3)
+
+
 def test_a_workload_store_holds_probes_and_fillers() -> None:
     made = list(firstsight.recordings(1000, (2048, 8192)))
     assert len(made) == 1000
