@@ -50,11 +50,13 @@ from semula import logs, metrics
 
 logger = logging.getLogger("semula.worker")
 
+# A header name as the email parser takes it: printable ASCII but the colon.
+_NAME = "[!-9;-~]+"
 # A header line as the email parser reads it, when it is nothing more: a name, a colon, a value.
-PLAIN_HEADER = re.compile(rb"([!-9;-~]+):[ \t]*([^\r\n]*?)\r?\n")
+PLAIN_HEADER = re.compile(rf"({_NAME}):[ \t]*([^\r\n]*?)\r?\n".encode())
 # A whole block of such lines ending in CRLF, and each of its lines, read as latin-1 text.
-PLAIN_BLOCK = re.compile(r"(?:[!-9;-~]+:[ \t]*[^\r\n]*\r\n)*\r\n")
-PLAIN_PAIR = re.compile(r"([!-9;-~]+):[ \t]*([^\r\n]*)\r\n")
+PLAIN_BLOCK = re.compile(rf"(?:{_NAME}:[ \t]*[^\r\n]*\r\n)*\r\n")
+PLAIN_PAIR = re.compile(rf"({_NAME}):[ \t]*([^\r\n]*)\r\n")
 ONE_SEND = 64 * 1024  # a header block and a body up to this size go out in one send
 FIRST_BYTES_SLICE = 1.0  # s: how soon a stopping worker closes a new connection that sent nothing
 

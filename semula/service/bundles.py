@@ -447,7 +447,7 @@ def _write(
                 )
                 kept = {answer["seq"] for answer in stored if answer["pinned"]}
                 values_ = {
-                    "answers": max(1 + len(item.later), *kept, 1),
+                    "answers": max([1 + len(item.later), *kept]),
                     "api": item.api,
                     "response_id": item.response_id,
                     "meta": item.meta,
