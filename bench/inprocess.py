@@ -1,14 +1,17 @@
 """First sight in process: the proxy's WSGI app, called directly, on bodies it has never seen that
 each match one recording (no HTTP server, no client: semula's own cost of a first sight).
 
-    .venv/bin/python -m bench.inprocess [--kib 88] [--requests 400] [--rounds 5] [--src DIR]
+    .venv/bin/python -m bench.inprocess [--kib 88] [--requests 400] [--rounds 5] [--kept]
+        [--db sqlite|postgres] [--src DIR]
 
-The store is a temporary SQLite database holding one recording (bench.workloads: the agent request
-of about --kib KiB with its tools, or the 1.6 KB pair below 2 KiB); every request gives it a `user`
-of its own, outside the fingerprint, so it matches the recording but is never a kept hit. The call
-log is batched as in the server. Prints microseconds per request for each round and the best.
-`--src DIR` imports semula from another checkout (say a worktree of an older commit), to compare
-two versions in one sitting.
+The store is a temporary database holding one recording (bench.workloads: the agent request of
+about --kib KiB with its tools, or the 1.6 KB pair below 2 KiB): SQLite, or with `--db postgres` a
+database of its own on SEMULA_BENCH_POSTGRES_URL's server. Every request gives it a `user` of its
+own, outside the fingerprint, so it matches the recording but is never a kept hit (`--kept`: the
+same body each time, so every request after the first is one). The call log is batched as in the
+server. Prints microseconds per request for each round and the best, in wall-clock time and in CPU
+of this process (on PostgreSQL the server's own CPU is not in it). `--src DIR` imports semula from
+another checkout (say a worktree of an older commit), to compare two versions in one sitting.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from bench import workloads
+from bench.common import PostgresDatabase
 
 PATH = "/p/bench/v1/chat/completions"
 
@@ -63,6 +67,8 @@ def main() -> None:
     parser.add_argument("--kib", type=int, default=88, help="request size in KiB (below 2: the 1.6 KB pair)")
     parser.add_argument("--requests", type=int, default=400, help="requests per round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--kept", action="store_true", help="one body repeated: kept hits, not first sights")
+    parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--src", default=None, help="import semula from this checkout instead")
     args = parser.parse_args()
     if args.src:
@@ -73,8 +79,9 @@ def main() -> None:
     from semula.service import CLI, Context, bundles, projects
 
     print(f"semula from {sys.modules['semula.config'].__file__.rsplit('/semula/', 1)[0]}")
+    database = PostgresDatabase().create() if args.db == "postgres" else None
     with tempfile.TemporaryDirectory() as workdir:
-        url = f"sqlite:///{workdir}/bench.db"
+        url = database.url if database else f"sqlite:///{workdir}/bench.db"
         store = connect(url, pool_size=2)
         migrate(store)
         settings = replace(Settings(), database_url=url, auth=False)
@@ -91,19 +98,24 @@ def main() -> None:
         bundles.import_bundle(ctx, "bench", io.BytesIO(json.dumps(bundle).encode()))
         app = proxy_app(settings, store)
         total = args.requests * (args.rounds + 1)
-        bodies = [json.dumps({**recording.request, "user": f"u{i}"}).encode() for i in range(total)]
+        users = [f"u{0 if args.kept else i}" for i in range(total)]
+        bodies = [json.dumps({**recording.request, "user": user}).encode() for user in users]
         for raw in bodies[: args.requests]:  # warm-up: imports, caches, the first statements
             call(app, raw)
-        results = []
+        results, cpus = [], []
         for number in range(1, args.rounds + 1):
             batch = bodies[number * args.requests : (number + 1) * args.requests]
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             for raw in batch:
                 call(app, raw)
             results.append((time.perf_counter() - started) / len(batch) * 1e6)
+            cpus.append((time.process_time() - cpu) / len(batch) * 1e6)
         store.close()
+    if database:
+        database.drop()
     rounds = " ".join(f"{r:.0f}" for r in results)
     print(f"{len(bodies[0]):,} B request: {rounds} µs; best {min(results):.0f}")
+    print(f"  CPU of this process: {' '.join(f'{c:.0f}' for c in cpus)} µs; best {min(cpus):.0f}")
 
 
 if __name__ == "__main__":

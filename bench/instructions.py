@@ -2,10 +2,13 @@
 a figure that does not move with the machine's load, to compare two versions of the code on a shared
 or noisy machine (wall-clock runs there vary by ±10%).
 
-    .venv/bin/python -m bench.instructions [--mode hit|first] [--sdk] [--requests 1000] [--src DIR]
+    .venv/bin/python -m bench.instructions [--mode hit|first] [--sdk] [--db sqlite|postgres]
+        [--requests 1000] [--src DIR]
 
 A request goes through `semula.worker.Handler.handle_one_request` (gevent's pywsgi with semula's cuts)
-into the app `semula serve` runs (SQLite, auth on, the call log batched), read from an in-memory
+into the app `semula serve` runs (SQLite, or with `--db postgres` a database of its own on
+SEMULA_BENCH_POSTGRES_URL's server, whose own instructions are not counted; auth on, the call log
+batched), read from an in-memory
 stream and answered into a socket that takes every send whole: everything a worker runs for it but
 the system calls and the event loop. `--mode hit` sends the recorded 1.6 KB pair again and again (a
 kept hit); `first` gives every request a `user` of its own (a first sight). Requests carry wrk's four
@@ -58,7 +61,7 @@ class _Socket:
         self.send(data)
 
 
-def serve(mode: str, sdk: bool, requests: int) -> None:
+def serve(mode: str, sdk: bool, requests: int, url: str | None = None) -> None:
     """Run WARM + `requests` requests through a Handler (the child callgrind counts)."""
     from bench import pair, replay
     from semula.config import Settings
@@ -66,7 +69,7 @@ def serve(mode: str, sdk: bool, requests: int) -> None:
     from semula.web import create_app
     from semula.worker import Handler
 
-    url = f"sqlite:///{tempfile.mkdtemp(prefix='semula-instructions-')}/bench.db"
+    url = url or f"sqlite:///{tempfile.mkdtemp(prefix='semula-instructions-')}/bench.db"
     token = replay.load_pair(url)
     app = create_app(replace(Settings(), database_url=url, auth=True), connect(url, pool_size=2))
     layer = app.wsgi_app
@@ -108,15 +111,32 @@ def serve(mode: str, sdk: bool, requests: int) -> None:
             raise SystemExit("the connection closed")
 
 
-def counted(argv: list[str], env: dict[str, str]) -> int:
-    """The instructions callgrind counts for one run of this module as the child."""
-    out = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__, *argv],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+def counted(argv: list[str], env: dict[str, str], db: str) -> int:
+    """The instructions callgrind counts for one run of this module as the child (on PostgreSQL, in a
+    database of its own, dropped after)."""
+    from bench.common import PostgresDatabase
+
+    database = PostgresDatabase().create() if db == "postgres" else None
+    try:
+        url = ["--url", database.url] if database else []
+        out = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--callgrind-out-file=/dev/null",
+                sys.executable,
+                __file__,
+                *argv,
+                *url,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    finally:
+        if database:
+            database.drop()
     found = re.search(r"Collected : (\d+)", out.stderr)
     if found is None:
         raise SystemExit(f"callgrind said no count:\n{out.stderr[-2000:]}")
@@ -127,24 +147,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=("hit", "first"), default="hit")
     parser.add_argument("--sdk", action="store_true", help="the openai SDK's sixteen headers, not wrk's four")
+    parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--src", default=None, help="import semula from this checkout instead")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.src:
         sys.path.insert(0, args.src)
     if args.child is not None:
-        serve(args.mode, args.sdk, args.child)
+        serve(args.mode, args.sdk, args.child, args.url)
         return
     # The child runs this file as a script: the checkout to measure first on its path, then this one.
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [args.src, here]))}
     common = ["--mode", args.mode] + (["--sdk"] if args.sdk else [])
     common += ["--src", args.src] if args.src else []
-    base = counted([*common, "--child", "0"], env)
-    total = counted([*common, "--child", str(args.requests)], env)
+    base = counted([*common, "--child", "0"], env, args.db)
+    total = counted([*common, "--child", str(args.requests)], env, args.db)
     print(
-        f"{(total - base) / args.requests:,.0f} instructions per request ({args.mode}, "
+        f"{(total - base) / args.requests:,.0f} instructions per request ({args.mode}, {args.db}, "
         f"{'sdk' if args.sdk else 'wrk'} headers, semula from {args.src or here})"
     )
 

@@ -40,27 +40,35 @@ def to_psycopg(sql: str) -> str:
 PG_QUERIES = {name: to_psycopg(sql) for name, sql in POSTGRES_QUERIES.items()}
 
 
+def _translation(exc: Exception, failures: list[str] | None = None) -> Exception | None:
+    """The semula.db error a driver error stands for (None: not a driver error); `failures` holds why
+    the pool last failed to connect, if it did."""
+    if isinstance(exc, PoolTimeout):
+        return Unavailable(failures[-1] if failures else _message(exc))
+    if not isinstance(exc, psycopg.Error):
+        return None
+    if isinstance(exc, psycopg.errors.UniqueViolation):
+        return UniqueViolation(exc.diag.message_primary or "unique violation")
+    if isinstance(exc, psycopg.errors.DiskFull):
+        return DiskFull(_message(exc))
+    if isinstance(exc, (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled)):
+        return Busy(_message(exc))
+    if isinstance(exc, _SCHEMA):
+        return SchemaMismatch(_message(exc))
+    if isinstance(exc, psycopg.OperationalError):
+        if getattr(exc, "sqlstate", None) in _CONNECTION_ENDED:
+            return _Lost(_message(exc))
+        return Unavailable(_message(exc))
+    return DatabaseError(_message(exc))
+
+
 @contextmanager
 def _translated(failures: list[str] | None = None) -> Iterator[None]:
-    """Driver errors as semula.db's; `failures` holds why the pool last failed to connect, if it did."""
+    """Driver errors as semula.db's (_translation)."""
     try:
         yield
-    except PoolTimeout as exc:
-        raise Unavailable(failures[-1] if failures else _message(exc)) from exc
-    except psycopg.errors.UniqueViolation as exc:
-        raise UniqueViolation(exc.diag.message_primary or "unique violation") from exc
-    except psycopg.errors.DiskFull as exc:
-        raise DiskFull(_message(exc)) from exc
-    except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
-        raise Busy(_message(exc)) from exc
-    except _SCHEMA as exc:
-        raise SchemaMismatch(_message(exc)) from exc
-    except psycopg.OperationalError as exc:
-        if getattr(exc, "sqlstate", None) in _CONNECTION_ENDED:
-            raise _Lost(_message(exc)) from exc
-        raise Unavailable(_message(exc)) from exc
-    except psycopg.Error as exc:
-        raise DatabaseError(_message(exc)) from exc
+    except (PoolTimeout, psycopg.Error) as exc:
+        raise _translation(exc, failures) from exc
 
 
 class _Lost(Unavailable):
@@ -99,6 +107,9 @@ def _recording(failures: list[str]) -> type[psycopg.Connection]:
         # The session's semula.workspace_id as this process last set it ("" for none); None while it is
         # not known (a new connection, or a set_config that did not return).
         semula_workspace: str | None = None
+        # The cursor its statements run on (made at the first): a cursor made per statement cost a
+        # replay's counter read about a third of its client CPU (Cursor() copies the adapters map).
+        semula_cursor: psycopg.Cursor[Row] | None = None
 
         @classmethod
         def connect(cls, *args: Any, **kwargs: Any) -> Any:
@@ -113,13 +124,21 @@ def _recording(failures: list[str]) -> type[psycopg.Connection]:
     return Recording
 
 
+def _cursor(raw: psycopg.Connection) -> psycopg.Cursor[Row]:
+    """The connection's own cursor (its results are read before the connection goes back to the pool)."""
+    cursor = raw.semula_cursor
+    if cursor is None:
+        cursor = raw.semula_cursor = raw.cursor()
+    return cursor
+
+
 class _Conn:
     def __init__(self, raw: psycopg.Connection):
         self.raw = raw
 
     def _execute(self, name: str, params: dict[str, Any]) -> psycopg.Cursor:
         refuse_nul(params)
-        return self.raw.execute(PG_QUERIES[name], params)
+        return _cursor(self.raw).execute(PG_QUERIES[name], params)
 
     def one(self, name: str, /, **params: Any) -> Row | None:
         with _translated():
@@ -156,11 +175,26 @@ Query = Callable[[list[Key]], dict[Key, object]]
 
 
 class _Batch:
+    __slots__ = ("keys", "done", "_ended", "found", "error")
+
     def __init__(self) -> None:
         self.keys: set[Key] = set()
-        self.done = threading.Event()
+        self.done = False  # set under VersionReads' lock, with _ended released
+        # Held from the batch's making until it is done, so waiting for it is taking it (and handing
+        # it on): a lock costs a tenth of what a threading.Event does to make, and a batch is made
+        # for every read that finds none open (each kept hit on PostgreSQL, each first sight).
+        self._ended = threading.Lock()
+        self._ended.acquire()
         self.found: dict[Key, object] = {}
         self.error: BaseException | None = None
+
+    def wait(self) -> None:
+        with self._ended:
+            pass
+
+    def end(self) -> None:
+        self.done = True
+        self._ended.release()
 
     def answer(self, key: Key) -> object:
         if self.error is not None:
@@ -185,11 +219,13 @@ class VersionReads:
 
     def read(self, workspace: Hashable, key: Key, query: Query) -> object:
         with self._lock:
-            batch = self._open.setdefault(workspace, _Batch())
+            batch = self._open.get(workspace)
+            if batch is None:
+                batch = self._open[workspace] = _Batch()
             batch.keys.add(key)
         while True:
             with self._lock:
-                if batch.done.is_set():
+                if batch.done:
                     break
                 flying = self._flying.get(workspace)
                 if flying is None:  # nothing in flight, so ours is the batch not sent yet: it goes now
@@ -198,7 +234,7 @@ class VersionReads:
             if flying is None:
                 self._send(workspace, batch, query)
                 break
-            flying.done.wait()  # the query in flight (ours, or one that began before we asked)
+            flying.wait()  # the query in flight (ours, or one that began before we asked)
         return batch.answer(key)
 
     def _send(self, workspace: Hashable, batch: _Batch, query: Query) -> None:
@@ -212,7 +248,7 @@ class VersionReads:
         finally:
             with self._lock:  # sent and not yet done is always in flight (read() relies on it)
                 del self._flying[workspace]
-                batch.done.set()
+                batch.end()
 
 
 class PostgresStore:
@@ -246,51 +282,74 @@ class PostgresStore:
         view.workspace_id = workspace_id
         return view
 
-    def _again_if_lost(self, name: str, call: Callable[[], Any]) -> Any:
-        """Run a statement; a read that met a connection the server had ended (a restart,
-        pg_terminate_backend, an idle timeout) runs once more after the pool replaced its dead ones.
-
-        Checked on failure rather than at every checkout, which would cost every replay hit a round
-        trip. A write is not run again: it may have been applied before the connection broke.
-        """
-        try:
-            return call()
-        except _Lost:
-            if name not in READS:
-                raise
-            self._pool.check()
-            return call()
-
-    @contextmanager
-    def _conn(self) -> Iterator[_Conn]:
-        """A pooled connection whose session runs as this store's workspace (none when unscoped).
+    def _take(self) -> psycopg.Connection:
+        """A pooled connection whose session runs as this store's workspace (none when unscoped); the
+        caller gives it back (self._pool.putconn).
 
         Every checkout sets the workspace its statements run as, unless the connection's session
         already has it: a connection another tenant used last is set again before any statement, so
         no setting is carried into the next checkout, and a tenant's reads on a connection it used
         last cost no set_config round trip (three round trips a hosted replay hit had, one now).
         """
-        with _translated(self._failures), self._pool.connection() as raw:
+        raw = self._pool.getconn()
+        try:
             wanted = self.workspace_id or ""
             if raw.semula_workspace != wanted:
                 raw.semula_workspace = None  # unknown until the statement returns
                 raw.execute("SELECT set_config('semula.workspace_id', %s, false)", (wanted,))
                 raw.semula_workspace = wanted
-            yield _Conn(raw)
+        except BaseException:
+            self._pool.putconn(raw)
+            raise
+        return raw
+
+    @contextmanager
+    def _conn(self) -> Iterator[_Conn]:
+        """A pooled connection as _take() gives it, back to the pool after the block (autocommit: no
+        transaction to end unless the block began one, which its own context manager ends)."""
+        with _translated(self._failures):
+            raw = self._take()
+            try:
+                yield _Conn(raw)
+            finally:
+                self._pool.putconn(raw)
 
     def one(self, name: str, /, **params: Any) -> Row | None:
-        def call() -> Row | None:
-            with self._conn() as conn:
-                return conn.one(name, **params)
-
-        return self._again_if_lost(name, call)
+        return self._read(name, params, False)
 
     def all(self, name: str, /, **params: Any) -> list[Row]:
-        def call() -> list[Row]:
-            with self._conn() as conn:
-                return conn.all(name, **params)
+        return self._read(name, params, True)
 
-        return self._again_if_lost(name, call)
+    def _read(self, name: str, params: dict[str, Any], every: bool) -> Any:
+        """A statement's rows (all, or the first), written out rather than through _conn()'s context
+        managers, which were a fifth of the client CPU of a replay hit's counter read.
+
+        A read that met a connection the server had ended (a restart, pg_terminate_backend, an idle
+        timeout) runs once more after the pool replaced its dead ones: checked on failure rather than
+        at every checkout, which would cost every replay hit a round trip. A write is not run again:
+        it may have been applied before the connection broke.
+        """
+        refuse_nul(params)
+        sql = PG_QUERIES[name]
+        try:
+            return self._fetch(sql, params, every)
+        except (PoolTimeout, psycopg.Error) as exc:
+            error = _translation(exc, self._failures)
+            if not isinstance(error, _Lost) or name not in READS:
+                raise error from exc
+        self._pool.check()
+        try:
+            return self._fetch(sql, params, every)
+        except (PoolTimeout, psycopg.Error) as exc:
+            raise _translation(exc, self._failures) from exc
+
+    def _fetch(self, sql: str, params: dict[str, Any], every: bool) -> Any:
+        raw = self._take()
+        try:
+            cursor = _cursor(raw).execute(sql, params)
+            return cursor.fetchall() if every else cursor.fetchone()
+        finally:
+            self._pool.putconn(raw)
 
     def version(self, workspace_id: str) -> object:
         """The workspace's replay change counter: triggers move it in the transaction of every change

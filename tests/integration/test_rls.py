@@ -164,14 +164,15 @@ def test_a_tenant_reading_again_on_its_connection_sets_no_workspace_again(filled
     try:
         scoped = store.scoped(workspaces["alpha"])
         scoped.all("list_projects", workspace_id=workspaces["alpha"], only_id=None, after=None, limit=10)
-        with store._pool.connection() as raw:
-            original = type(raw).execute
+        import psycopg
 
-            def counting(self, query, *args, **kwargs):
-                statements.append(str(query))
-                return original(self, query, *args, **kwargs)
+        original = psycopg.Cursor.execute  # what a connection's execute() runs too
 
-            type(raw).execute = counting
+        def counting(self, query, *args, **kwargs):
+            statements.append(str(query))
+            return original(self, query, *args, **kwargs)
+
+        psycopg.Cursor.execute = counting
         try:
             for _ in range(3):
                 scoped.all(
@@ -181,6 +182,40 @@ def test_a_tenant_reading_again_on_its_connection_sets_no_workspace_again(filled
             store.all("list_projects", workspace_id=workspaces["alpha"], only_id=None, after=None, limit=10)
             assert [q for q in statements if "set_config" in q] != []  # unscoped: set again first
         finally:
-            type(raw).execute = original
+            psycopg.Cursor.execute = original
+    finally:
+        store.close()
+
+
+def test_a_set_config_that_fails_is_sent_again_before_the_next_statement(filled):
+    """A checkout whose set_config failed (here a statement timeout; a broken connection is replaced)
+    fails as a semula.db error, and the connection's session is not taken as set: the next checkout
+    sets it before any statement, so no read runs as the tenant the connection had before."""
+    from semula.db import Busy, connect
+
+    workspaces, app_url = filled
+    store = connect(app_url, pool_size=1)
+    statements: list[str] = []
+    original = psycopg.Cursor.execute
+
+    def failing_once(self, query, *args, **kwargs):
+        statements.append(str(query))
+        if "set_config" in str(query) and len(statements) == 1:
+            raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+        return original(self, query, *args, **kwargs)
+
+    args = dict(workspace_id=workspaces["bravo"], only_id=None, after=None, limit=10)
+    try:
+        assert store.scoped(workspaces["alpha"]).all("list_projects", **args) == []  # RLS: alpha's view
+        psycopg.Cursor.execute = failing_once
+        try:
+            with pytest.raises(Busy, match="statement timeout"):
+                store.scoped(workspaces["bravo"]).all("list_projects", **args)
+            assert [
+                row["name"] for row in store.scoped(workspaces["bravo"]).all("list_projects", **args)
+            ] == ["p"]
+        finally:
+            psycopg.Cursor.execute = original
+        assert ["set_config" in q for q in statements] == [True, True, False]
     finally:
         store.close()
