@@ -6,6 +6,7 @@ proxy routes are served here and everything else falls through to the Flask app.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -21,6 +22,7 @@ from semula.service import replay as replay_service
 from semula.service.calllog import CallLog
 from semula.web import access, policy
 
+logger = logging.getLogger("semula.web")
 ROUTE = re.compile(
     r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62})(?:/s/(?P<session>[A-Za-z0-9_.-]{1,64}))?)?"
     r"/v1/(?P<what>chat/completions|responses|models|messages|messages/count_tokens"
@@ -202,15 +204,23 @@ class ProxyApp:
             # chunk frame per word, 7x the CPU of the same answer without stream.
             data = b"".join(call.dialect.sse(events))
             if outcome == "hit" and events:
-                self.hits.keep(key, call, events[0], version, raw, data)
+                self._keep(key, call, events[0], version, raw, data)
             self._log(ctx, call, outcome, 200, started)  # after what may fail: a call is logged once
             return self._sse(start_response, data, extra)
         assert body is not None
         data = jsonio.compact(body)
         if outcome == "hit":
-            self.hits.keep(key, call, body, version, raw, data)
+            self._keep(key, call, body, version, raw, data)
         self._log(ctx, call, outcome, 200, started)
         return self._bytes(start_response, 200, data, extra)
+
+    def _keep(self, key: hits.Key, call: replay_service.Call, body: dict[str, Any], *rest: Any) -> None:
+        """Keep a hit for its next sight (service.hits): a cache, so a failure there (a bug, memory)
+        costs this call nothing: it is answered as found, and its next sight is a first sight."""
+        try:
+            self.hits.keep(key, call, body, *rest)
+        except Exception as exc:
+            logger.error("a replay hit was not kept", exc_info=exc)
 
     def _stored_response(
         self,
