@@ -107,8 +107,11 @@ def _recording(failures: list[str]) -> type[psycopg.Connection]:
         # The session's semula.workspace_id as this process last set it ("" for none); None while it is
         # not known (a new connection, or a set_config that did not return).
         semula_workspace: str | None = None
-        # The cursor its statements run on (made at the first): a cursor made per statement cost a
-        # replay's counter read about a third of its client CPU (Cursor() copies the adapters map).
+        # The cursor the replay path's reads run on (made at the first): a cursor made per statement
+        # cost a kept hit's counter read about a third of its client CPU (Cursor() copies the
+        # adapters map). A cursor holds its last result and parameters until its next statement, so
+        # only reads whose result is small keep it (_fetch): one used for every read would keep,
+        # say, 200 candidate rows of 88 KB requests alive on an idle pooled connection.
         semula_cursor: psycopg.Cursor[Row] | None = None
 
         @classmethod
@@ -124,8 +127,24 @@ def _recording(failures: list[str]) -> type[psycopg.Connection]:
     return Recording
 
 
+# The most bytes of entries a connection's kept cursor may go on holding after a first sight's read.
+KEPT_RESULT = 64 * 1024
+Keeps = Callable[[Any], bool]  # whether the kept cursor may go on holding a result, given its rows
+
+
+def _always(rows: Any) -> bool:
+    return True
+
+
+def _small_entries(rows: list[Row]) -> bool:
+    size = 0
+    for row in rows:
+        size += len(row["response"] or "") + len(row["chunks"] or "") + len(row["meta"] or "")
+    return size <= KEPT_RESULT
+
+
 def _cursor(raw: psycopg.Connection) -> psycopg.Cursor[Row]:
-    """The connection's own cursor (its results are read before the connection goes back to the pool)."""
+    """The connection's kept cursor (its result is read before the connection goes back)."""
     cursor = raw.semula_cursor
     if cursor is None:
         cursor = raw.semula_cursor = raw.cursor()
@@ -138,7 +157,7 @@ class _Conn:
 
     def _execute(self, name: str, params: dict[str, Any]) -> psycopg.Cursor:
         refuse_nul(params)
-        return _cursor(self.raw).execute(PG_QUERIES[name], params)
+        return self.raw.execute(PG_QUERIES[name], params)
 
     def one(self, name: str, /, **params: Any) -> Row | None:
         with _translated():
@@ -320,7 +339,7 @@ class PostgresStore:
     def all(self, name: str, /, **params: Any) -> list[Row]:
         return self._read(name, params, True)
 
-    def _read(self, name: str, params: dict[str, Any], every: bool) -> Any:
+    def _read(self, name: str, params: dict[str, Any], every: bool, *, reuse: Keeps | None = None) -> Any:
         """A statement's rows (all, or the first), written out rather than through _conn()'s context
         managers, which were a fifth of the client CPU of a replay hit's counter read.
 
@@ -328,26 +347,32 @@ class PostgresStore:
         timeout) runs once more after the pool replaced its dead ones: checked on failure rather than
         at every checkout, which would cost every replay hit a round trip. A write is not run again:
         it may have been applied before the connection broke.
+
+        `reuse`: run on the connection's kept cursor (`_cursor()`), which is dropped with its result
+        when `reuse(rows)` says the result is too large to go on holding.
         """
         refuse_nul(params)
         sql = PG_QUERIES[name]
         try:
-            return self._fetch(sql, params, every)
+            return self._fetch(sql, params, every, reuse)
         except (PoolTimeout, psycopg.Error) as exc:
             error = _translation(exc, self._failures)
             if not isinstance(error, _Lost) or name not in READS:
                 raise error from exc
         self._pool.check()
         try:
-            return self._fetch(sql, params, every)
+            return self._fetch(sql, params, every, reuse)
         except (PoolTimeout, psycopg.Error) as exc:
             raise _translation(exc, self._failures) from exc
 
-    def _fetch(self, sql: str, params: dict[str, Any], every: bool) -> Any:
+    def _fetch(self, sql: str, params: dict[str, Any], every: bool, reuse: Keeps | None) -> Any:
         raw = self._take()
         try:
-            cursor = _cursor(raw).execute(sql, params)
-            return cursor.fetchall() if every else cursor.fetchone()
+            cursor = (_cursor(raw) if reuse else raw.cursor()).execute(sql, params)
+            rows = cursor.fetchall() if every else cursor.fetchone()
+            if reuse and not reuse(rows):
+                raw.semula_cursor = None
+            return rows
         finally:
             self._pool.putconn(raw)
 
@@ -374,9 +399,8 @@ class PostgresStore:
         return found
 
     def _read_entries(self, workspace_id: str, project_id: str, fingerprints: list[Key]) -> dict[Key, object]:
-        rows = self.all(
-            "entries_at_version", workspace_id=workspace_id, project_id=project_id, fingerprints=fingerprints
-        )
+        params = {"workspace_id": workspace_id, "project_id": project_id, "fingerprints": fingerprints}
+        rows = self._read("entries_at_version", params, True, reuse=_small_entries)
         version = rows[0]["version"]  # one row at least: the counter's
         found: dict[Key, object] = {fingerprint: (None, version) for fingerprint in fingerprints}
         for row in rows:
@@ -388,7 +412,7 @@ class PostgresStore:
 
     def _read_counter(self, keys: list[Key]) -> dict[Key, object]:
         [workspace_id] = keys  # one workspace per group
-        row = self.one("replay_counter", workspace_id=workspace_id)
+        row = self._read("replay_counter", {"workspace_id": workspace_id}, False, reuse=_always)
         return {workspace_id: row["counter"]} if row is not None else {}
 
     def run(self, name: str, /, **params: Any) -> int:

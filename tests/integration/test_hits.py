@@ -404,16 +404,17 @@ def test_first_sights_asked_together_get_their_own_entries_with_the_counter(ctx,
     fingerprints["absent"] = "v1:" + "0" * 64
     project = projects.get_row(ctx, "shop")
     statements, in_flight = [], threading.Event()
-    read_all = store.all
+    if store.dialect == "postgresql":  # the statement of PostgreSQL's batched lookups (store._read)
+        read = store._read
 
-    def slow_all(name, /, **params):  # the first lookup's statement lasts until every other one has asked
-        statements.append(name)
-        if name == "entries_at_version" and not in_flight.is_set():
-            in_flight.set()
-            time.sleep(0.3)
-        return read_all(name, **params)
+        def slow_read(name, *args, **kwargs):  # the first lookup's lasts until every other one has asked
+            statements.append(name)
+            if name == "entries_at_version" and not in_flight.is_set():
+                in_flight.set()
+                time.sleep(0.3)
+            return read(name, *args, **kwargs)
 
-    monkeypatch.setattr(store, "all", slow_all)
+        monkeypatch.setattr(store, "_read", slow_read)
     got: dict[str, tuple] = {}
 
     def look(name):

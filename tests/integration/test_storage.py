@@ -129,3 +129,58 @@ def test_connections_that_died_idle_in_the_pool_are_replaced(db_url, client, mak
     for _ in range(6):
         r = client.get("/api/v1/projects", headers=headers)
         assert r.status_code == 200, r.json
+
+
+def test_an_idle_pooled_connection_holds_no_large_result(db_url):
+    """A psycopg cursor keeps its last result and parameters until its next statement: only the change
+    counter's read (an integer) runs on the cursor a connection keeps, so what other reads sent and
+    got (a miss's candidates, a large entry) is not held by an idle pooled connection."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite keeps no result on its connections")
+    from semula.db import connect
+
+    store = connect(db_url, pool_size=1)
+    try:
+        store.version("wsp_default")
+        conn = store._pool.getconn()
+        kept = conn.semula_cursor
+        store._pool.putconn(conn)
+        assert kept is not None and kept.pgresult is not None and kept.pgresult.ntuples == 1
+        assert store.all("calls_in_project", project_id="x" * 200_000) == []  # 200 KB sent, no rows
+        conn = store._pool.getconn()
+        store._pool.putconn(conn)
+        assert conn.semula_cursor is kept and kept.pgresult.ntuples == 1  # not the read just made
+    finally:
+        store.close()
+
+
+def test_a_first_sight_of_a_large_entry_leaves_no_cursor_holding_it(db_url, ctx):
+    """A first sight's entry read runs on the kept cursor, which is dropped with its result when the
+    entries it read are over KEPT_RESULT (a 2 MB embeddings answer must not stay on an idle connection)."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite keeps no result on its connections")
+    from semula.db import connect
+    from semula.db.postgres import KEPT_RESULT
+    from semula.service import projects
+    from tests.entry_helpers import save_entry
+
+    projects.create(ctx, {"name": "shop", "mode": "replay"})
+    small = save_entry(ctx, "shop", "small", {"content": "short"})
+    large = save_entry(ctx, "shop", "large", {"content": "y" * (KEPT_RESULT + 1)})
+    project_id = projects.get_row(ctx, "shop")["id"]
+    store = connect(db_url, pool_size=1)
+    try:
+
+        def read(entry):
+            row, _ = store.entry_at_version(ctx.principal.workspace_id, project_id, entry["fingerprint"])
+            assert row["id"] == entry["id"]
+            conn = store._pool.getconn()
+            store._pool.putconn(conn)
+            return conn.semula_cursor
+
+        kept = read(small)
+        assert kept is not None and kept.pgresult.ntuples == 1
+        assert read(large) is None  # dropped with the large result
+        assert read(small) is not None
+    finally:
+        store.close()
