@@ -126,18 +126,16 @@ def _recording(failures: list[str]) -> type[psycopg.Connection]:
             failures.clear()
             return conn
 
-        def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
             """Drive a statement's generator; in a gevent worker on gevent's own socket watchers.
 
             Where gevent patched `select`, psycopg waits through `select.poll()`, which gevent
             emulates in Python: 121,600 instructions a `SELECT 1` round trip against 73,000 waiting
-            on the watchers (callgrind). A wait with a timeout (psycopg's cancel and notifies) and
-            every wait outside gevent stay psycopg's.
+            on the watchers (callgrind). A wait psycopg asks with any argument (an interval, or a
+            timeout: its cancel and notifies) and every wait outside gevent stay psycopg's.
             """
-            if timeout is not None:
-                return super().wait(gen, interval, timeout)
-            if not _gevent_patched():
-                return super().wait(gen, interval)
+            if args or kwargs or not _gevent_patched():
+                return super().wait(gen, *args, **kwargs)
             try:
                 return _wait_on_gevent(gen, self.pgconn.socket)
             except (KeyboardInterrupt, SystemExit):
