@@ -19,6 +19,8 @@ CHILD = textwrap.dedent(
 
     monkey.patch_all()
 
+    import os
+    import socket
     import sys
     import time
 
@@ -27,16 +29,34 @@ CHILD = textwrap.dedent(
     from semula.db import connect
     from semula.db import postgres
 
-    waits = []
+    asked = []  # what each statement's generator waited for (psycopg.waiting.Wait)
     original = postgres._wait_on_gevent
 
     def counting(gen, fileno):
-        waits.append(fileno)
-        return original(gen, fileno)
+        def watched():
+            try:
+                wanted = next(gen)
+                while True:
+                    asked.append(wanted)
+                    wanted = gen.send((yield wanted))
+            except StopIteration as done:
+                return done.value
+
+        return original(watched(), fileno)
 
     postgres._wait_on_gevent = counting
     store = connect(sys.argv[1], pool_size=4)
-    big = "x" * 300_000  # more than a socket buffer: the statement's send waits to write
+    big = "x" * 300_000
+
+    def sent_in_parts():
+        # A send buffer of a few KiB: the 300 KB statement cannot go in one send() (loopback TCP
+        # takes megabytes), so libpq waits to read or write until it is flushed.
+        with store._conn() as conn:
+            raw = socket.socket(fileno=os.dup(conn.raw.pgconn.socket))
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            os.close(raw.detach())  # the dup only: the option is the socket's
+            [length] = conn.raw.execute("SELECT length(%s)", (big,)).fetchone().values()
+        assert length == len(big)
 
     def reads():
         for _ in range(10):
@@ -56,12 +76,15 @@ CHILD = textwrap.dedent(
             gevent.sleep(0.02)
 
     slept = gevent.spawn(sleeper)
-    workers = [gevent.spawn(reads) for _ in range(12)] + [gevent.spawn(ticker)]
+    workers = [gevent.spawn(reads) for _ in range(12)] + [gevent.spawn(ticker), gevent.spawn(sent_in_parts)]
     gevent.joinall([slept, *workers], raise_error=True)
     store.close()
-    assert waits, "no statement waited on gevent's watchers"
+    from psycopg.waiting import Wait
+
+    assert Wait.R in asked, "no statement waited on gevent's watchers"
+    assert Wait.RW in asked, "the statement sent in parts never waited to read or write"
     assert len(ticks) >= 10, f"the loop was held while a statement ran: {len(ticks)} ticks"
-    print("waits", len(waits), "ticks", len(ticks))
+    print("waits", len(asked), "ticks", len(ticks))
     """
 )
 
