@@ -80,39 +80,41 @@ def main() -> None:
 
     print(f"semula from {sys.modules['semula.config'].__file__.rsplit('/semula/', 1)[0]}")
     database = PostgresDatabase().create() if args.db == "postgres" else None
-    with tempfile.TemporaryDirectory() as workdir:
-        url = database.url if database else f"sqlite:///{workdir}/bench.db"
-        store = connect(url, pool_size=2)
-        migrate(store)
-        settings = replace(Settings(), database_url=url, auth=False)
-        ctx = Context(store, settings, CLI)
-        projects.create(ctx, {"name": "bench", "mode": "replay"})
-        if args.kib >= 2:
-            recording = workloads.agent_recording(args.kib * 1024)
-        else:
-            recording = workloads.pair_recording(0)
-        bundle = {
-            "bundle": {"format": "semula-bundle", "version": 1},
-            "entries": [{"request": recording.request, "response": recording.response}],
-        }
-        bundles.import_bundle(ctx, "bench", io.BytesIO(json.dumps(bundle).encode()))
-        app = proxy_app(settings, store)
-        total = args.requests * (args.rounds + 1)
-        users = [f"u{0 if args.kept else i}" for i in range(total)]
-        bodies = [json.dumps({**recording.request, "user": user}).encode() for user in users]
-        for raw in bodies[: args.requests]:  # warm-up: imports, caches, the first statements
-            call(app, raw)
-        results, cpus = [], []
-        for number in range(1, args.rounds + 1):
-            batch = bodies[number * args.requests : (number + 1) * args.requests]
-            started, cpu = time.perf_counter(), time.process_time()
-            for raw in batch:
+    try:  # the PostgreSQL database goes whatever happens: a failed run must not leave it behind
+        with tempfile.TemporaryDirectory() as workdir:
+            url = database.url if database else f"sqlite:///{workdir}/bench.db"
+            store = connect(url, pool_size=2)
+            migrate(store)
+            settings = replace(Settings(), database_url=url, auth=False)
+            ctx = Context(store, settings, CLI)
+            projects.create(ctx, {"name": "bench", "mode": "replay"})
+            if args.kib >= 2:
+                recording = workloads.agent_recording(args.kib * 1024)
+            else:
+                recording = workloads.pair_recording(0)
+            bundle = {
+                "bundle": {"format": "semula-bundle", "version": 1},
+                "entries": [{"request": recording.request, "response": recording.response}],
+            }
+            bundles.import_bundle(ctx, "bench", io.BytesIO(json.dumps(bundle).encode()))
+            app = proxy_app(settings, store)
+            total = args.requests * (args.rounds + 1)
+            users = [f"u{0 if args.kept else i}" for i in range(total)]
+            bodies = [json.dumps({**recording.request, "user": user}).encode() for user in users]
+            for raw in bodies[: args.requests]:  # warm-up: imports, caches, the first statements
                 call(app, raw)
-            results.append((time.perf_counter() - started) / len(batch) * 1e6)
-            cpus.append((time.process_time() - cpu) / len(batch) * 1e6)
-        store.close()
-    if database:
-        database.drop()
+            results, cpus = [], []
+            for number in range(1, args.rounds + 1):
+                batch = bodies[number * args.requests : (number + 1) * args.requests]
+                started, cpu = time.perf_counter(), time.process_time()
+                for raw in batch:
+                    call(app, raw)
+                results.append((time.perf_counter() - started) / len(batch) * 1e6)
+                cpus.append((time.process_time() - cpu) / len(batch) * 1e6)
+            store.close()
+    finally:
+        if database:
+            database.drop()
     rounds = " ".join(f"{r:.0f}" for r in results)
     print(f"{len(bodies[0]):,} B request: {rounds} µs; best {min(results):.0f}")
     print(f"  CPU of this process: {' '.join(f'{c:.0f}' for c in cpus)} µs; best {min(cpus):.0f}")
