@@ -5,15 +5,16 @@ or noisy machine (wall-clock runs there vary by ±10%).
     .venv/bin/python -m bench.instructions [--mode hit|first] [--sdk] [--db sqlite|postgres]
         [--requests 1000] [--src DIR]
 
-A request goes through `semula.worker.Handler.handle_one_request` (gevent's pywsgi with semula's cuts)
-into the app `semula serve` runs (SQLite, or with `--db postgres` a database of its own on
+A request goes through `semula.worker.Handler.handle_one_request` (gevent's pywsgi with semula's
+cuts) into the app `semula serve` runs (SQLite, or with `--db postgres` a database of its own on
 SEMULA_BENCH_POSTGRES_URL's server, whose own instructions are not counted; auth on, the call log
 batched), read from an in-memory stream and answered into a socket that takes every send whole:
-everything a worker runs for it but the system calls and the event loop. `--mode hit` sends the recorded 1.6 KB pair again and again (a
-kept hit); `first` gives every request a `user` of its own (a first sight). Requests carry wrk's four
-headers, or with `--sdk` the sixteen the official `openai` SDK sends. The count is that of a run of
-`--requests` requests less that of a run of none, divided by the requests. `--src DIR` imports semula
-from another checkout (a worktree of an older commit). Needs valgrind (`apt-get install valgrind`).
+everything a worker runs for it but the system calls and the event loop. `--mode hit` sends the
+recorded 1.6 KB pair again and again (a kept hit); `first` gives every request a `user` of its own
+(a first sight). Requests carry wrk's four headers, or with `--sdk` the sixteen the official
+`openai` SDK sends. The count is that of a run of `--requests` requests less that of a run of none,
+divided by the requests. `--src DIR` imports semula from another checkout (a worktree of an older
+commit). Needs valgrind (`apt-get install valgrind`).
 """
 
 from __future__ import annotations
