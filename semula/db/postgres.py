@@ -126,6 +126,12 @@ def _recording(failures: list[str]) -> type[psycopg.Connection]:
             failures.clear()
             return conn
 
+        def close(self) -> None:
+            """Close, and let go of the kept cursor: it refers back to this connection, so holding it
+            would leave the two for the cycle collector to free, long after the pool discarded them."""
+            self.semula_cursor = None
+            super().close()
+
         def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
             """Drive a statement's generator; in a gevent worker on gevent's own socket watchers.
 

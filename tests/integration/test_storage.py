@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import gc
 import multiprocessing
+import weakref
 
 import pytest
 
@@ -152,6 +154,31 @@ def test_an_idle_pooled_connection_holds_no_large_result(db_url):
         assert conn.semula_cursor is kept and kept.pgresult.ntuples == 1  # not the read just made
     finally:
         store.close()
+
+
+def test_a_closed_connection_is_freed_at_once(db_url):
+    """The kept cursor refers to its connection: closing the connection (the pool discarding it, the
+    store closing) lets go of the cursor, so the two are freed then, not at the next cycle collection."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite keeps no cursor on its connections")
+    from semula.db import connect
+
+    store = connect(db_url, pool_size=1)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        store.version("wsp_default")
+        conn = store._pool.getconn()
+        assert conn.semula_cursor is not None
+        freed = weakref.ref(conn)
+        store._pool.putconn(conn)
+        del conn
+        store.close()
+        assert freed() is None
+    finally:
+        store.close()  # again, if an assertion came first: closing twice is harmless
+        if collecting:
+            gc.enable()
 
 
 def test_a_first_sight_of_a_large_entry_leaves_no_cursor_holding_it(db_url, ctx):
