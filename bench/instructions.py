@@ -3,7 +3,7 @@ a figure that does not move with the machine's load, to compare two versions of 
 or noisy machine (wall-clock runs there vary by ±10%).
 
     .venv/bin/python -m bench.instructions [--mode hit|first] [--sdk] [--db sqlite|postgres]
-        [--requests 1000] [--src DIR]
+        [--requests 1000] [--src DIR] [--app semula|floor]
 
 A request goes through `semula.worker.Handler.handle_one_request` (gevent's pywsgi with semula's
 cuts) into the app `semula serve` runs (SQLite, or with `--db postgres` a database of its own on
@@ -13,8 +13,12 @@ everything a worker runs for it but the system calls and the event loop. `--mode
 recorded 1.6 KB pair again and again (a kept hit); `first` gives every request a `user` of its own
 (a first sight). Requests carry wrk's four headers, or with `--sdk` the sixteen the official
 `openai` SDK sends. The count is that of a run of `--requests` requests less that of a run of none,
-divided by the requests. `--src DIR` imports semula from another checkout (a worktree of an older
-commit). Needs valgrind (`apt-get install valgrind`).
+divided by the requests: the two runs' start-ups differ by some millions of instructions, so few
+requests give a noisy figure (a kept hit measured 349,000-431,000 at 300 requests, 408,000-410,000
+at 3,000). `--src DIR` imports semula from another checkout (a worktree of an older
+commit). `--app floor` counts the floor (bench/floor_app.py: the bare route's steps as plain WSGI)
+through the same worker instead, so the two counts differ by what semula's own code adds to a
+request. Needs valgrind (`apt-get install valgrind`).
 """
 
 from __future__ import annotations
@@ -61,13 +65,12 @@ class _Socket:
         self.send(data)
 
 
-def serve(mode: str, sdk: bool, requests: int, url: str | None = None) -> None:
-    """Run WARM + `requests` requests through a Handler (the child callgrind counts)."""
-    from bench import pair, replay
+def semula_app(url: str | None) -> tuple[Any, str]:
+    """The app `semula serve` runs, on the pair (SQLite when no url), its call log batched; a token."""
+    from bench import replay
     from semula.config import Settings
     from semula.db import connect
     from semula.web import create_app
-    from semula.worker import Handler
 
     url = url or f"sqlite:///{tempfile.mkdtemp(prefix='semula-instructions-')}/bench.db"
     token = replay.load_pair(url)
@@ -76,6 +79,20 @@ def serve(mode: str, sdk: bool, requests: int, url: str | None = None) -> None:
     while not hasattr(layer, "calllog"):
         layer = getattr(layer, "app", None) or layer.fallback
     layer.calllog.batched = True
+    return app, token
+
+
+def serve(mode: str, sdk: bool, requests: int, url: str | None = None, which: str = "semula") -> None:
+    """Run WARM + `requests` requests through a Handler (the child callgrind counts)."""
+    from bench import pair
+    from semula.worker import Handler
+
+    if which == "floor":
+        from bench import floor_app
+
+        app, token = floor_app.app, "unused"
+    else:
+        app, token = semula_app(url)
     body = pair.request_bytes()
 
     def request(number: int) -> bytes:
@@ -93,7 +110,7 @@ def serve(mode: str, sdk: bool, requests: int, url: str | None = None) -> None:
         access_log_enabled = False
 
     class Server:
-        log, closed, application = Log(), False, app
+        log, closed, application = Log(), False, staticmethod(app)
 
         def get_environ(self) -> dict[str, Any]:
             return {
@@ -150,23 +167,28 @@ def main() -> None:
     parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--src", default=None, help="import semula from this checkout instead")
+    parser.add_argument(
+        "--app", choices=("semula", "floor"), default="semula", help="floor: bench/floor_app.py instead"
+    )
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.src:
         sys.path.insert(0, args.src)
     if args.child is not None:
-        serve(args.mode, args.sdk, args.child, args.url)
+        serve(args.mode, args.sdk, args.child, args.url, args.app)
         return
     # The child runs this file as a script: the checkout to measure first on its path, then this one.
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [args.src, here]))}
-    common = ["--mode", args.mode] + (["--sdk"] if args.sdk else [])
+    common = ["--mode", args.mode, "--app", args.app] + (["--sdk"] if args.sdk else [])
     common += ["--src", args.src] if args.src else []
-    base = counted([*common, "--child", "0"], env, args.db)
-    total = counted([*common, "--child", str(args.requests)], env, args.db)
+    db = "none" if args.app == "floor" else args.db
+    base = counted([*common, "--child", "0"], env, db)
+    total = counted([*common, "--child", str(args.requests)], env, db)
+    what = "the floor" if args.app == "floor" else f"{args.mode}, {args.db}"
     print(
-        f"{(total - base) / args.requests:,.0f} instructions per request ({args.mode}, {args.db}, "
+        f"{(total - base) / args.requests:,.0f} instructions per request ({what}, "
         f"{'sdk' if args.sdk else 'wrk'} headers, semula from {args.src or here})"
     )
 

@@ -106,6 +106,7 @@ def test_the_instruction_count_child_serves_its_requests_through_the_worker() ->
 
     for mode in ("hit", "first"):
         instructions.serve(mode, sdk=True, requests=3)
+    instructions.serve("hit", sdk=False, requests=3, which="floor")  # the floor app, for comparison
 
 
 def test_a_workload_store_holds_probes_and_fillers() -> None:
