@@ -21,6 +21,11 @@ MIN_SIZE = 256  # shorter answers are kept as they are
 MAX_SIZE = 16 * 1024
 SAVES = 0.8  # an answer is kept packed only when that takes at most this share of its size
 LEVEL = 6
+# How much memory deflate's state takes (zlib's memLevel, 1-9). At 9 a pack of a 1.2 KB completion
+# took 30-60 µs, most of it setting up that state, which a replay hit's second sight pays once; at 7
+# it took 15 µs and packed every sample answer (completions, a stream's chunks, 8 KB of prose) to
+# the same number of bytes (bench/RESULTS.md, session 14).
+MEM_LEVEL = 7
 _WBITS = -15  # raw deflate: no header or checksum (the bytes never leave the process)
 
 # Most common last: deflate reaches nearer matches with shorter codes.
@@ -67,7 +72,7 @@ def pack(data: bytes) -> bytes | None:
     """`data` deflated against DICTIONARY, or None when that would not save enough to be worth it."""
     if not MIN_SIZE <= len(data) <= MAX_SIZE:
         return None
-    packer = zlib.compressobj(LEVEL, zlib.DEFLATED, _WBITS, 9, zlib.Z_DEFAULT_STRATEGY, DICTIONARY)
+    packer = zlib.compressobj(LEVEL, zlib.DEFLATED, _WBITS, MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY, DICTIONARY)
     packed = packer.compress(data) + packer.flush()
     return packed if len(packed) <= len(data) * SAVES else None
 
