@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
@@ -59,6 +59,8 @@ class Target:
     body: bytes | None = None  # what wrk posts; the recorded pair's request when None
     script: Path | None = None  # wrk's Lua script, when it is not the one made from `body`
     connections: int = CONNECTIONS  # wrk's -c
+    # Run before each of its wrk runs, untimed: brings its store back into memory (sizes.semula_targets).
+    warm: Callable[[], None] | None = None
 
     def cpu_by_pid(self) -> dict[int, float]:
         pids = self.process.pids() if self.process else []
@@ -313,6 +315,8 @@ def run_wrk(target: Target, duration: int) -> dict[str, float]:
     argv += ["--timeout", WRK_TIMEOUT, "-s", str(wrk_script(target)), target.url]
     attempts = ATTEMPTS if PATIENCE > 0 else 1
     for attempt in range(1, attempts + 1):
+        if target.warm is not None:
+            target.warm()
         settle(target)
         if PATIENCE > 0:
             wait_quiet(patience=PATIENCE)

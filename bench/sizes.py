@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 from pathlib import Path
@@ -26,7 +26,7 @@ from typing import Any
 import requests
 
 from bench import replay, runs, workloads
-from bench.common import BenchError, require_tool, rss_kib
+from bench.common import BenchError, PostgresDatabase, read_through, require_tool, rss_kib
 from bench.replay import Target
 from bench.workloads import NONCE, Recording, Workload
 
@@ -186,8 +186,33 @@ def semula_targets(
             f"semula {label} (bundle import)", loads, lambda url=url: replay.load_bundle(url, bundle)
         )
         target = replay.start_semula(f"semula, {label}", f"semula-{db}", url, token, database=pg)
+        target.warm = _warmer(url, pg, notes)
         out.append(run.track(target))
     return out
+
+
+def _warmer(url: str, pg: PostgresDatabase | None, notes: list[str]) -> Callable[[], None]:
+    """What brings a semula store back into memory before each of its runs.
+
+    This machine kind's kernel pages out what was not touched for a minute (session 12 in
+    bench/RESULTS.md), and with no swap only file pages can go: a store's file is dropped while
+    semula waits through the other servers' runs and the imports, whereas the reference servers keep
+    their recordings in their own memory. A server under steady load keeps its store in memory, so
+    each run starts from that state: the SQLite file (and its WAL) read through, or PostgreSQL's
+    tables and indexes read with pg_prewarm.
+    """
+    if pg is None:
+        path = Path(url.removeprefix("sqlite:///"))
+        return lambda: read_through(path, path.with_name(path.name + "-wal"))
+
+    def prewarm() -> None:
+        if pg.prewarm() is None and WARM_NOTE not in notes:
+            notes.append(WARM_NOTE)
+
+    return prewarm
+
+
+WARM_NOTE = "PostgreSQL has no pg_prewarm: its store was not read into memory before each run."
 
 
 def memory(target: Target) -> tuple[float, str]:
@@ -251,6 +276,9 @@ def run_workload(
         "The floor is the bare route's steps as a plain WSGI app on semula's own worker "
         "(bench/floor_app.py): "
         "what any replay server on this stack pays, with no authentication, database, log or checks.",
+        "Before each of its runs, semula's store is read into memory (the SQLite file, or PostgreSQL's "
+        "relations by pg_prewarm): this kernel pages out files idle for a minute, and a server under "
+        "steady load keeps its store in memory.",
         "Loading: " + "; ".join(f"{what} {seconds:.1f} s" for what, seconds in loads.items()) + ".",
         *(f"{note}" for note in notes),
         "",

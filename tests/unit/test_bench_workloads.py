@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -145,6 +146,29 @@ def test_the_bundle_imports_every_recording(db_url: str, tmp_path) -> None:
     with replay.service(db_url) as ctx:
         listed = entries.list_entries(ctx, replay.PROJECT, limit=100)
     assert len(listed["data"]) == 30
+
+
+def test_a_store_is_read_into_memory_before_each_run(db_url: str, tmp_path, monkeypatch) -> None:
+    """What sizes.semula_targets gives each semula target to run before its wrk runs: the SQLite file
+    and its WAL read through, or PostgreSQL's tables and indexes read by pg_prewarm."""
+    from bench import replay
+    from bench.common import PostgresDatabase
+
+    files = sizes.write_files(tmp_path, "w", (workloads.pair_recording(v) for v in range(30)))
+    replay.load_bundle(db_url, files.bundle)
+    notes: list[str] = []
+    if db_url.startswith("sqlite"):
+        read: list[Path] = []
+        monkeypatch.setattr(sizes, "read_through", lambda *paths: read.extend(paths))
+        sizes._warmer(db_url, None, notes)()
+        path = Path(db_url.removeprefix("sqlite:///"))
+        assert read == [path, path.with_name(path.name + "-wal")] and path.stat().st_size > 0
+    else:
+        pg = PostgresDatabase()
+        pg.url = db_url  # this test's database, not a new one
+        assert (pg.prewarm() or 0) > 30  # the entries' table, its indexes and more: blocks read
+        sizes._warmer(db_url, pg, notes)()
+    assert notes == []
 
 
 def test_a_run_stops_its_servers_and_removes_its_files_when_it_fails(monkeypatch, tmp_path) -> None:
