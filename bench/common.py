@@ -214,7 +214,8 @@ class PostgresDatabase:
     def prewarm(self) -> int | None:
         """Read this database's tables and indexes into the operating system's page cache
         (pg_prewarm's `read` mode, TOAST included), as read_through() does for a SQLite file: the
-        blocks read, or None when the server has no pg_prewarm."""
+        blocks read, or None when pg_prewarm could not be used (not installed, no privilege, no
+        connection)."""
         import psycopg
 
         try:

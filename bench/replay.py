@@ -315,11 +315,11 @@ def run_wrk(target: Target, duration: int) -> dict[str, float]:
     argv += ["--timeout", WRK_TIMEOUT, "-s", str(wrk_script(target)), target.url]
     attempts = ATTEMPTS if PATIENCE > 0 else 1
     for attempt in range(1, attempts + 1):
-        if target.warm is not None:
-            target.warm()
         settle(target)
         if PATIENCE > 0:
             wait_quiet(patience=PATIENCE)
+        if target.warm is not None:  # last: a long wait for quiet cores lets the store go cold again
+            target.warm()
         machine0, wrk0 = machine_busy_seconds(), children_cpu_seconds()
         server0 = target.cpu_by_pid()
         done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60, check=True)

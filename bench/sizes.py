@@ -212,7 +212,7 @@ def _warmer(url: str, pg: PostgresDatabase | None, notes: list[str]) -> Callable
     return prewarm
 
 
-WARM_NOTE = "PostgreSQL has no pg_prewarm: its store was not read into memory before each run."
+WARM_NOTE = "pg_prewarm was not usable on PostgreSQL: its store was not read into memory before each run."
 
 
 def memory(target: Target) -> tuple[float, str]:

@@ -128,7 +128,10 @@ def _recording(failures: list[str]) -> type[psycopg.Connection]:
 
         def close(self) -> None:
             """Close, and let go of the kept cursor: it refers back to this connection, so holding it
-            would leave the two for the cycle collector to free, long after the pool discarded them."""
+            would leave the two for the cycle collector to free, long after the pool discarded them.
+            The pool closes what it discards, but for a connection it finds broken, which it only
+            drops: a read that breaks lets go of the cursor itself (_fetch); one found broken idle
+            (the pool's check) is freed at the next collection."""
             self.semula_cursor = None
             super().close()
 
@@ -432,6 +435,10 @@ class PostgresStore:
             if reuse and not reuse(rows):
                 raw.semula_cursor = None
             return rows
+        except BaseException:
+            if raw.closed:  # broken: the pool drops it without close(), which lets go of the cursor
+                raw.semula_cursor = None
+            raise
         finally:
             self._pool.putconn(raw)
 

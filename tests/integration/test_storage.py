@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import multiprocessing
 import weakref
 
@@ -156,9 +157,11 @@ def test_an_idle_pooled_connection_holds_no_large_result(db_url):
         store.close()
 
 
-def test_a_closed_connection_is_freed_at_once(db_url):
-    """The kept cursor refers to its connection: closing the connection (the pool discarding it, the
-    store closing) lets go of the cursor, so the two are freed then, not at the next cycle collection."""
+@pytest.fixture
+def kept_connection(db_url):
+    """A PostgreSQL store of one pooled connection whose kept cursor exists, with the cycle collector
+    off: a weak reference to that connection, its server pid and the store. The connection is freed
+    only if nothing, not a reference cycle either, holds it."""
     if not db_url.startswith("postgresql"):
         pytest.skip("SQLite keeps no cursor on its connections")
     from semula.db import connect
@@ -170,15 +173,37 @@ def test_a_closed_connection_is_freed_at_once(db_url):
         store.version("wsp_default")
         conn = store._pool.getconn()
         assert conn.semula_cursor is not None
-        freed = weakref.ref(conn)
+        freed, pid = weakref.ref(conn), conn.info.backend_pid
         store._pool.putconn(conn)
         del conn
-        store.close()
-        assert freed() is None
+        yield freed, pid, store
     finally:
-        store.close()  # again, if an assertion came first: closing twice is harmless
+        store.close()  # again, after a test that closed it: closing twice is harmless
         if collecting:
             gc.enable()
+
+
+def test_a_closed_connection_is_freed_at_once(kept_connection):
+    """The kept cursor refers to its connection: closing the connection (the pool discarding it, the
+    store closing) lets go of the cursor, so the two are freed then, not at the next cycle collection."""
+    freed, _, store = kept_connection
+    store.close()
+    assert freed() is None
+
+
+def test_a_connection_a_read_found_broken_is_freed_at_once(kept_connection, db_url, caplog):
+    """The pool drops a broken connection without closing it: a read on the kept cursor that found
+    its connection ended (a server restart, here pg_terminate_backend) lets go of the cursor itself,
+    so the dead connection is freed then, and the read runs again on a new one."""
+    import psycopg
+
+    # The pool's warning about the discarded connection names it: a captured record would hold it.
+    caplog.set_level(logging.ERROR, logger="psycopg.pool")
+    freed, pid, store = kept_connection
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    assert store.version("wsp_default") is not None  # read again on a new connection
+    assert freed() is None
 
 
 def test_a_first_sight_of_a_large_entry_leaves_no_cursor_holding_it(db_url, ctx):

@@ -166,7 +166,10 @@ def test_a_store_is_read_into_memory_before_each_run(db_url: str, tmp_path, monk
     else:
         pg = PostgresDatabase()
         pg.url = db_url  # this test's database, not a new one
-        assert (pg.prewarm() or 0) > 30  # the entries' table, its indexes and more: blocks read
+        blocks = pg.prewarm()
+        if blocks is None:
+            pytest.skip("pg_prewarm is not usable on this PostgreSQL server (contrib not installed?)")
+        assert blocks > 30  # the entries' table, its indexes and more: blocks read
         sizes._warmer(db_url, pg, notes)()
     assert notes == []
 
