@@ -22,7 +22,9 @@ with the SHA-256 digest of the one that found it: a first sight of a large body 
 of its bytes, a kept hit one. A kept hit holds its answer as the bytes it was sent as, with the few
 members its dialect stamps afresh for each reply (Dialect.stamped): a reply replaces those bytes and
 serialises nothing. What hits share (the project's id and name, the API, the request's model and
-flags, the recorded headers) is held once for all of them (Shared).
+flags, the recorded headers) is held once for all of them (Shared), and the rest of a hit as one
+bytes object, which find() makes a Kept of (_encode, _decode): an object for each of its parts cost
+about as much memory as a packed answer.
 
 Once the cache is half full, answers are kept packed (semula/core/packing.py): about half the bytes
 of a completion, for a few microseconds of unpacking per reply, so a store of many recordings keeps
@@ -32,9 +34,15 @@ about twice as many of them (docs/decisions/0045-first-sight-path.md).
 from __future__ import annotations
 
 import hashlib
+import itertools
+import re
+import struct
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from semula.core import packing
 from semula.dialects import Dialect, Request
@@ -43,23 +51,30 @@ from semula.service.auth import require, visible
 from semula.service.replay import Call, replay_headers, templated
 
 # Bounds the memory: the cache holds about MAX_BYTES per process in all (`cost()`), each kept hit its
-# answer's bytes and HIT more, each request seen once NOTED. A full cache admits one new request in
+# bytes (_encode) and HIT more, each request seen once NOTED. A full cache admits one new request in
 # ADMIT, dropping its oldest (docs/decisions/0040-replay-change-counter.md).
 MAX_BODY = 32 * 1024
 SAMPLE = 2048
 MAX_BYTES = 40 * 1024 * 1024
-# Measured with tracemalloc (tests/integration/test_hits.py checks them): a kept hit besides its
-# answer's bytes (its key and its slot in the dict, the Kept, its stamps, fingerprint and entry id),
-# and a request seen once (its key and its slot).
-HIT = 640
+# Measured with sys.getsizeof (tests/integration/test_hits.py checks them): a kept hit besides the
+# bytes it is held as (its key, its slot in the dict, the bytes object's own header), and a request
+# seen once (its key and its slot).
+HIT = 160
 NOTED = 120
-LARGE_BODY = 96  # what a body over MAX_BODY adds to its kept hit: the digest it must have
 ADMIT = 8
 HEADER = 200  # what a recorded header costs besides its name's and value's characters (its objects)
 # What a Shared holds besides its headers (itself, its project's id and name, its request, its key
 # in the table): charged once while a kept hit uses it, so hits whose recorded headers differ per
 # answer, each with a Shared of its own, are charged for every one of them.
 SHARED_COST = 1024
+
+# A kept hit is held as one bytes object: its change counter value, its Shared's number and flags,
+# then a large body's digest, the fingerprint, the entry id, the stamps and the answer (_encode).
+# Python objects for each of those cost ~480 bytes a hit besides their characters: about as much as
+# a packed 1.2 KB answer, so the same budget holds about 1.5 times as many hits this way.
+_HEAD = struct.Struct("<qIBHHH")  # version, Shared's number, flags, lengths of three texts
+_PACKED, _DIGEST, _HEXED = 1, 2, 4
+_HEX = re.compile(r"[0-9a-f]{64}")
 
 Key = bytes
 
@@ -129,20 +144,22 @@ class Shared:
     headers: tuple[tuple[str, str], ...]  # the provider headers the entry recorded
     ident: tuple[Any, ...]  # its key in HitCache._shared
     size: int  # what it holds (SHARED_COST and its headers), charged while a kept hit uses it
+    number: int  # what a kept hit's bytes name it by (HitCache._numbers)
     users: int = 0  # the kept hits that use it
 
 
 class Kept:
-    """A kept hit: its answer's bytes (packed or not), its stamps and what the call log reads."""
+    """A kept hit as find() gives it: its answer's bytes (packed or not), its stamps and what the call
+    log reads. The cache holds it as bytes (_encode), and makes this of them for each hit."""
 
     __slots__ = ("version", "data", "packed", "stamps", "fingerprint", "entry_id", "shared", "digest")
 
     def __init__(
         self,
-        version: object,
+        version: int,
         data: bytes,
         packed: bool,
-        stamps: tuple[Any, ...],
+        stamps: dict[str, Any],
         fingerprint: str,
         entry_id: str,
         shared: Shared,
@@ -151,7 +168,7 @@ class Kept:
         self.version = version
         self.data = data  # the reply as sent (a JSON body, or a stream's events), packed or not
         self.packed = packed
-        self.stamps = stamps  # the values of the dialect's `stamped` members, as `data` has them
+        self.stamps = stamps  # the dialect's `stamped` members the body has, with their values in `data`
         self.fingerprint = fingerprint
         self.entry_id = entry_id
         self.shared = shared
@@ -185,25 +202,74 @@ class Kept:
         return self.shared.headers
 
 
-_MISSING = object()
+def _encode(
+    version: int,
+    number: int,
+    data: bytes,
+    packed: bool,
+    stamps: dict[str, Any],
+    fingerprint: str,
+    entry_id: str,
+    digest: bytes | None,
+) -> bytes:
+    """A kept hit as the bytes the cache holds: _HEAD (with the lengths of what follows), the digest
+    (with _DIGEST), the fingerprint (with _HEXED its version, then its SHA-256 as 32 bytes rather than
+    64 hex digits), the entry id, the stamps as JSON, then the answer's bytes to the end. A text past
+    64 KiB cannot be held (struct.error): such a hit is not kept."""
+    flags = (_PACKED if packed else 0) | (_DIGEST if digest is not None else 0)
+    head, colon, tail = fingerprint.rpartition(":")
+    if colon and _HEX.fullmatch(tail):
+        flags |= _HEXED
+        printed = head.encode("utf-8", "surrogatepass")
+        parts = [printed, bytes.fromhex(tail)]
+    else:
+        printed = fingerprint.encode("utf-8", "surrogatepass")
+        parts = [printed]
+    entry, stamped = entry_id.encode("utf-8", "surrogatepass"), orjson.dumps(stamps)
+    head_bytes = _HEAD.pack(version, number, flags, len(printed), len(entry), len(stamped))
+    return b"".join([head_bytes, digest or b"", *parts, entry, stamped, data])
 
 
-def cost(key: Key, kept: Kept | _Seen) -> int:
+def _decode(held: bytes, shared: Shared) -> Kept:
+    version, _, flags, printed, entry, stamped = _HEAD.unpack_from(held)
+    at = _HEAD.size
+    digest = None
+    if flags & _DIGEST:
+        digest, at = held[at : at + 32], at + 32
+    if flags & _HEXED:
+        fingerprint = (
+            held[at : at + printed].decode("utf-8", "surrogatepass")
+            + ":"
+            + held[at + printed : at + printed + 32].hex()
+        )
+        at += printed + 32
+    else:
+        fingerprint, at = held[at : at + printed].decode("utf-8", "surrogatepass"), at + printed
+    entry_id = held[at : at + entry].decode("utf-8", "surrogatepass")
+    at += entry
+    stamps = orjson.loads(held[at : at + stamped])
+    data = held[at + stamped :]
+    return Kept(version, data, bool(flags & _PACKED), stamps, fingerprint, entry_id, shared, digest)
+
+
+def cost(key: Key, held: bytes | _Seen) -> int:
     """About how many bytes a request in the cache holds (`key` is a digest whatever the body's size),
     besides its Shared's, which the cache charges once for all the hits that use it."""
-    if isinstance(kept, _Seen):
+    if isinstance(held, _Seen):
         return NOTED
-    return HIT + len(kept.data) + (LARGE_BODY if kept.digest is not None else 0)
+    return HIT + len(held)
 
 
 class HitCache:
     def __init__(self, max_bytes: int = MAX_BYTES):
         self.max_bytes = max_bytes
-        self._kept: dict[Key, Kept | _Seen] = {}
+        self._kept: dict[Key, bytes | _Seen] = {}  # a kept hit as _encode() made it, or SEEN
         self._dropped = 0  # evictions since self._kept was last copied (_put)
         self._bytes = 0  # cost() of everything kept, and the size of every Shared a kept hit uses
         self._refused = 0  # new requests met while full
         self._shared: dict[tuple[Any, ...], Shared] = {}
+        self._numbers: dict[int, Shared] = {}  # the same Shareds by the number a kept hit holds
+        self._count = itertools.count()
 
     def find(self, ctx: Context, key: Key, raw: bytes) -> Kept | None:
         """The kept hit for this request, if the rows it came from are unchanged since it was kept.
@@ -211,19 +277,26 @@ class HitCache:
         A first sight, or a request only noted so far, reads nothing: its call reads the change
         counter with its entry (Call.version), and keep() keeps it under that value.
         """
-        kept = self._kept.get(key)
-        if kept is None or isinstance(kept, _Seen):
+        held = self._kept.get(key)
+        if held is None or isinstance(held, _Seen):
             return None
-        if kept.digest is not None and hashlib.sha256(raw).digest() != kept.digest:
+        version, number, flags, *_ = _HEAD.unpack_from(held)
+        if flags & _DIGEST and hashlib.sha256(raw).digest() != held[_HEAD.size : _HEAD.size + 32]:
             return None  # another large body with the same length and ends
-        shared = kept.shared
+        shared = self._numbers[number]
         if not visible(ctx, shared.project["id"]):
             return None
-        if ctx.store.version(shared.workspace_id) != kept.version:
+        if ctx.store.version(shared.workspace_id) != version:
             self._put(key, SEEN, admitted=True)
             return None
         require(ctx, role="viewer", scope="replay")
-        return kept
+        return _decode(held, shared)
+
+    def held(self) -> Iterator[tuple[Key, Kept]]:
+        """Every kept hit with its key, as find() would give it (what tests and a debugger look at)."""
+        for key, held in self._kept.items():
+            if not isinstance(held, _Seen):
+                yield key, _decode(held, self._numbers[_HEAD.unpack_from(held)[1]])
 
     def keep(
         self,
@@ -262,20 +335,26 @@ class HitCache:
             if made is None:
                 return
             data, stamps = made
+        if type(version) is not int:
+            return  # a counter of this store that cannot be held as bytes (none of semula's)
         packed = packing.pack(data) if self._bytes * 2 > self.max_bytes else None
-        # A copy: orjson's bytes keep the whole buffer it wrote into (8 KiB for a 700-byte answer).
-        held = packed if packed is not None else bytes(memoryview(data))
-        kept = Kept(
-            version,
-            held,
-            packed is not None,
-            tuple(stamps.get(name, _MISSING) for name in dialect.stamped),
-            call.fingerprint,
-            entry["id"],
-            self._shared_for(call, entry),
-            hashlib.sha256(raw).digest() if len(raw) > MAX_BODY else None,
-        )
-        self._put(key, kept, admitted=True)
+        shared = self._shared_for(call, entry)
+        try:
+            held = _encode(
+                version,
+                shared.number,
+                packed if packed is not None else data,
+                packed is not None,
+                {name: stamps[name] for name in dialect.stamped if name in stamps},
+                call.fingerprint,
+                entry["id"],
+                hashlib.sha256(raw).digest() if len(raw) > MAX_BODY else None,
+            )
+        except Exception:  # a stamp orjson cannot write, a text past 64 KiB: not kept
+            if not shared.users:
+                self._forget(shared)
+            raise
+        self._put(key, held, admitted=True)
 
     def _shared_for(self, call: Call, entry: dict[str, Any]) -> Shared:
         project, headers = call.project, tuple(replay_headers(entry))
@@ -292,29 +371,37 @@ class HitCache:
             # Held while a kept hit uses it (_hold, _release): the table is no larger than the cache.
             slim = {"id": project["id"], "name": project["name"]}
             size = SHARED_COST + sum(HEADER + len(name) + len(value) for name, value in headers)
-            shared = Shared(slim, project["workspace_id"], call.dialect, call.request, headers, ident, size)
-            self._shared[ident] = shared
+            number = next(self._count)
+            shared = Shared(
+                slim, project["workspace_id"], call.dialect, call.request, headers, ident, size, number
+            )
+            self._shared[ident] = self._numbers[number] = shared
         return shared
 
-    def _hold(self, key: Key, kept: Kept | _Seen) -> None:
-        self._bytes += cost(key, kept)
-        if isinstance(kept, Kept):
-            shared = kept.shared
+    def _hold(self, key: Key, held: bytes | _Seen) -> None:
+        self._bytes += cost(key, held)
+        if not isinstance(held, _Seen):
+            shared = self._numbers[_HEAD.unpack_from(held)[1]]
             if not shared.users:
                 self._bytes += shared.size
             shared.users += 1
 
-    def _release(self, key: Key, kept: Kept | _Seen) -> None:
-        self._bytes -= cost(key, kept)
-        if isinstance(kept, Kept):
-            shared = kept.shared
+    def _release(self, key: Key, held: bytes | _Seen) -> None:
+        self._bytes -= cost(key, held)
+        if not isinstance(held, _Seen):
+            shared = self._numbers[_HEAD.unpack_from(held)[1]]
             shared.users -= 1
             if not shared.users:
                 self._bytes -= shared.size
-                if self._shared.get(shared.ident) is shared:
-                    del self._shared[shared.ident]
+                self._forget(shared)
 
-    def _put(self, key: Key, kept: Kept | _Seen, *, admitted: bool = False) -> None:
+    def _forget(self, shared: Shared) -> None:
+        """Drop a Shared no kept hit uses any more from the tables."""
+        del self._numbers[shared.number]
+        if self._shared.get(shared.ident) is shared:
+            del self._shared[shared.ident]
+
+    def _put(self, key: Key, kept: bytes | _Seen, *, admitted: bool = False) -> None:
         """Keep (or keep again, as answered) a request, dropping the oldest while over max_bytes.
 
         When full, a new request is kept only one time in ADMIT: requests cycling through more than
@@ -349,10 +436,7 @@ class HitCache:
         would give them: a JSON body, or a stream's events."""
         shared = kept.shared
         data = packing.unpack(kept.data) if kept.packed else kept.data
-        names = shared.dialect.stamped
-        stamps = {
-            name: value for name, value in zip(names, kept.stamps, strict=True) if value is not _MISSING
-        }
+        stamps = kept.stamps
         if shared.request.stream:
             return shared.dialect.restamp_sse(data, stamps, shared.request, time.time())
         return shared.dialect.restamp_json(data, stamps, shared.request, time.time())
