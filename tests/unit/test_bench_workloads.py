@@ -110,6 +110,18 @@ def test_the_instruction_count_child_serves_its_requests_through_the_worker() ->
     instructions.serve("hit", sdk=False, requests=3, which="floor")  # the floor app, for comparison
 
 
+def test_the_memory_of_a_kept_hit_is_measured_on_hits_of_their_own() -> None:
+    """`python -m bench.kept_memory`: each hit holds what a distinct recording's would, so the figure
+    is at least its key and its answer's bytes, and packing makes it smaller."""
+    from bench import kept_memory
+    from semula.service import hits
+
+    as_sent, answer = kept_memory.per_hit(300, packed=False)
+    packed, _ = kept_memory.per_hit(300, packed=True)
+    assert 32 + answer < as_sent < hits.HIT + answer + 512
+    assert 32 < packed < as_sent - answer / 4
+
+
 def test_a_workload_store_holds_probes_and_fillers() -> None:
     made = list(firstsight.recordings(1000, (2048, 8192)))
     assert len(made) == 1000
