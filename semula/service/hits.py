@@ -72,7 +72,9 @@ SHARED_COST = 1024
 # then a large body's digest, the fingerprint, the entry id, the stamps and the answer (_encode).
 # Python objects for each of those cost ~480 bytes a hit besides their characters: about as much as
 # a packed 1.2 KB answer, so the same budget holds about 1.5 times as many hits this way.
-_HEAD = struct.Struct("<qIBHHH")  # version, Shared's number, flags, lengths of three texts
+# A Shared's number is never reused (itertools.count): 32 bits would run out after some 4 billion
+# Shareds, ten days of a hit with headers of its own kept 5,000 times a second.
+_HEAD = struct.Struct("<qQBHHH")  # version, Shared's number, flags, lengths of three texts
 _PACKED, _DIGEST, _HEXED = 1, 2, 4
 _HEX = re.compile(r"[0-9a-f]{64}")
 

@@ -21,7 +21,7 @@ stamp_values = st.one_of(st.text(max_size=60), st.integers(-(2**63), 2**63 - 1),
 @settings(deadline=None)
 @given(
     version=st.integers(-(2**63), 2**63 - 1),
-    number=st.integers(0, 2**32 - 1),
+    number=st.integers(0, 2**64 - 1),  # a Shared's number is never reused
     data=st.binary(max_size=2000),
     packed=st.booleans(),
     stamps=st.dictionaries(st.sampled_from(["id", "created", "created_at"]), stamp_values),
