@@ -23,8 +23,8 @@ of its bytes, a kept hit one. A kept hit holds its answer as the bytes it was se
 members its dialect stamps afresh for each reply (Dialect.stamped): a reply replaces those bytes and
 serialises nothing. What hits share (the project's id and name, the API, the request's model and
 flags, the recorded headers) is held once for all of them (Shared), and the rest of a hit as one
-bytes object, which find() makes a Kept of (_encode, _decode): an object for each of its parts cost
-about as much memory as a packed answer.
+bytes object, which find() makes a Kept of (_encode, _decode): an object for each of its parts
+cost, besides what they held, about half the memory of a packed answer.
 
 Once the cache is half full, answers are kept packed (semula/core/packing.py): about half the bytes
 of a completion, for a few microseconds of unpacking per reply, so a store of many recordings keeps
@@ -70,8 +70,9 @@ SHARED_COST = 1024
 
 # A kept hit is held as one bytes object: its change counter value, its Shared's number and flags,
 # then a large body's digest, the fingerprint, the entry id, the stamps and the answer (_encode).
-# Python objects for each of those cost ~480 bytes a hit besides their characters: about as much as
-# a packed 1.2 KB answer, so the same budget holds about 1.5 times as many hits this way.
+# A Python object for each of those took 315 bytes a hit more (a hit of the 1.6 KB pair, its answer
+# packed: 1,174 bytes against 859, python -m bench.kept_memory), so the same budget holds about 1.37
+# times as many hits this way.
 # A Shared's number is never reused (itertools.count): 32 bits would run out after some 4 billion
 # Shareds, ten days of a hit with headers of its own kept 5,000 times a second.
 _HEAD = struct.Struct("<qQBHHH")  # version, Shared's number, flags, lengths of three texts
