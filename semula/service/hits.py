@@ -299,7 +299,7 @@ class HitCache:
         """Every kept hit with its key, as find() would give it (what tests and a debugger look at)."""
         for key, held in self._kept.items():
             if not isinstance(held, _Seen):
-                yield key, _decode(held, self._numbers[_HEAD.unpack_from(held)[1]])
+                yield key, _decode(held, self._shared_of(held))
 
     def keep(
         self,
@@ -328,6 +328,8 @@ class HitCache:
         if version is None or key not in self._kept:
             self._put(key, SEEN)
             return
+        if type(version) is not int:
+            return  # a counter of this store that cannot be held as bytes (none of semula's)
         dialect = call.dialect
         if call.stream:
             stamps = dialect.stamps(body)
@@ -338,8 +340,6 @@ class HitCache:
             if made is None:
                 return
             data, stamps = made
-        if type(version) is not int:
-            return  # a counter of this store that cannot be held as bytes (none of semula's)
         packed = packing.pack(data) if self._bytes * 2 > self.max_bytes else None
         shared = self._shared_for(call, entry)
         try:
@@ -384,7 +384,7 @@ class HitCache:
     def _hold(self, key: Key, held: bytes | _Seen) -> None:
         self._bytes += cost(key, held)
         if not isinstance(held, _Seen):
-            shared = self._numbers[_HEAD.unpack_from(held)[1]]
+            shared = self._shared_of(held)
             if not shared.users:
                 self._bytes += shared.size
             shared.users += 1
@@ -392,11 +392,14 @@ class HitCache:
     def _release(self, key: Key, held: bytes | _Seen) -> None:
         self._bytes -= cost(key, held)
         if not isinstance(held, _Seen):
-            shared = self._numbers[_HEAD.unpack_from(held)[1]]
+            shared = self._shared_of(held)
             shared.users -= 1
             if not shared.users:
                 self._bytes -= shared.size
                 self._forget(shared)
+
+    def _shared_of(self, held: bytes) -> Shared:
+        return self._numbers[_HEAD.unpack_from(held)[1]]
 
     def _forget(self, shared: Shared) -> None:
         """Drop a Shared no kept hit uses any more from the tables."""
