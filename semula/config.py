@@ -183,6 +183,8 @@ class Settings:
     session_retention_days: int = setting("SEMULA_SESSION_RETENTION_DAYS", 30, _number(int, 1, 3650))
     log_level: str = setting("SEMULA_LOG_LEVEL", "info", _choice("debug", "info", "warning", "error"))
     db_pool_size: int = setting("SEMULA_DB_POOL_SIZE", 10, _number(int, 1, 200))
+    # MiB of kept replay hits each worker holds (service/hits.py).
+    hit_cache_mb: int = setting("SEMULA_HIT_CACHE_MB", 40, _number(int, 1, 64 * 1024))
     # How long `semula serve` waits for an unreachable database before it gives up.
     db_wait: int = setting("SEMULA_DB_WAIT", 60, _number(int, 0, 86400))
     # The share of replay hits that get an access-log line (1: all, 0: none); other requests always get one.

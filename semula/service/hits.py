@@ -50,9 +50,10 @@ from semula.service import Context, entries
 from semula.service.auth import require, visible
 from semula.service.replay import Call, replay_headers, templated
 
-# Bounds the memory: the cache holds about MAX_BYTES per process in all (`cost()`), each kept hit its
-# bytes (_encode) and HIT more, each request seen once NOTED. A full cache admits one new request in
-# ADMIT, dropping its oldest (docs/decisions/0040-replay-change-counter.md).
+# Bounds the memory: the cache holds about max_bytes per process in all (`cost()`; MAX_BYTES unless
+# the server's SEMULA_HIT_CACHE_MB says otherwise), each kept hit its bytes (_encode) and HIT more,
+# each request seen once NOTED. A full cache admits one new request in ADMIT, dropping its oldest
+# (docs/decisions/0040-replay-change-counter.md).
 MAX_BODY = 32 * 1024
 SAMPLE = 2048
 MAX_BYTES = 40 * 1024 * 1024

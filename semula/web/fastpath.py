@@ -99,7 +99,7 @@ class ProxyApp:
         self.calllog = calllog
         self.base = Context(store, settings, None, parking.release)  # type: ignore[arg-type]
         self.principals = policy.PrincipalCache()
-        self.hits = hits.HitCache()
+        self.hits = hits.HitCache(settings.hit_cache_mb << 20)
         self.projects = replay_service.ProjectRows()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

@@ -667,3 +667,10 @@ def test_a_hit_its_bytes_cannot_hold_leaves_no_shared_row_behind(shop, app, clie
     monkeypatch.undo()
     assert warm(client, headers) == [(200, "first")] * 3
     assert len(cache._shared) == len(cache._numbers) == 1 and list(cache.held())
+
+
+def test_the_kept_hits_budget_is_the_setting(store, settings):
+    from semula.web import create_app
+
+    app = create_app(replace(settings, hit_cache_mb=3), store)
+    assert app.wsgi_app.hits.max_bytes == 3 * 1024 * 1024

@@ -11,6 +11,7 @@ def test_defaults_without_environment():
     assert s.auth is True and s.hosted is False
     assert s.poll_interval == 0.2
     assert (s.session_idle_timeout, s.session_lifetime) == (12 * 3600, 7 * 86400)
+    assert s.hit_cache_mb == 40
 
 
 @pytest.mark.parametrize(
@@ -27,6 +28,8 @@ def test_defaults_without_environment():
         ("SEMULA_UPSTREAM_URL", "ftp://x"),
         ("SEMULA_SESSION_IDLE_TIMEOUT", "12h"),
         ("SEMULA_SESSION_LIFETIME", "0"),
+        ("SEMULA_HIT_CACHE_MB", "0"),
+        ("SEMULA_HIT_CACHE_MB", "40MB"),
     ],
 )
 def test_bad_value_names_the_variable(name, value):
