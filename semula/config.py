@@ -189,6 +189,8 @@ class Settings:
     db_wait: int = setting("SEMULA_DB_WAIT", 60, _number(int, 0, 86400))
     # The share of replay hits that get an access-log line (1: all, 0: none); other requests always get one.
     access_log_hits: float = setting("SEMULA_ACCESS_LOG_HITS", 1.0, _number(float, 0, 1))
+    # The share of replay hits that get a call-log row (1: all, 0: none); every other call gets one.
+    call_log_hits: float = setting("SEMULA_CALL_LOG_HITS", 1.0, _number(float, 0, 1))
     # /metrics needs `Authorization: Bearer <this>` when set; in hosted mode /metrics is off without it.
     metrics_token: str | None = setting("SEMULA_METRICS_TOKEN", None, secret=True)
     # Per-workspace quotas (hosted mode); unset means the hosted defaults in service/quotas.py.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -45,14 +46,23 @@ class CallLog:
     Without a background flusher (tests, the CLI) every row is written at once.
     """
 
-    def __init__(self, store: Store, *, batched: bool = False):
+    def __init__(self, store: Store, *, batched: bool = False, hit_share: float = 1.0):
         self.store = store
         self.batched = batched
+        # The share of replay hits that get a row (SEMULA_CALL_LOG_HITS): every other call always does.
+        self.hit_share = hit_share
         self._rows: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
     def record(self, row: dict[str, Any]) -> None:
-        """Log one call (a row of call_log without its id: ids are given in order when it is written)."""
+        """Log one call (a row of call_log without its id: ids are given in order when it is written).
+
+        A replay hit is logged only for `hit_share` of them, drawn at random: a test suite replaying
+        thousands of calls a second can keep its call log (and the write each row costs) small.
+        """
+        share = self.hit_share
+        if share < 1.0 and row["outcome"] == "hit" and not (share > 0.0 and random.random() < share):
+            return
         if not self.batched:
             self._write([row])
             return

@@ -43,12 +43,7 @@ def serve(
     # werkzeug colours its access log whatever the output is; colour codes only for a terminal.
     serving._log_add_style = sys.stderr.isatty()
     workdir = tempfile.mkdtemp(prefix="semula-replay-")
-    env = {
-        "SEMULA_DATABASE_URL": f"sqlite:///{workdir}/replay.db",
-        "SEMULA_AUTH": "off",
-        "SEMULA_LOG_LEVEL": os.environ.get("SEMULA_LOG_LEVEL", "warning"),
-    }
-    settings = Settings.from_env(env)
+    settings = replay_settings(workdir)
     store = connect(settings.database_url, pool_size=4)
     try:
         migrate(store)
@@ -84,6 +79,19 @@ def serve(
     finally:
         store.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def replay_settings(workdir: str) -> Settings:
+    """The server's settings, of its own whatever the environment says but for the log level. So
+    every replay hit gets a call-log row (SEMULA_CALL_LOG_HITS is not read): --prune keeps exactly
+    the entries the call log names."""
+    return Settings.from_env(
+        {
+            "SEMULA_DATABASE_URL": f"sqlite:///{workdir}/replay.db",
+            "SEMULA_AUTH": "off",
+            "SEMULA_LOG_LEVEL": os.environ.get("SEMULA_LOG_LEVEL", "warning"),
+        }
+    )
 
 
 def drop_unused(ctx: Context, project: str) -> int:

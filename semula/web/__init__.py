@@ -44,7 +44,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     )
     app.json.sort_keys = False
     parking = Parking(store, settings.poll_interval)
-    calllog = CallLog(store)
+    calllog = CallLog(store, hit_share=settings.call_log_hits)
     app.extensions["semula"] = {"settings": settings, "store": store, "parking": parking, "calllog": calllog}
 
     from semula.web import openapi

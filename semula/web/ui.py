@@ -144,7 +144,10 @@ def logout() -> Any:
 @ui.get("/")
 @page
 def home() -> Any:
-    return render_template("ui/home.html", projects=overview.overview(ui_context()))
+    ctx = ui_context()
+    return render_template(
+        "ui/home.html", projects=overview.overview(ctx), hit_share=ctx.settings.call_log_hits
+    )
 
 
 @ui.get("/p/<name>/pending")
@@ -373,5 +376,10 @@ def call_log(name: str) -> Any:
     outcome = request.args.get("outcome") or None
     listed = calllog.list_calls(ctx, name, outcome=outcome, limit=200)
     return render_template(
-        "ui/calls.html", project=project, calls=listed["data"], outcome=outcome or "", outcomes=OUTCOMES
+        "ui/calls.html",
+        project=project,
+        calls=listed["data"],
+        outcome=outcome or "",
+        outcomes=OUTCOMES,
+        hit_share=ctx.settings.call_log_hits,
     )

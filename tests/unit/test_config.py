@@ -11,7 +11,7 @@ def test_defaults_without_environment():
     assert s.auth is True and s.hosted is False
     assert s.poll_interval == 0.2
     assert (s.session_idle_timeout, s.session_lifetime) == (12 * 3600, 7 * 86400)
-    assert s.hit_cache_mb == 40
+    assert s.hit_cache_mb == 40 and s.call_log_hits == 1.0
 
 
 @pytest.mark.parametrize(
@@ -30,6 +30,7 @@ def test_defaults_without_environment():
         ("SEMULA_SESSION_LIFETIME", "0"),
         ("SEMULA_HIT_CACHE_MB", "0"),
         ("SEMULA_HIT_CACHE_MB", "40MB"),
+        ("SEMULA_CALL_LOG_HITS", "2"),
     ],
 )
 def test_bad_value_names_the_variable(name, value):
