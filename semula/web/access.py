@@ -9,7 +9,6 @@ can be sampled (SEMULA_ACCESS_LOG_HITS, docs/operations.md); every other request
 from __future__ import annotations
 
 import logging
-import random
 import re
 import time
 from typing import Any
@@ -40,8 +39,7 @@ def finish(
         outcome = error_code  # the proxy's catch-all "error" says less than the code (a fixed set)
     route = req.route or "unmatched"
     metrics.count_request(surface, route, status, outcome, seconds)
-    sample = HIT_SAMPLE
-    if outcome != "hit" or sample >= 1.0 or (sample > 0.0 and random.random() < sample):
+    if outcome != "hit" or logs.sampled(HIT_SAMPLE):
         fields: dict[str, Any] = {
             "method": req.method if req.method in METHODS else "OTHER",
             "route": route,

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 from prometheus_client import REGISTRY
 
-from semula.service import calllog, projects
+from semula import logs
+from semula.service import projects
 from semula.web import create_app
 from tests.entry_helpers import request_for, save_entry
 
@@ -50,7 +51,7 @@ def test_with_no_share_no_hit_is_logged_but_every_miss_is_and_the_metrics_count_
 
 def test_a_share_logs_the_hits_its_draw_admits(ctx, store, settings, shop, monkeypatch):
     draws = iter([0.1, 0.9, 0.3, 0.7, 0.49, 0.51])
-    monkeypatch.setattr(calllog.random, "random", lambda: next(draws))
+    monkeypatch.setattr(logs.random, "random", lambda: next(draws))
     client = serve(store, settings, 0.5)
     for _ in range(6):
         assert client.post(URL, json=request_for("hello")).status_code == 200
