@@ -191,6 +191,9 @@ class Settings:
     access_log_hits: float = setting("SEMULA_ACCESS_LOG_HITS", 1.0, _number(float, 0, 1))
     # The share of replay hits that get a call-log row (1: all, 0: none); every other call gets one.
     call_log_hits: float = setting("SEMULA_CALL_LOG_HITS", 1.0, _number(float, 0, 1))
+    # How a kept replay hit learns of changes on PostgreSQL: `read` the change counter (the very next
+    # request sees every change) or by `notify` (seen once the notice comes; decision 0047).
+    change_check: str = setting("SEMULA_CHANGE_CHECK", "read", _choice("read", "notify"))
     # /metrics needs `Authorization: Bearer <this>` when set; in hosted mode /metrics is off without it.
     metrics_token: str | None = setting("SEMULA_METRICS_TOKEN", None, secret=True)
     # Per-workspace quotas (hosted mode); unset means the hosted defaults in service/quotas.py.
@@ -243,6 +246,12 @@ class Settings:
     def check(self) -> None:
         if self.answerer_command and self.answerer_url:
             raise ConfigError("set SEMULA_ANSWERER_COMMAND or SEMULA_ANSWERER_URL, not both")
+        postgres = self.database_url.startswith(("postgresql://", "postgres://"))
+        if self.change_check == "notify" and not postgres:
+            raise ConfigError(
+                "SEMULA_CHANGE_CHECK=notify is for PostgreSQL; on SQLite a kept hit's check reads no "
+                "database already (leave it at read)"
+            )
         if self.hosted and not self.auth:
             raise ConfigError(
                 "SEMULA_AUTH=off is a local development switch and is refused with SEMULA_HOSTED=on"

@@ -175,6 +175,12 @@ class Store(Protocol):
         for many first sights); SQLite reads version() and then the row."""
         ...
 
+    def listen_for_changes(self) -> None:
+        """Let version() answer from what it read until a notice of a change (SEMULA_CHANGE_CHECK=notify,
+        PostgreSQL): a change is seen once its notice has come rather than from the very next call.
+        SQLite's version() reads no database already; there it changes nothing."""
+        ...
+
     def close(self) -> None: ...
 
 

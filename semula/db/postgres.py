@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import re
 import sys
 import threading
@@ -32,6 +33,12 @@ from semula.db import (
 
 # Any fixed 64-bit number: every semula process migrating one database takes the same lock.
 MIGRATION_LOCK = 0x53454D554C41
+# The channel every replay change is announced on (0020_replay_change_notices.postgresql.sql).
+CHANGES_CHANNEL = "semula_replay_changes"
+RELISTEN_AFTER = 1.0  # s between a lost listening connection and the next attempt
+NOTICE_WAIT = 0.5  # s the listener waits for notices before it looks whether it is being stopped
+
+logger = logging.getLogger("semula.db")
 
 
 def to_psycopg(sql: str) -> str:
@@ -332,6 +339,94 @@ class VersionReads:
                 batch.end()
 
 
+class ChangeNotices:
+    """The replay change counters a process has read, each good until a notice of a change to its
+    workspace comes (SEMULA_CHANGE_CHECK=notify; docs/decisions/0047-change-notices.md).
+
+    One connection of its own LISTENs on CHANGES_CHANNEL, in a thread (a greenlet in a gevent
+    worker). A counter read is remembered only when no notice came, and the listening did not
+    stop, between the moment before the read began and its end: a change it missed committed after
+    the read's snapshot, so after LISTEN took effect, and its notice forgets the counter again. While
+    the connection is lost, nothing is remembered and every check reads the counter, as without
+    notices.
+    """
+
+    def __init__(self, conninfo: str):
+        self._conninfo = conninfo  # holds the password: never logged, never in an error text
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self.known: dict[str, int] = {}
+        self.epoch = 0  # moves with every notice, and when the listening starts or stops
+        self.listening = False
+        self.backend: int | None = None  # the listening session's process id, for tests
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="semula-change-notices", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop listening (within NOTICE_WAIT) and forget every counter."""
+        self._stopping.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout=5)
+
+    def version(self, workspace_id: str, read: Callable[[], object]) -> object:
+        """The workspace's counter: remembered, or read (and remembered if no notice came meanwhile).
+
+        Every kept hit comes here: the remembered value is looked up without the lock (a dict's get
+        is atomic, and a notice that forgets it an instant later is one that came after this hit)."""
+        epoch = self.epoch  # before the read begins: a notice from here on moves it
+        listening = self.listening
+        if listening:
+            value = self.known.get(workspace_id)
+            if value is not None:
+                return value
+        value = read()
+        if listening and type(value) is int:
+            with self._lock:
+                if self.listening and self.epoch == epoch:
+                    self.known[workspace_id] = value
+        return value
+
+    def wait_moved(self, epoch: int, timeout: float) -> bool:
+        """Wait until the epoch is past `epoch` (a notice came, or the listening started or stopped)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.epoch > epoch, timeout)
+
+    def _moved(self, *, listening: bool | None = None, workspace_id: str | None = None) -> None:
+        with self._changed:
+            if listening is not None:
+                self.listening = listening
+                self.known.clear()
+            if workspace_id is not None:
+                self.known.pop(workspace_id, None)
+            self.epoch += 1
+            self._changed.notify_all()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._listen()
+            except Exception as exc:  # lost (a restart, a terminated session): listen again soon
+                logger.warning(
+                    "replay change notices lost; kept hits read the counter until they are back",
+                    extra={"error": type(exc).__name__},
+                )
+            finally:
+                self._moved(listening=False)
+            self._stopping.wait(RELISTEN_AFTER)
+
+    def _listen(self) -> None:
+        with psycopg.connect(self._conninfo, autocommit=True) as conn:
+            conn.execute(f"LISTEN {CHANGES_CHANNEL}")
+            self.backend = conn.info.backend_pid
+            self._moved(listening=True)  # after LISTEN: every commit from here on is announced
+            while not self._stopping.is_set():
+                for notice in conn.notifies(timeout=NOTICE_WAIT):
+                    self._moved(workspace_id=notice.payload)
+
+
 class PostgresStore:
     dialect = "postgresql"
     blocks_process = False  # psycopg waits through gevent's patched sockets
@@ -356,6 +451,16 @@ class PostgresStore:
             self._pool.close()  # or its workers go on trying to connect in the background
             raise
         self._versions = VersionReads()  # shared with the scoped views, which copy this object
+        self._notices: ChangeNotices | None = None  # listen_for_changes(); shared the same way
+
+    def listen_for_changes(self) -> None:
+        """Check kept hits by notice (SEMULA_CHANGE_CHECK=notify): version() answers from the counters
+        it read until a change's notice forgets them, rather than reading the counter each time. A
+        change is then seen once its notice has come, within milliseconds, where a read sees it from
+        the very next request. Before the scoped views are made: they share this object."""
+        if self._notices is None:
+            self._notices = ChangeNotices(self._pool.conninfo)
+            self._notices.start()
 
     def scoped(self, workspace_id: str) -> PostgresStore:
         """A view of this store whose every statement runs as `workspace_id` under row-level security."""
@@ -450,6 +555,10 @@ class PostgresStore:
         after it asked: one row by primary key, whatever the number of hits waiting.
         """
         group = (self.workspace_id, workspace_id)  # under row-level security, a query reads as one tenant
+        if self._notices is not None:
+            return self._notices.version(
+                workspace_id, lambda: self._versions.read(group, workspace_id, self._read_counter)
+            )
         return self._versions.read(group, workspace_id, self._read_counter)
 
     def entry_at_version(
@@ -517,4 +626,6 @@ class PostgresStore:
         return stats.get("pool_size", 0) - stats.get("pool_available", 0)
 
     def close(self) -> None:
+        if self._notices is not None:
+            self._notices.stop()
         self._pool.close()

@@ -365,6 +365,9 @@ class SQLiteStore:
                     self._wal_index = WalIndex(self.path)
             return counter
 
+    def listen_for_changes(self) -> None:
+        """Nothing to do: version() reads a header in shared memory, not the database."""
+
     def close(self) -> None:
         with self._watch_lock:
             if self._wal_index is not None:

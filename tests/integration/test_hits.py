@@ -2,6 +2,12 @@
 
 Each change is made through a second store on the same database, as another server process would
 make it, and the very next request must see it.
+
+At the end, kept hits checked by notice (SEMULA_CHANGE_CHECK=notify, decision 0047): on PostgreSQL a
+kept hit reads no change counter while the process listens, a change made by another process is seen
+once its notice has come, and while the listening is lost every kept hit reads the counter again, so
+a change is seen by the very next request. On SQLite listen_for_changes() changes nothing: its check
+reads no database, and a change is seen by the next request as always.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import threading
 import time
 from dataclasses import replace
 
+import psycopg
 import pytest
 
 from semula.db import QUERIES, connect
@@ -674,3 +681,124 @@ def test_the_kept_hits_budget_is_the_setting(store, settings):
 
     app = create_app(replace(settings, hit_cache_mb=3), store)
     assert app.wsgi_app.hits.max_bytes == 3 * 1024 * 1024
+
+
+# --- checked by notice (SEMULA_CHANGE_CHECK=notify) ---------------------------------------------
+
+WORKSPACE = "wsp_default"
+
+
+@pytest.fixture
+def listening(store):
+    """The store, listening for notices (as `semula serve` does before its first request)."""
+    store.listen_for_changes()
+    notices = getattr(store, "_notices", None)
+    if notices is not None:
+        assert notices.wait_moved(0, 10), "the listener did not start"
+        assert notices.listening
+    return store
+
+
+@pytest.fixture
+def counter_reads(listening, monkeypatch):
+    """How many times the store read a workspace's change counter from the database."""
+    reads: list[str] = []
+    if listening.dialect != "postgresql":
+        return reads
+    read = listening._read_counter
+
+    def counting(keys):
+        reads.extend(keys)
+        return read(keys)
+
+    monkeypatch.setattr(listening, "_read_counter", counting)
+    return reads
+
+
+def caught_up(store, other) -> None:
+    """Wait until this store's notices cover what the other process has committed (on SQLite there is
+    nothing to wait for: its version() sees a commit at once)."""
+    notices = getattr(store, "_notices", None)
+    committed = other.store.version(WORKSPACE)  # read from the database: the other store does not listen
+    deadline = time.monotonic() + 10
+    while True:
+        epoch = notices.epoch if notices is not None else 0
+        if store.version(WORKSPACE) == committed:
+            return
+        assert notices is not None, "SQLite's counter did not follow a commit"
+        assert notices.wait_moved(epoch, max(0.0, deadline - time.monotonic())), "no notice came"
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=[c.__name__ for c in CHANGES])
+def test_a_change_made_elsewhere_is_seen_once_its_notice_has_come(
+    shop, other, listening, client, make_token, change
+):
+    headers = make_token("admin")
+    assert warm(client, headers) == [(200, "first")] * 3
+    change(other, shop)
+    caught_up(listening, other)
+    assert answer(client, headers) == CHANGES[change]
+
+
+def test_kept_hits_read_no_counter_while_the_process_listens(
+    shop, other, listening, client, make_token, counter_reads
+):
+    headers = make_token("admin")
+    assert warm(client, headers) == [(200, "first")] * 3
+    reads_before = len(counter_reads)
+    assert [answer(client, headers) for _ in range(5)] == [(200, "first")] * 5
+    assert len(counter_reads) == reads_before  # PostgreSQL: remembered; SQLite: never read here
+    edit(other, shop)
+    caught_up(listening, other)
+    assert answer(client, headers) == (200, "second")
+
+
+def test_while_the_listening_is_lost_the_next_request_sees_every_change(
+    shop, other, listening, client, make_token, counter_reads, db_url
+):
+    if listening.dialect != "postgresql":
+        pytest.skip("SQLite has no listening connection to lose")
+    notices = listening._notices
+    headers = make_token("admin")
+    assert warm(client, headers) == [(200, "first")] * 3
+    epoch = notices.epoch
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (notices.backend,))
+    while notices.listening:  # the listener notices the loss and forgets what it remembered
+        assert notices.wait_moved(epoch, 10), "the lost listening was not noticed"
+        epoch = notices.epoch
+    reads_before = len(counter_reads)
+    edit(other, shop)  # no notice reaches this process now
+    assert answer(client, headers) == (200, "second")  # the very next request, as without notices
+    assert len(counter_reads) > reads_before
+    while not notices.listening:  # and it listens again
+        assert notices.wait_moved(epoch, 10), "the listener did not come back"
+        epoch = notices.epoch
+    assert answer(client, headers) == (200, "second")
+    reads_before = len(counter_reads)
+    assert [answer(client, headers) for _ in range(3)] == [(200, "second")] * 3
+    assert len(counter_reads) == reads_before
+
+
+def test_a_closed_store_stops_listening(db_url):
+    store = connect(db_url, pool_size=1)
+    store.listen_for_changes()
+    notices = getattr(store, "_notices", None)
+    store.close()
+    if notices is not None:
+        assert not notices.listening and not notices._thread.is_alive()
+
+
+def test_a_listener_that_cannot_connect_logs_no_part_of_the_url(caplog):
+    from semula.db.postgres import ChangeNotices
+
+    canary = "pw-canary-5f0c2a9e"
+    notices = ChangeNotices(f"postgresql://semula:{canary}@127.0.0.1:1/semula?connect_timeout=2")
+    with caplog.at_level("WARNING", logger="semula.db"):
+        notices.start()
+        assert notices.wait_moved(0, 10)  # the attempt failed: still not listening
+        notices.stop()
+    assert not notices.listening
+    assert "replay change notices lost" in caplog.text
+    assert canary not in caplog.text and "127.0.0.1" not in caplog.text
+    assert all(canary not in str(getattr(r, "error", "")) for r in caplog.records)

@@ -12,6 +12,7 @@ def test_defaults_without_environment():
     assert s.poll_interval == 0.2
     assert (s.session_idle_timeout, s.session_lifetime) == (12 * 3600, 7 * 86400)
     assert s.hit_cache_mb == 40 and s.call_log_hits == 1.0
+    assert s.change_check == "read"
 
 
 @pytest.mark.parametrize(
@@ -31,6 +32,8 @@ def test_defaults_without_environment():
         ("SEMULA_HIT_CACHE_MB", "0"),
         ("SEMULA_HIT_CACHE_MB", "40MB"),
         ("SEMULA_CALL_LOG_HITS", "2"),
+        ("SEMULA_CHANGE_CHECK", "listen"),
+        ("SEMULA_CHANGE_CHECK", "notify"),  # on the default database, SQLite
     ],
 )
 def test_bad_value_names_the_variable(name, value):
@@ -64,6 +67,15 @@ def test_answerer_command_and_url_are_exclusive():
 def test_auth_off_refused_in_hosted_mode():
     with pytest.raises(ConfigError, match="SEMULA_AUTH"):
         Settings.from_env({"SEMULA_AUTH": "off", "SEMULA_HOSTED": "on"})
+
+
+def test_change_notices_are_for_postgresql():
+    pg = "postgresql://semula@db.example/semula"
+    assert Settings.from_env({"SEMULA_CHANGE_CHECK": "Notify", "SEMULA_DATABASE_URL": pg}).change_check == (
+        "notify"
+    )
+    with pytest.raises(ConfigError, match="is for PostgreSQL"):
+        Settings.from_env({"SEMULA_CHANGE_CHECK": "notify", "SEMULA_DATABASE_URL": "sqlite:///x.db"})
 
 
 def test_answerer_env_names_parsed():
