@@ -36,6 +36,7 @@ MIGRATION_LOCK = 0x53454D554C41
 # The channel every replay change is announced on (0020_replay_change_notices.postgresql.sql).
 CHANGES_CHANNEL = "semula_replay_changes"
 RELISTEN_AFTER = 1.0  # s between a lost listening connection and the next attempt
+RELISTEN_MAX = 30.0  # s between attempts at most, doubling from RELISTEN_AFTER while they fail
 NOTICE_WAIT = 0.5  # s the listener waits for notices before it looks whether it is being stopped
 
 logger = logging.getLogger("semula.db")
@@ -360,6 +361,7 @@ class ChangeNotices:
         self.listening = False
         self.backend: int | None = None  # the listening session's process id, for tests
         self._stopping = threading.Event()
+        self._heard = False
         self._thread = threading.Thread(target=self._run, name="semula-change-notices", daemon=True)
 
     def start(self) -> None:
@@ -405,22 +407,30 @@ class ChangeNotices:
             self._changed.notify_all()
 
     def _run(self) -> None:
+        pause, said = RELISTEN_AFTER, False  # said: the loss is logged, until the listening is back
         while not self._stopping.is_set():
             try:
                 self._listen()
             except Exception as exc:  # lost (a restart, a terminated session): listen again soon
-                logger.warning(
-                    "replay change notices lost; kept hits read the counter until they are back",
-                    extra={"error": type(exc).__name__},
-                )
+                if self._heard:
+                    pause, said = RELISTEN_AFTER, False
+                if not said:
+                    logger.warning(
+                        "replay change notices lost; kept hits read the counter until they are back",
+                        extra={"error": type(exc).__name__},
+                    )
+                    said = True
             finally:
                 self._moved(listening=False)
-            self._stopping.wait(RELISTEN_AFTER)
+            self._stopping.wait(pause)
+            pause = min(pause * 2, RELISTEN_MAX)  # a database that stays away is tried less often
 
     def _listen(self) -> None:
+        self._heard = False  # whether this attempt got as far as listening
         with psycopg.connect(self._conninfo, autocommit=True) as conn:
             conn.execute(f"LISTEN {CHANGES_CHANNEL}")
             self.backend = conn.info.backend_pid
+            self._heard = True
             self._moved(listening=True)  # after LISTEN: every commit from here on is announced
             while not self._stopping.is_set():
                 for notice in conn.notifies(timeout=NOTICE_WAIT):
