@@ -230,8 +230,9 @@ def start_semula(
     *,
     auth: bool = True,
     database: PostgresDatabase | None = None,
+    **env: str,
 ) -> Target:
-    process, url = semula_server(name, db_url, auth=auth)
+    process, url = semula_server(name, db_url, auth=auth, **env)
     headers = {"Authorization": f"Bearer {token}"} if auth else {}
     return Target(label, f"{url}/p/{PROJECT}/v1/chat/completions", headers, process, database)
 
@@ -424,7 +425,18 @@ def report(targets: list[Target], duration: int, rounds: int) -> str:
     return "\n".join(lines)
 
 
-SERVERS = ("wiremock", "flask", "floor", "semula-sqlite", "semula-sqlite-noauth", "semula-postgres")
+SERVERS = (
+    "wiremock",
+    "flask",
+    "floor",
+    "semula-sqlite",
+    "semula-sqlite-noauth",
+    "semula-postgres",
+    "semula-postgres-notify",
+)
+# semula-postgres-notify: SEMULA_CHANGE_CHECK=notify (decision 0047), on the same database as
+# semula-postgres when both run, so the two interleave in one run; the database's backends count
+# for whichever is measured (the other is idle then).
 
 
 def run(*, duration: int = 10, rounds: int = 3, warmup: int = 5, only: tuple[str, ...] = SERVERS) -> str:
@@ -447,15 +459,28 @@ def run(*, duration: int = 10, rounds: int = 3, warmup: int = 5, only: tuple[str
                 label = "semula, SQLite, auth off"
                 target = start_semula(label, "semula-sqlite-noauth", sqlite_url, token, auth=False)
                 targets.append(run.track(target))
-        if "semula-postgres" in only:
+        if {"semula-postgres", "semula-postgres-notify"} & set(only):
             try:
                 pg_url, pg = run.database("postgres")
             except BenchError as exc:  # the other rows are still worth having
-                print(f"skipping the PostgreSQL row: {exc}", file=sys.stderr)
+                print(f"skipping the PostgreSQL rows: {exc}", file=sys.stderr)
             else:
                 token = load_pair(pg_url)
-                label = "semula, PostgreSQL, auth on"
-                targets.append(run.track(start_semula(label, "semula-postgres", pg_url, token, database=pg)))
+                if "semula-postgres" in only:
+                    label = "semula, PostgreSQL, auth on"
+                    target = start_semula(label, "semula-postgres", pg_url, token, database=pg)
+                    targets.append(run.track(target))
+                if "semula-postgres-notify" in only:
+                    label = "semula, PostgreSQL, auth on, notify"
+                    target = start_semula(
+                        label,
+                        "semula-postgres-notify",
+                        pg_url,
+                        token,
+                        database=pg,
+                        SEMULA_CHANGE_CHECK="notify",
+                    )
+                    targets.append(run.track(target))
         for target in targets:
             check(target)
             if warmup:
