@@ -51,8 +51,8 @@ def test_a_call_log_row_with_nul_is_kept_and_a_failing_workspace_costs_no_other_
         "api": None,
     }
     log = CallLog(ctx.store, batched=True)
-    # A workspace that does not exist fails its own transaction (its project is not there either).
-    log.record({**base, "workspace_id": "wsp_ghost", "project_id": "prj_ghost"})
+    # A row the database refuses (no status) fails its own workspace's transaction, and only that one.
+    log.record({**base, "workspace_id": "wsp_ghost", "project_id": "prj_ghost", "status": None})
     log.record({**base, "model": "gpt\u0000x"})
     log.record({**base, "model": "fine"})
     with caplog.at_level("WARNING", logger="semula.calllog"):

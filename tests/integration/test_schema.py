@@ -141,3 +141,76 @@ def test_sqlite_moves_the_request_to_the_end_of_entry_rows_and_keeps_everything(
         assert row["id"] == saved[1]["id"] and row["answers"] == 2
     finally:
         store.close()
+
+
+def test_the_call_log_loses_its_workspace_key_and_keeps_every_row(empty_db_url, tmp_path):
+    """0021: the call log's rows no longer check their workspace by a foreign key (decision 0048).
+    On SQLite the table is built again: its rows, every column of them, and its two indexes survive;
+    on PostgreSQL the constraint is dropped. Rows written afterwards read back alike."""
+    import shutil
+
+    from semula.config import Settings
+    from semula.service import CLI, Context, projects
+    from semula.service.calllog import CallLog
+
+    store = connect(empty_db_url, pool_size=1)
+    before = tmp_path / "before"
+    before.mkdir()
+    for path in migration_files(store.dialect):
+        if not path.name.startswith("0021_"):
+            shutil.copy(str(path), before / path.name)
+    try:
+        migrate(store, before)
+        ctx = Context(store, Settings(), CLI)
+        projects.create(ctx, {"name": "shop", "mode": "replay"})
+        project = projects.get_row(ctx, "shop")
+        row = {
+            "workspace_id": project["workspace_id"],
+            "project_id": project["id"],
+            "fingerprint": "f" * 64,
+            "model": 'gpt "quoted" \\ tab\t ü 🦊',
+            "stream": 1,
+            "outcome": "hit",
+            "status": 200,
+            "entry_id": "ent_x",
+            "pending_id": None,
+            "token_id": "tok_x",
+            "api": "openai.chat",
+        }
+        log = CallLog(store)  # unbatched: each row is written at once
+        for i in range(3):
+            log.record({**row, "created_at": 1000.0 + i, "duration_ms": 1.5 + i})
+
+        def calls():
+            return store.all("calls_in_project", project_id=row["project_id"])
+
+        old = calls()
+        assert len(old) == 3
+        assert migrate(store) == [
+            p.name for p in migration_files(store.dialect) if p.name.startswith("0021_")
+        ]
+        assert calls() == old
+        log.record({**row, "created_at": 2000.0, "duration_ms": 9.0})
+        new = calls()
+        assert len(new) == 4 and {k: new[-1][k] for k in row} == row
+        assert new[-1]["created_at"] == 2000.0 and new[-1]["duration_ms"] == 9.0
+        listed = store.all("list_call_log", project_id=row["project_id"], outcome="hit", after=None, limit=10)
+        assert [r["id"] for r in listed] == [r["id"] for r in reversed(new)]
+        with store.transaction() as tx:
+            if store.dialect == "sqlite":
+                indexes = {r["name"] for r in tx.raw.execute("PRAGMA index_list(call_log)")}
+                keys = list(tx.raw.execute("PRAGMA foreign_key_list(call_log)"))
+            else:
+                indexes = {
+                    r["indexname"]
+                    for r in tx.raw.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'call_log'")
+                }
+                keys = list(
+                    tx.raw.execute(
+                        "SELECT conname FROM pg_constraint"
+                        " WHERE conrelid = 'call_log'::regclass AND contype = 'f'"
+                    )
+                )
+        assert {"call_log_created_idx", "call_log_project_idx"} <= indexes and keys == []
+    finally:
+        store.close()
