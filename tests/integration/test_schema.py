@@ -17,6 +17,19 @@ from semula.surfaces.cli import main
 from tests.helpers import FUTURE_MIGRATION, forget_migration, free_port
 
 
+def migrate_all_but(store, prefix: str, tmp_path) -> None:
+    """Migrate `store` with every migration of its dialect but the one whose name starts with `prefix`, as a
+    database that an older semula migrated."""
+    import shutil
+
+    before = tmp_path / "before"
+    before.mkdir()
+    for path in migration_files(store.dialect):
+        if not path.name.startswith(prefix):
+            shutil.copy(str(path), before / path.name)
+    migrate(store, before)
+
+
 def test_the_migrations_ship_inside_the_package():
     import semula
 
@@ -87,20 +100,13 @@ def test_sqlite_moves_the_request_to_the_end_of_entry_rows_and_keeps_everything(
     """0019 (SQLite): an entry's request becomes its row's last column, so the replay's lookup of the
     response never walks the request's overflow pages; entries, their answers and revisions survive
     (a rebuilt table would have cascaded deletes to both), and the change counter moves once."""
-    import shutil
-
     from semula.config import Settings
     from semula.service import CLI, Context, entries, projects
     from tests.entry_helpers import request_for, save_entry
 
-    before = tmp_path / "before"
-    before.mkdir()
-    for path in migration_files("sqlite"):
-        if not path.name.startswith("0019_"):
-            shutil.copy(str(path), before / path.name)
     store = connect(f"sqlite:///{tmp_path}/old.db", pool_size=1)
     try:
-        migrate(store, before)
+        migrate_all_but(store, "0019_", tmp_path)
         ctx = Context(store, Settings(), CLI)
         project = projects.create(ctx, {"name": "shop", "mode": "replay"})
         long_text = "tool output " * 9000  # ~100 KB: the request spills onto overflow pages
@@ -147,20 +153,13 @@ def test_the_call_log_loses_its_workspace_key_and_keeps_every_row(empty_db_url, 
     """0021: the call log's rows no longer check their workspace by a foreign key (decision 0048).
     On SQLite the table is built again: its rows, every column of them, and its two indexes survive;
     on PostgreSQL the constraint is dropped. Rows written afterwards read back alike."""
-    import shutil
-
     from semula.config import Settings
     from semula.service import CLI, Context, projects
     from semula.service.calllog import CallLog
 
     store = connect(empty_db_url, pool_size=1)
-    before = tmp_path / "before"
-    before.mkdir()
-    for path in migration_files(store.dialect):
-        if not path.name.startswith("0021_"):
-            shutil.copy(str(path), before / path.name)
     try:
-        migrate(store, before)
+        migrate_all_but(store, "0021_", tmp_path)
         ctx = Context(store, Settings(), CLI)
         projects.create(ctx, {"name": "shop", "mode": "replay"})
         project = projects.get_row(ctx, "shop")
