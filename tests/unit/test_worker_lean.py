@@ -1,0 +1,270 @@
+"""The worker's lean path (semula.worker.Handler.lean) against pywsgi's own: the same requests, sent
+to a server of each, get the same bytes back (but the Date), and the app sees the same environ.
+
+Both servers run in this process on gevent's own sockets (the suite is not monkey-patched); the
+client is a greenlet beside them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import gevent
+import pytest
+from gevent import socket
+from gevent.pywsgi import WSGIServer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from semula import worker
+from semula.worker import Handler
+
+
+class _Log:
+    class cfg:  # noqa: N801 - gunicorn's attribute
+        keepalive = 2
+        timeout = 30
+
+    access_log_enabled = False
+
+    def write(self, line: str) -> None:
+        pass
+
+
+class Lean(Handler):
+    lean_enabled = True
+
+
+class Pywsgi(Handler):
+    lean_enabled = False
+
+
+SEEN: list[dict] = []  # what the app was given, request by request
+
+
+def _environ(env: dict) -> dict:
+    shown = {k: v for k, v in env.items() if k.isupper() and k not in ("REMOTE_PORT", "SERVER_PORT")}
+    shown["body"] = env["wsgi.input"].read() if env.get("QUERY_STRING") != "unread" else None
+    return shown
+
+
+def app(env, start_response):
+    """Answers as the request's path says, to exercise each way a WSGI app can answer."""
+    how = env["PATH_INFO"].rsplit("/", 1)[-1]
+    SEEN.append(_environ(env))
+    body = b"answer to %s" % env["REQUEST_METHOD"].encode()
+    if how == "list":
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+        return [body]
+    if how == "unsized":
+        start_response("201 Created", [("X-A", "1")])
+        return [body, b"", b" and more"]
+    if how == "big":
+        data = b"x" * (worker.ONE_SEND + 100)
+        start_response("200 OK", [("Content-Length", str(len(data)))])
+        return [data]
+    if how == "stream":
+        start_response("200 OK", [("Content-Type", "text/event-stream")])
+        return iter([b"data: 1\n\n", b"", b"data: 2\n\n"])
+    if how == "lazy":
+
+        def lazily():
+            start_response("200 OK", [("Content-Length", "4")])
+            yield b"lazy"
+
+        return lazily()
+    if how == "empty":
+        start_response("200 OK", [])
+        return iter([])
+    if how == "nocontent":
+        start_response("204 No Content", [])
+        return []
+    if how == "write":
+        write = start_response("200 OK", [("Content-Length", "10")])
+        write(b"written ")
+        return [b"ok"]
+    if how == "close":
+        start_response("200 OK", [("Connection", "close"), ("Content-Length", "2")])
+        return [b"by"]
+    if how == "dated":
+        start_response("200 OK", [("Date", "Thu, 01 Jan 1970 00:00:00 GMT"), ("Content-Length", "0")])
+        return [b""]
+    if how == "raises":
+        raise RuntimeError("a bug")
+    if how == "splits":
+        start_response("200 OK", [("X-Bad", "a\r\nSet-Cookie: b")])
+        return [b""]
+    if how == "nostart":
+        return [b"never started"]
+    start_response("404 Not Found", [("Content-Length", "0")])
+    return []
+
+
+HOWS = [
+    "list",
+    "unsized",
+    "big",
+    "stream",
+    "lazy",
+    "empty",
+    "nocontent",
+    "write",
+    "close",
+    "dated",
+    "raises",
+    "splits",
+    "nostart",
+    "other",
+]
+DATE = re.compile(rb"Date: [^\r]*\r\n")
+
+
+def _serve(handler_class: type) -> WSGIServer:
+    server = WSGIServer(("127.0.0.1", 0), app, handler_class=handler_class, log=None, error_log=None)
+    server.log = _Log()
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def servers():
+    both = {cls: _serve(cls) for cls in (Lean, Pywsgi)}
+    yield both
+    for server in both.values():
+        server.stop()
+
+
+def exchange(server: WSGIServer, data: bytes) -> bytes:
+    """Send `data` on one connection and read until the server closes it or goes quiet."""
+    conn = socket.create_connection(("127.0.0.1", server.server_port))
+    try:
+        conn.sendall(data)
+        received = b""
+        while True:
+            try:
+                with gevent.Timeout(0.3):
+                    chunk = conn.recv(65536)
+            except gevent.Timeout:
+                break
+            if not chunk:
+                break
+            received += chunk
+        return received
+    finally:
+        conn.close()
+
+
+def both(servers, data: bytes) -> tuple[bytes, bytes, list, list]:
+    answers, seen = [], []
+    for cls in (Lean, Pywsgi):
+        SEEN.clear()
+        answers.append(DATE.sub(b"Date: -\r\n", exchange(servers[cls], data)))
+        seen.append(list(SEEN))
+    return answers[0], answers[1], seen[0], seen[1]
+
+
+HEADER_NAMES = st.sampled_from(
+    ["Host", "X-Semula-Project", "Accept", "User-Agent", "X-Thing", "Cookie", "x_under"]
+)
+HEADER_VALUES = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=12)
+
+
+@st.composite
+def requests(draw) -> bytes:
+    method = draw(st.sampled_from(["GET", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"]))
+    how = draw(st.sampled_from(HOWS))
+    query = draw(st.sampled_from(["", "?a=1", "?unread", "?x=%20y"]))
+    path = draw(st.sampled_from(["/p/", "/v1/%7Eq/", "/p/s/"]))
+    lines = [f"{method} {path}{how}{query} HTTP/1.1"]
+    for name, value in draw(st.lists(st.tuples(HEADER_NAMES, HEADER_VALUES), max_size=5)):
+        lines.append(f"{name}: {value}")
+    body = draw(st.binary(max_size=40))
+    if body or draw(st.booleans()):
+        lines.append(f"Content-Length: {len(body)}")
+    if draw(st.booleans()):
+        lines.append("Content-Type: application/json")
+    if draw(st.integers(0, 5)) == 0:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(requests(), min_size=1, max_size=3))
+def test_the_lean_path_answers_what_pywsgi_answers(servers, sequence):
+    """Pipelined on one connection: the same bytes back, the app given the same environ."""
+    last = b"GET /p/list HTTP/1.1\r\nConnection: close\r\n\r\n"  # so that the server ends the exchange
+    lean, pywsgi, lean_seen, pywsgi_seen = both(servers, b"".join(sequence) + last)
+    assert lean == pywsgi
+    assert lean_seen == pywsgi_seen
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_each_way_of_answering_is_served_by_the_lean_path(servers, how, monkeypatch):
+    """Each app answer above goes through the lean path (not a fallback), and as pywsgi sends it."""
+    taken = []
+    lean = Lean.lean
+    monkeypatch.setattr(Lean, "lean", lambda self: taken.append(lean(self)) or taken[-1])
+    request = f"POST /v1/{how} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{{}}".encode()
+    a, b, _, _ = both(servers, request)
+    assert a == b and a.startswith(b"HTTP/1.1 ")
+    assert taken[0] in (True, False)
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"HEAD /p/list HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /p/list HTTP/1.0\r\n\r\n",
+        b"POST /p/list HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        b"POST /p/list HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /p/list HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /p/list HTTP/1.1\r\nContent-Length: 1_0\r\n\r\n{}",
+        b"GET http://x/p/list HTTP/1.1\r\n\r\n",
+        b"GET /p/list HTTP/1.1\r\nFolded: a\r\n b\r\n\r\n",
+        b"GET /p/list HTTP/1.1\nHost: x\n\n",
+        b"GET  /p/list HTTP/1.1\r\n\r\n",
+    ],
+)
+def test_what_the_lean_path_does_not_take_goes_to_pywsgi_unread(servers, request_bytes, monkeypatch):
+    """Each of these is pywsgi's to read (it refuses some of them): the lean path hands it over
+    having read nothing, so the answer is pywsgi's own, bytes for bytes."""
+    taken = []
+    lean = Lean.lean
+    monkeypatch.setattr(Lean, "lean", lambda self: taken.append(lean(self)) or taken[-1])
+    a, b, _, _ = both(servers, request_bytes)
+    assert a == b and a.startswith(b"HTTP/1.")
+    assert taken[0] is None
+
+
+def test_a_request_in_pieces_is_read_whole(servers):
+    """A head cut across packets goes to pywsgi's path; a body cut across packets is read whole."""
+    for cls in (Lean, Pywsgi):
+        SEEN.clear()
+        conn = socket.create_connection(("127.0.0.1", servers[cls].server_port))
+        try:
+            conn.sendall(b"POST /p/list HTTP/1.1\r\nContent-")
+            gevent.sleep(0.05)
+            conn.sendall(b"Length: 6\r\n\r\nabc")
+            gevent.sleep(0.05)
+            conn.sendall(b"def")
+            with gevent.Timeout(2):
+                assert conn.recv(65536).endswith(b"answer to POST")
+        finally:
+            conn.close()
+        assert SEEN[0]["body"] == b"abcdef"
+
+
+def test_a_lean_connection_idle_past_keepalive_is_closed(servers):
+    conn = socket.create_connection(("127.0.0.1", servers[Lean].server_port))
+    try:
+        conn.sendall(b"GET /p/list HTTP/1.1\r\n\r\n")
+        with gevent.Timeout(5):
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200 OK")
+            assert conn.recv(65536) == b""  # closed after keep-alive's 2 s
+    finally:
+        conn.close()
+
+
+def test_an_app_failure_is_logged_by_the_lean_path(servers, caplog):
+    exchange(servers[Lean], b"GET /p/raises HTTP/1.1\r\n\r\n")
+    assert [r.message for r in caplog.records if r.name == "semula.worker"] == ["the app failed"]
