@@ -44,6 +44,7 @@ import email.parser
 import functools
 import logging
 import re
+import socket
 import time
 from collections.abc import Iterator
 from http import client
@@ -311,21 +312,23 @@ class Handler(PyWSGIHandler):
         rfile = self.rfile
         if rfile.closed:
             return False
-        # The waits of read_requestline: a new connection's first bytes, then keep-alive's idle time.
+        # The waits of read_requestline: a new connection's first bytes, then keep-alive's idle time,
+        # bounded by the worker's sweep (IDLE) rather than a timer for each wait.
         if self.requestline is None:
             if not self._first_bytes_came():
                 return False
             timeout = self.first_request_timeout
         else:
             timeout = self.keepalive
-        self.socket.settimeout(timeout)
+        if timeout is not None:
+            IDLE.waiting[self] = time.monotonic() + timeout
+            IDLE.start()
         try:
             buffered = rfile.peek(1)
         except OSError:
             return False
         finally:
-            if self.socket is not None:
-                self.socket.settimeout(None)
+            IDLE.waiting.pop(self, None)
         if not buffered:
             return False
         self.requestline = ""  # no longer the connection's first request, whichever path reads it
@@ -387,6 +390,13 @@ class Handler(PyWSGIHandler):
         except (OSError, ValueError):
             return False
         return not reply.close
+
+    def wake(self) -> None:
+        """End the wait for this connection's next request: its read sees the end of the stream."""
+        sock = self.socket
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def _headers(self) -> Iterator[tuple[str, str]]:
         # pywsgi's own formats each header as a line and splits it again; the same pairs, directly,
@@ -497,6 +507,35 @@ class Handler(PyWSGIHandler):
                 self.code = -self.code
             raise
         self.response_length += len(data)
+
+
+class Idle:
+    """The connections of a worker that wait on the lean path for their next request, each with the
+    time it may wait until. One greenlet looks twice a second and closes those past their time, and
+    every one once the worker is stopping: a gevent timer for each wait cost a request ~12 us of its
+    ~90 in process. A connection so closes within half a second after keep-alive's idle time."""
+
+    SWEEP = 0.5  # seconds between looks
+
+    def __init__(self) -> None:
+        self.waiting: dict[Handler, float] = {}
+        self.sweeper: gevent.Greenlet | None = None
+
+    def start(self) -> None:
+        if self.sweeper is None:  # in the worker (gunicorn forks it with this module imported)
+            self.sweeper = gevent.spawn(self._sweep)
+
+    def _sweep(self) -> None:
+        while True:
+            gevent.sleep(self.SWEEP)
+            now = time.monotonic()
+            for handler, until in list(self.waiting.items()):
+                if until <= now or handler.server.closed:
+                    del self.waiting[handler]
+                    handler.wake()
+
+
+IDLE = Idle()
 
 
 class Reply:

@@ -268,3 +268,27 @@ def test_a_lean_connection_idle_past_keepalive_is_closed(servers):
 def test_an_app_failure_is_logged_by_the_lean_path(servers, caplog):
     exchange(servers[Lean], b"GET /p/raises HTTP/1.1\r\n\r\n")
     assert [r.message for r in caplog.records if r.name == "semula.worker"] == ["the app failed"]
+
+
+def test_a_stopping_worker_closes_its_idle_lean_connections_within_a_sweep():
+    """Not after keep-alive's idle time (30 s here): a graceful stop is not held by idle clients."""
+
+    class Patient(_Log):
+        class cfg:  # noqa: N801 - gunicorn's attribute
+            keepalive = 30
+            timeout = 30
+
+    server = WSGIServer(("127.0.0.1", 0), app, handler_class=Lean, log=None, error_log=None)
+    server.log = Patient()
+    server.start()
+    conn = socket.create_connection(("127.0.0.1", server.server_port))
+    try:
+        conn.sendall(b"GET /p/list HTTP/1.1\r\n\r\n")
+        with gevent.Timeout(5):
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200 OK")
+        server.close()  # stops accepting, as a stopping worker's server does
+        with gevent.Timeout(2):
+            assert conn.recv(65536) == b""
+    finally:
+        conn.close()
+        server.stop()
