@@ -16,28 +16,8 @@ from gevent.pywsgi import WSGIServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.worker_cpu import Lean, Pywsgi, _Log
 from semula import worker
-from semula.worker import Handler
-
-
-class _Log:
-    class cfg:  # noqa: N801 - gunicorn's attribute
-        keepalive = 2
-        timeout = 30
-
-    access_log_enabled = False
-
-    def write(self, line: str) -> None:
-        pass
-
-
-class Lean(Handler):
-    lean_enabled = True
-
-
-class Pywsgi(Handler):
-    lean_enabled = False
-
 
 SEEN: list[dict] = []  # what the app was given, request by request
 
