@@ -528,11 +528,16 @@ class Idle:
     def _sweep(self) -> None:
         while True:
             gevent.sleep(self.SWEEP)
-            now = time.monotonic()
-            for handler, until in list(self.waiting.items()):
-                if until <= now or handler.server.closed:
-                    del self.waiting[handler]
-                    handler.wake()
+            try:
+                self.close_idle(time.monotonic())
+            except Exception:  # a bug must not leave idle connections open for the life of the worker
+                logger.exception("the idle connections' sweep failed")
+
+    def close_idle(self, now: float) -> None:
+        for handler, until in list(self.waiting.items()):
+            if until <= now or handler.server.closed:
+                self.waiting.pop(handler, None)
+                handler.wake()
 
 
 IDLE = Idle()
