@@ -30,8 +30,9 @@ of gunicorn's `gevent` worker.
   in a few dozen lines instead of pywsgi's several hundred, with what pywsgi accepts and sends kept
   (tests/unit/test_worker_lean.py sends the same requests through both and compares the bytes).
   Anything else, and every request while gunicorn's access log is on, takes pywsgi's path, which
-  reads nothing the lean path looked at. The floor's small request went from ~25,000 to ~43,000
-  requests a second on one machine, a replay hit's server CPU down by a sixth (decision 0049).
+  reads nothing the lean path looked at. In process 102 -> 71 µs CPU a request of the floor app
+  with its client (`python -m bench.worker_cpu`); through HTTP the floor served 1.3-1.7 times as
+  many small requests in alternated runs on a noisy machine (bench/RESULTS.md session 22, decision 0049).
 - And smaller ones, each a percent or two of a replay hit: the Date header formatted once a second,
   the common HTTP versions accepted without parsing, gunicorn's access-log switch read once per
   connection, no getsockopt before each send.
