@@ -47,7 +47,7 @@ import logging
 import re
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable
 from http import client
 from typing import Any, BinaryIO
 from urllib.parse import unquote
@@ -183,6 +183,31 @@ def environ_key(name: str) -> str:
     if len(_ENVIRON_KEYS) < ENVIRON_KEYS_MAX:
         _ENVIRON_KEYS[name] = key
     return key
+
+
+def put_headers(
+    env: dict[str, Any],
+    pairs: Iterable[tuple[str, str]],
+    keys: dict[str, str],
+    make_key: Callable[[str], str],
+) -> bool:
+    """Put each request header's value, stripped, into the environ under its key (from `keys`, the
+    remembered ones, or `make_key`; none for a header left out), a repeated header's values joined
+    as pywsgi joins them. False, with the environ half made, at a second CONTENT_LENGTH or
+    CONTENT_TYPE, which pywsgi refuses or takes the first of."""
+    for name, value in pairs:
+        key = keys.get(name)
+        if key is None:
+            key = make_key(name)
+        if not key:
+            continue
+        if key not in env:
+            env[key] = value.strip()
+        elif key in ("CONTENT_LENGTH", "CONTENT_TYPE"):
+            return False
+        else:
+            env[key] += ("; " if "COOKIE" in key else ",") + value.strip()
+    return True
 
 
 CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")
@@ -346,19 +371,8 @@ class Handler(PyWSGIHandler):
                 return None
             pairs = PLAIN_PAIR.findall(block)
         env = self.server.get_environ()
-        keys = _LEAN_KEYS
-        for name, value in pairs:
-            key = keys.get(name)
-            if key is None:
-                key = lean_key(name)
-            if not key:
-                continue
-            if key not in env:
-                env[key] = value.strip()
-            elif key in ("CONTENT_LENGTH", "CONTENT_TYPE"):
-                return None  # pywsgi refuses two lengths, and takes the first type of two
-            else:  # a repeated header: its values joined, as pywsgi joins them
-                env[key] += ("; " if "COOKIE" in key else ",") + value.strip()
+        if not put_headers(env, pairs, _LEAN_KEYS, lean_key):
+            return None  # pywsgi refuses two lengths, and takes the first type of two
         length = env.get("CONTENT_LENGTH")
         if length is not None and CONTENT_LENGTH.fullmatch(length) is None:
             return None
@@ -369,19 +383,10 @@ class Handler(PyWSGIHandler):
         rfile.read(end)  # the head, from the buffer: committed to this path from here
         self.requestline = buffered[:line_end].decode("ascii")
         self.command, self.path, self.request_version = method, target, "HTTP/1.1"
-        env["REQUEST_METHOD"] = method
-        env["SCRIPT_NAME"] = ""
-        path, _, env["QUERY_STRING"] = target.partition("?")
-        env["PATH_INFO"] = unquote(path, encoding="latin-1") if "%" in path else path
-        env["SERVER_PROTOCOL"] = "HTTP/1.1"
-        address = self.client_address
-        if isinstance(address, tuple):
-            env["REMOTE_ADDR"], env["REMOTE_PORT"] = str(address[0]), str(address[1])
+        self._request_environ(env)
         self.wsgi_input = Input(rfile, int(length) if length else None)
         env["wsgi.input"] = self.wsgi_input
         env["wsgi.input_terminated"] = True
-        env["gunicorn.sock"] = self.socket
-        env["RAW_URI"] = target
         self.response_length, self.code = 0, 0
         reply = Reply(self, env.get("HTTP_CONNECTION", "").lower() == "close")
         if not reply.run(self.server.application, env):
@@ -399,41 +404,35 @@ class Handler(PyWSGIHandler):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
 
-    def _headers(self) -> Iterator[tuple[str, str]]:
-        # pywsgi's own formats each header as a line and splits it again; the same pairs, directly,
-        # each name's environ key made once per process.
-        keys = _ENVIRON_KEYS
-        for name, value in self.headers._headers:
-            key = keys.get(name)
-            if key is None:
-                key = environ_key(name)
-            if key:
-                yield key, value.strip()
-
-    def get_environ(self) -> dict[str, Any]:
-        # pywsgi's and gunicorn's own (gunicorn.sock, RAW_URI) in one method, the headers taken in one
-        # loop (tests/unit/test_worker.py compares the two environs).
-        headers = self.headers
-        env = self.server.get_environ()
+    def _request_environ(self, env: dict[str, Any]) -> None:
+        """The environ's keys of the request line and the connection, pywsgi's and gunicorn's
+        (gunicorn.sock, RAW_URI), for both paths."""
+        target = self.path
         env["REQUEST_METHOD"] = self.command
         env["SCRIPT_NAME"] = ""
-        path, _, env["QUERY_STRING"] = self.path.partition("?")
+        path, _, env["QUERY_STRING"] = target.partition("?")
         env["PATH_INFO"] = unquote(path, encoding="latin-1") if "%" in path else path
+        env["SERVER_PROTOCOL"] = self.request_version
+        address = self.client_address
+        if isinstance(address, tuple):
+            env["REMOTE_ADDR"], env["REMOTE_PORT"] = str(address[0]), str(address[1])
+        env["gunicorn.sock"] = self.socket
+        env["RAW_URI"] = target
+
+    def get_environ(self) -> dict[str, Any]:
+        # pywsgi's and gunicorn's own in one method, the headers taken in one loop, each name's
+        # environ key made once per process (tests/unit/test_worker.py compares the two environs).
+        headers = self.headers
+        env = self.server.get_environ()
+        self._request_environ(env)
         content_type = headers.get("content-type")
         if content_type is not None:
             env["CONTENT_TYPE"] = content_type
         length = headers.get("content-length")
         if length:
             env["CONTENT_LENGTH"] = length
-        env["SERVER_PROTOCOL"] = self.request_version
-        address = self.client_address
-        if isinstance(address, tuple):
-            env["REMOTE_ADDR"], env["REMOTE_PORT"] = str(address[0]), str(address[1])
-        for key, value in self._headers():
-            if key not in env:
-                env[key] = value
-            else:  # a repeated header: its values joined, as pywsgi joins them
-                env[key] += ("; " if "COOKIE" in key else ",") + value
+        # environ_key leaves the two out (they are set above): put_headers cannot refuse them here.
+        put_headers(env, headers._headers, _ENVIRON_KEYS, environ_key)
         expects = env.get("HTTP_EXPECT") == "100-continue"
         chunked = env.get("HTTP_TRANSFER_ENCODING", "").lower() == "chunked"
         reads = not self._connection_upgrade_requested()
@@ -442,8 +441,6 @@ class Handler(PyWSGIHandler):
         )
         env["wsgi.input"] = self.wsgi_input if reads else self.rfile
         env["wsgi.input_terminated"] = reads
-        env["gunicorn.sock"] = self.socket
-        env["RAW_URI"] = self.path
         return env
 
     def read_request(self, raw_requestline: str) -> Any:
@@ -579,7 +576,8 @@ class Reply:
             result = app(env, self.start_response)
             if type(result) in (list, tuple) and self.status is not None and not self.sent:
                 data = result[0] if len(result) == 1 else b"".join(result)
-                self._send(self._head(len(data)), data)
+                head = self._head(len(data))
+                self._send(head, self._framed(data))
             else:
                 for data in result:
                     if data:
@@ -596,7 +594,8 @@ class Reply:
                 status, headers, body = INTERNAL_ERROR
                 self.status, self.headers, self.chunked = status, headers, False
                 with contextlib.suppress(OSError):
-                    self._send(self._head(len(body)), body)
+                    head = self._head(len(body))
+                    self._send(head, self._framed(body))
             return False
         finally:
             close = getattr(result, "close", None)
@@ -607,19 +606,24 @@ class Reply:
     def write(self, data: bytes) -> None:
         """The write() of start_response, and each block of an iterated body."""
         if self.sent:
-            if data and self.code in (204, 304):
-                raise ValueError(f"The {self.code} response must have no body")
             if data:
-                self._sendall(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
+                self._sendall(self._framed(data))
             return
         if self.status is None:
             raise ValueError("The application did not call start_response()")
         head = self._head(None)
-        self._send(head, b"%x\r\n%b\r\n" % (len(data), data) if self.chunked and data else data)
+        self._send(head, self._framed(data))
+
+    def _framed(self, data: bytes) -> bytes:
+        """A block of the body as it goes out (a chunk of a chunked one), once the head is made."""
+        if not data:
+            return data
+        if self.code in (204, 304):
+            raise ValueError(f"The {self.code} response must have no body")
+        return b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data
 
     def _send(self, head: bytes, data: bytes) -> None:
-        if data and self.code in (204, 304):
-            raise ValueError(f"The {self.code} response must have no body")
+        """The head and the first block, framed, in one send when they are small."""
         self.sent = True
         if len(data) > ONE_SEND:
             self._sendall(head)
