@@ -41,6 +41,7 @@ of gunicorn's `gevent` worker.
 from __future__ import annotations
 
 import contextlib
+import email.errors
 import email.parser
 import functools
 import logging
@@ -162,7 +163,12 @@ def parse_headers(fp: BinaryIO) -> OldMessage:
     for line in lines[:-1]:
         match = PLAIN_HEADER.fullmatch(line)
         if match is None:
-            return email.parser.Parser(_class=OldMessage).parsestr(b"".join(lines).decode("iso-8859-1"))
+            message = email.parser.Parser(_class=OldMessage).parsestr(b"".join(lines).decode("iso-8859-1"))
+            if any(b"\r" in line.removesuffix(b"\r\n") for line in lines):
+                # The email parser splits a line at a bare CR, where a proxy in front may read one line
+                # (`X: a<CR>Content-Length: 5`): refused (framing_problem).
+                message.defects.append(email.errors.InvalidHeaderDefect("a bare CR in a header line"))
+            return message
         message._headers.append((match[1].decode("iso-8859-1"), match[2].decode("iso-8859-1")))
     return message
 
@@ -243,7 +249,16 @@ def framing_problem(headers: OldMessage) -> str | None:
     """Why a request's body framing is ambiguous, or None. Where two readers could frame a body
     differently (a proxy in front, pywsgi here), the rest of one request passes for another (request
     smuggling): two Content-Length headers, one that is not plain digits (Python's int() reads
-    "1_0"), Transfer-Encoding beside Content-Length, or any Transfer-Encoding but one `chunked`."""
+    "1_0"), Transfer-Encoding beside Content-Length, or any Transfer-Encoding but one `chunked`.
+
+    And a line of the header block that is not a header (RFC 9112 5.1, 5.2 and 2.2): whitespace
+    before the colon (`Content-Length : 5`), no colon, no name, a bare CR, a continuation first.
+    parse_headers notes a bare CR; the email parser the others.
+    The email parser pywsgi's headers come from takes such a line and every line after it as the
+    message's body, or drops a `From ` line, so `Transfer-Encoding : chunked` was no header here
+    while a proxy in front that reads it as one frames the body its own way."""
+    if headers.defects or headers.get_unixfrom() is not None or headers.get_payload():
+        return "a header line that is not of the form name: value"
     lengths = headers.get_all("Content-Length") or []
     codings = headers.get_all("Transfer-Encoding") or []
     if len(lengths) > 1:

@@ -216,6 +216,23 @@ def test_what_the_lean_path_does_not_take_goes_to_pywsgi_unread(servers, request
     assert taken[0] is None
 
 
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"POST /p/list HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n",
+        b"POST /p/list HTTP/1.1\r\nHost: x\r\nTransfer-Encoding\t: chunked\r\nContent-Length: 5\r\n",
+        b"POST /p/list HTTP/1.1\r\nHost: x\r\nX-Cr: a\rContent-Length: 5\r\n",
+    ],
+)
+def test_a_header_line_that_is_not_a_header_is_refused_on_both_paths(servers, head):
+    """A proxy in front that reads such a line as a header frames the body otherwise than a server
+    that drops it (request smuggling): the request gets a 400 and its connection closes, and the app
+    sees neither it nor the request hidden in its body."""
+    a, b, seen_a, seen_b = both(servers, head + b"\r\nhelloGET /p/list HTTP/1.1\r\n\r\n")
+    assert a == b and a.startswith(b"HTTP/1.1 400 ") and a.count(b"HTTP/1.1") == 1
+    assert seen_a == seen_b == []
+
+
 def test_a_request_in_pieces_is_read_whole(servers):
     """A head cut across packets goes to pywsgi's path; a body cut across packets is read whole."""
     for cls in (Lean, Pywsgi):
