@@ -251,12 +251,12 @@ def framing_problem(headers: OldMessage) -> str | None:
     smuggling): two Content-Length headers, one that is not plain digits (Python's int() reads
     "1_0"), Transfer-Encoding beside Content-Length, or any Transfer-Encoding but one `chunked`.
 
-    And a line of the header block that is not a header (RFC 9112 5.1, 5.2 and 2.2): whitespace
-    before the colon (`Content-Length : 5`), no colon, no name, a bare CR, a continuation first.
-    parse_headers notes a bare CR; the email parser the others.
-    The email parser pywsgi's headers come from takes such a line and every line after it as the
-    message's body, or drops a `From ` line, so `Transfer-Encoding : chunked` was no header here
-    while a proxy in front that reads it as one frames the body its own way."""
+    And a line of the header block that is not a header (RFC 9112 5.1 and 2.2): whitespace before
+    the colon (`Content-Length : 5`), no colon, no name, a continuation first, a bare CR. The email
+    parser that reads a block that is not plain takes such a line and every line after it as the
+    message's body (or a `From ` line as an envelope), and splits a line at a bare CR (which
+    parse_headers notes as a defect): `Transfer-Encoding : chunked` was no header here, while a
+    proxy in front that reads it as one frames the body its own way."""
     if headers.defects or headers.get_unixfrom() is not None or headers.get_payload():
         return "a header line that is not of the form name: value"
     lengths = headers.get_all("Content-Length") or []
