@@ -164,7 +164,7 @@ def parse_headers(fp: BinaryIO) -> OldMessage:
         match = PLAIN_HEADER.fullmatch(line)
         if match is None:
             message = email.parser.Parser(_class=OldMessage).parsestr(b"".join(lines).decode("iso-8859-1"))
-            if any(b"\r" in line.removesuffix(b"\r\n") for line in lines):
+            if any(b"\r" in each.removesuffix(b"\r\n") for each in lines):
                 # The email parser splits a line at a bare CR, where a proxy in front may read one line
                 # (`X: a<CR>Content-Length: 5`): refused (framing_problem).
                 message.defects.append(email.errors.InvalidHeaderDefect("a bare CR in a header line"))
@@ -293,18 +293,23 @@ class Handler(PyWSGIHandler):
 
     def read_requestline(self) -> str:
         # Only the wait for a request line is bounded: a held call never reads from its socket.
-        if self.requestline is None:  # the connection's first
-            if not self._first_bytes_came():
-                return ""  # nothing in time, or the worker is stopping: the connection closes
-            timeout = self.first_request_timeout
-        else:
-            timeout = self.keepalive
+        ready, timeout = self._request_wait()
+        if not ready:
+            return ""  # nothing in time, or the worker is stopping: the connection closes
         self.socket.settimeout(timeout)
         try:
             return super().read_requestline()
         finally:
             if self.socket is not None:
                 self.socket.settimeout(None)
+
+    def _request_wait(self) -> tuple[bool, float | None]:
+        """Whether the connection's next request may be waited for, and up to how long: a new
+        connection's once its first bytes came in time (first_request_timeout), a later one's
+        for keep-alive's idle time."""
+        if self.requestline is None:  # the connection's first
+            return self._first_bytes_came(), self.first_request_timeout
+        return True, self.keepalive
 
     def _first_bytes_came(self) -> bool:
         """Wait for a new connection's first bytes, up to first_request_timeout, a slice at a time: a
@@ -353,14 +358,11 @@ class Handler(PyWSGIHandler):
         rfile = self.rfile
         if rfile.closed:
             return False
-        # The waits of read_requestline: a new connection's first bytes, then keep-alive's idle time,
-        # bounded by the worker's sweep (IDLE) rather than a timer for each wait.
-        if self.requestline is None:
-            if not self._first_bytes_came():
-                return False
-            timeout = self.first_request_timeout
-        else:
-            timeout = self.keepalive
+        # The waits of read_requestline, bounded by the worker's sweep (IDLE) rather than a timer for
+        # each wait.
+        ready, timeout = self._request_wait()
+        if not ready:
+            return False
         if timeout is not None:
             IDLE.waiting[self] = time.monotonic() + timeout
             IDLE.start()
