@@ -61,6 +61,7 @@ class Target:
     connections: int = CONNECTIONS  # wrk's -c
     # Run before each of its wrk runs, untimed: brings its store back into memory (sizes.semula_targets).
     warm: Callable[[], None] | None = None
+    metrics_url: str | None = None  # semula's /metrics: the share of its hits answered kept, per run
 
     def cpu_by_pid(self) -> dict[int, float]:
         pids = self.process.pids() if self.process else []
@@ -234,7 +235,39 @@ def start_semula(
 ) -> Target:
     process, url = semula_server(name, db_url, auth=auth, **env)
     headers = {"Authorization": f"Bearer {token}"} if auth else {}
-    return Target(label, f"{url}/p/{PROJECT}/v1/chat/completions", headers, process, database)
+    target = Target(label, f"{url}/p/{PROJECT}/v1/chat/completions", headers, process, database)
+    target.metrics_url = f"{url}/metrics"
+    return target
+
+
+KEPT_SERIES = ('semula_proxy_calls_total{outcome="hit"}', "semula_kept_hits_total")
+
+
+def hits_and_kept(target: Target) -> tuple[float, float] | None:
+    """semula's replay hits and those of them answered kept, from /metrics (None: not semula, or a
+    semula without the kept series)."""
+    if target.metrics_url is None:
+        return None
+    text = requests.get(target.metrics_url, timeout=10).text
+    values = {line.split()[0]: float(line.split()[-1]) for line in text.splitlines() if line[:1] != "#"}
+    if KEPT_SERIES[1] not in values:
+        return None
+    return values.get(KEPT_SERIES[0], 0.0), values[KEPT_SERIES[1]]
+
+
+def kept_share(target: Target, before: tuple[float, float] | None, served: int) -> float | None:
+    """The share of the hits since `before` that were answered kept. Each worker writes its counts
+    every 0.1 s: read until the hits counted reach the `served` wrk saw answered (a second at most)."""
+    if before is None:
+        return None
+    deadline = time.monotonic() + 1.0
+    while True:
+        after = hits_and_kept(target)
+        assert after is not None
+        hits = after[0] - before[0]
+        if hits >= served or time.monotonic() > deadline:
+            return (after[1] - before[1]) / hits if hits else None
+        time.sleep(0.05)
 
 
 def check(target: Target) -> None:
@@ -321,6 +354,7 @@ def run_wrk(target: Target, duration: int) -> dict[str, float]:
             wait_quiet(patience=PATIENCE)
         if target.warm is not None:  # last: a long wait for quiet cores lets the store go cold again
             target.warm()
+        counted = hits_and_kept(target)  # before the CPU is read: the scrape is not the run's
         machine0, wrk0 = machine_busy_seconds(), children_cpu_seconds()
         server0 = target.cpu_by_pid()
         done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60, check=True)
@@ -331,6 +365,9 @@ def run_wrk(target: Target, duration: int) -> dict[str, float]:
         requests_done = result["rps"] * duration
         result["cpu_us"] = 1e6 * server / requests_done if requests_done else float("nan")
         result["others"] = max(0.0, machine - server - wrk_cpu) / (duration * (os.cpu_count() or 1))
+        kept = kept_share(target, counted, int(requests_done) - int(result["non2xx"]))
+        if kept is not None:
+            result["kept"] = kept
         if result["others"] <= OTHERS_LIMIT:
             break
         print(
@@ -372,6 +409,11 @@ def summary(target: Target) -> dict[str, float]:
     }
 
 
+def _round(result: dict[str, float]) -> str:
+    kept = f", kept {result['kept']:.0%}" if "kept" in result else ""
+    return f"{result['rps']:,.0f} ({result['others']:.0%}{kept})"
+
+
 def table(targets: list[Target]) -> list[str]:
     """The markdown table of the targets' medians, × WireMock and × the bare Flask route among them."""
     rows = {t.name: summary(t) for t in targets}
@@ -395,11 +437,10 @@ def table(targets: list[Target]) -> list[str]:
         "¹ CPU time of the server's processes (with PostgreSQL's backends for its database) per request,",
         "read from /proc before and after each wrk run.",
         "",
-        "Per round (req/s, and the share of the cores other work took during the run):",
+        "Per round (req/s, and the share of the cores other work took during the run; for semula, the "
+        "share of its hits answered kept, read from its /metrics):",
     ]
-    lines += [
-        f"- {t.name}: " + ", ".join(f"{r['rps']:,.0f} ({r['others']:.0%})" for r in t.rounds) for t in targets
-    ]
+    lines += [f"- {t.name}: " + ", ".join(_round(r) for r in t.rounds) for t in targets]
     return lines
 
 

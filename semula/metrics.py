@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,6 +66,20 @@ PENDING_EVENTS = Counter(
     "semula_pending_events",
     "Parked-call lifecycle events: parked, claimed, answered, cancelled, released, timeout, app_gone",
     ["event"],
+)
+# A worker's kept answers (semula/service/hits.py), read off its caches at each flush (KeptHits).
+KEPT_HITS = Counter(
+    "semula_kept_hits",
+    "Replay hits answered from a worker's kept answers, without reading the entry (a share of "
+    'semula_proxy_calls_total{outcome="hit"})',
+)
+KEPT_EVICTED = Counter(
+    "semula_kept_evicted", "Kept answers and noted requests dropped to stay within SEMULA_HIT_CACHE_MB"
+)
+KEPT_BYTES = Gauge(
+    "semula_kept_bytes",
+    "Bytes the workers' kept answers hold, counted against SEMULA_HIT_CACHE_MB each",
+    multiprocess_mode="livesum",
 )
 ANSWERS = Counter("semula_answers", "Answers saved for parked calls, by actor kind", ["actor"])
 RECORD_THROUGH = Counter(
@@ -163,6 +178,42 @@ class Tally:
                 mine[index] += n
 
 
+class KeptHits:
+    """The kept-hit caches of this process, whose counts are written to their series at each flush.
+
+    A cache counts in plain ints (HitCache.served, .evicted), which cost a request nothing of
+    prometheus_client's; what they moved since the last flush is added to the counters, and the
+    bytes they hold set the gauge. Caches are held weakly: an app a test made and dropped goes with
+    its cache.
+    """
+
+    def __init__(self) -> None:
+        self._written: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+
+    def watch(self, cache: Any) -> None:
+        self._written.setdefault(cache, (0, 0))
+
+    def flush(self) -> None:
+        held = 0
+        for cache, (served, evicted) in list(self._written.items()):
+            now_served, now_evicted = cache.served, cache.evicted
+            if now_served != served:
+                KEPT_HITS.inc(now_served - served)
+            if now_evicted != evicted:
+                KEPT_EVICTED.inc(now_evicted - evicted)
+            self._written[cache] = (now_served, now_evicted)
+            held += cache.held_bytes
+        KEPT_BYTES.set(held)
+
+
+KEPT = KeptHits()
+
+
+def watch_kept(cache: Any) -> None:
+    """Report a HitCache's kept hits, evictions and bytes on /metrics (written at each flush)."""
+    KEPT.watch(cache)
+
+
 LATENCY_BOUNDS = (*REQUEST_SECONDS._upper_bounds,)
 _tally: Tally | None = None  # counts not yet written, when batched
 
@@ -187,16 +238,18 @@ def count_request(surface: str, route: str, status: int, outcome: str, seconds: 
 
 
 def flush() -> None:
-    """Write what was counted since the last flush (nothing when not batched)."""
+    """Write what was counted since the last flush (when batched), and the kept hits' series."""
     global _tally
-    if _tally is None:
-        return
-    tally, _tally = _tally, Tally()
     try:
-        tally.flush()
-    except BaseException:
-        _tally.add(tally)  # what was not written (a full disk): written with the next interval's counts
-        raise
+        if _tally is not None:
+            tally, _tally = _tally, Tally()
+            try:
+                tally.flush()
+            except BaseException:
+                _tally.add(tally)  # not written (a full disk): written with the next interval's counts
+                raise
+    finally:
+        KEPT.flush()
 
 
 def start_batching(interval: float = 0.1) -> None:

@@ -271,6 +271,10 @@ class HitCache:
         self._dropped = 0  # evictions since self._kept was last copied (_put)
         self._bytes = 0  # cost() of everything kept, and the size of every Shared a kept hit uses
         self._refused = 0  # new requests met while full
+        # What /metrics reports of this cache (semula/metrics.py, KeptHits): kept hits served, and
+        # requests dropped to stay within max_bytes, since the process started.
+        self.served = 0
+        self.evicted = 0
         self._shared: dict[tuple[Any, ...], Shared] = {}
         self._numbers: dict[int, Shared] = {}  # the same Shareds by the number a kept hit holds
         self._count = itertools.count()
@@ -294,7 +298,14 @@ class HitCache:
             self._put(key, SEEN, admitted=True)
             return None
         require(ctx, role="viewer", scope="replay")
-        return _decode(held, shared)
+        kept = _decode(held, shared)
+        self.served += 1
+        return kept
+
+    @property
+    def held_bytes(self) -> int:
+        """What the cache holds now, as it counts it against max_bytes (cost(), and the Shareds)."""
+        return self._bytes
 
     def held(self) -> Iterator[tuple[Key, Kept]]:
         """Every kept hit with its key, as find() would give it (what tests and a debugger look at)."""
@@ -429,6 +440,7 @@ class HitCache:
             oldest = next(iter(self._kept))
             self._release(oldest, self._kept.pop(oldest))
             self._dropped += 1
+            self.evicted += 1
         if self._dropped * self._dropped > 100 * len(self._kept):
             # A dict leaves a dropped key's slot empty at its front, and next(iter()) walks every such
             # slot until the dict happens to resize: each eviction of a full cache cost up to ~100 us.

@@ -100,6 +100,7 @@ class ProxyApp:
         self.base = Context(store, settings, None, parking.release)  # type: ignore[arg-type]
         self.principals = policy.PrincipalCache()
         self.hits = hits.HitCache(settings.hit_cache_mb << 20)
+        metrics.watch_kept(self.hits)
         self.projects = replay_service.ProjectRows()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

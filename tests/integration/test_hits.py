@@ -12,6 +12,7 @@ reads no database, and a change is seen by the next request as always.
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import re
@@ -23,6 +24,7 @@ from dataclasses import replace
 
 import psycopg
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from semula.db import QUERIES, connect
 from semula.service import Context, bundles, entries, hits, projects, replay
@@ -346,19 +348,26 @@ def test_every_table_an_answer_reads_moves_the_change_counter(store, db_url):
     assert {(t, e) for t in read for e in ("INSERT", "UPDATE", "DELETE")} <= counting_triggers(store, db_url)
 
 
-def test_kept_hits_stay_within_their_byte_budget_and_keep_most_of_a_larger_cycle(
-    ctx, app, client, make_token, entry_queries
-):
+def larger_cycle(ctx, app, client, headers):
+    """40 recordings, and a budget of kept hits with room for some 20 to 25 of them; the cache and
+    what one kept hit costs."""
     projects.create(ctx, {"name": "shop", "mode": "replay"})
     texts = [f"question {i}" for i in range(40)]
     for text in texts:
         save_entry(ctx, "shop", text)
     cache = app.wsgi_app.hits
-    headers = make_token("admin")
     for _ in range(2):
         assert answer(client, headers, request_for(texts[0]))[0] == 200
     [(_, one)] = cache._kept.items()  # kept at its second sight
-    cache.max_bytes = 25 * hits.cost(b"", one)  # room for some 20 to 25 of the 40 requests
+    cache.max_bytes = 25 * hits.cost(b"", one)
+    return texts, cache, hits.cost(b"", one)
+
+
+def test_kept_hits_stay_within_their_byte_budget_and_keep_most_of_a_larger_cycle(
+    ctx, app, client, make_token, entry_queries
+):
+    headers = make_token("admin")
+    texts, cache, _ = larger_cycle(ctx, app, client, headers)
     served = []
     for _ in range(10):  # a test suite run over and over: each request once per pass
         entry_queries.clear()
@@ -632,6 +641,39 @@ def test_a_full_cache_drops_the_oldest_and_copies_its_dict_before_the_front_grow
         cache._put(key, hits.SEEN, admitted=True)
     assert list(cache._kept) == keys[-1000:]
     assert cache._dropped * cache._dropped <= 100 * len(cache._kept)
+    assert cache.evicted == 19_000  # what /metrics reports as semula_kept_evicted_total
+
+
+def kept_series(client) -> dict[str, float]:
+    """The kept hits' series on /metrics, as this process's scrape gives them."""
+    text = client.get("/metrics").get_data(as_text=True)
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name in ("semula_kept_hits_total", "semula_kept_evicted_total", "semula_kept_bytes")
+    }
+
+
+def test_metrics_report_the_kept_hits_served_the_evictions_and_the_bytes_held(
+    ctx, app, client, make_token, entry_queries
+):
+    """A test suite's requests cycling through more than the budget holds: /metrics says how many
+    were answered kept (those that read no entry), that the cache dropped some, and what it holds."""
+    headers = make_token("admin")
+    texts, cache, one = larger_cycle(ctx, app, client, headers)
+    gc.collect()  # the caches of earlier tests' apps, which the gauge would sum with this one's
+    before = kept_series(client)
+    entry_queries.clear()
+    for _ in range(10):
+        assert {answer(client, headers, request_for(text))[0] for text in texts} == {200}
+    after = kept_series(client)
+    reads = entry_queries.count("entry_by_fingerprint")
+    assert 0 < reads < 400
+    assert after["semula_kept_hits_total"] - before["semula_kept_hits_total"] == 400 - reads
+    assert after["semula_kept_evicted_total"] - before["semula_kept_evicted_total"] > 0
+    assert after["semula_kept_bytes"] == cache.held_bytes <= cache.max_bytes
+    assert cache.held_bytes > 20 * one
 
 
 def test_a_hit_that_fails_to_be_kept_is_answered_all_the_same(
