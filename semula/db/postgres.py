@@ -584,8 +584,13 @@ class PostgresStore:
         return found
 
     def _read_entries(self, workspace_id: str, project_id: str, fingerprints: list[Key]) -> dict[Key, object]:
-        params = {"workspace_id": workspace_id, "project_id": project_id, "fingerprints": fingerprints}
-        rows = self._read("entries_at_version", params, True, reuse=_small_entries)
+        params: dict[str, Any] = {"workspace_id": workspace_id, "project_id": project_id}
+        if len(fingerprints) == 1:  # a statement PostgreSQL plans once (queries/proxy.sql)
+            params["fingerprint"] = fingerprints[0]
+            rows = self._read("entry_at_version", params, True, reuse=_small_entries)
+        else:
+            params["fingerprints"] = fingerprints
+            rows = self._read("entries_at_version", params, True, reuse=_small_entries)
         version = rows[0]["version"]  # one row at least: the counter's
         found: dict[Key, object] = {fingerprint: (None, version) for fingerprint in fingerprints}
         for row in rows:
