@@ -49,6 +49,27 @@ def to_psycopg(sql: str) -> str:
 
 PG_QUERIES = {name: to_psycopg(sql) for name, sql in POSTGRES_QUERIES.items()}
 
+# Entry lookups asked together (VersionReads), by how many: entries_at_version with `= ANY` over an
+# ARRAY of that many parameters, padded with the last fingerprint, for `= ANY(:fingerprints)`.
+# psycopg prepares each after its fifth run, and PostgreSQL then plans each once: a generic plan for
+# a known number of values costs what a plan for the values given does, whereas over an array of
+# unknown length it looked dearer, and every run was planned afresh (queries/proxy.sql,
+# entry_at_version). Larger batches take entries_at_version itself.
+BATCH_SIZES = (2, 4, 8, 16, 32, 64)
+
+
+def _batch_name(size: int) -> str:
+    return f"entries_at_version_{size}"
+
+
+if "ANY(%(fingerprints)s)" not in PG_QUERIES["entries_at_version"]:
+    raise RuntimeError("queries/proxy.sql: entries_at_version no longer reads = ANY(:fingerprints)")
+for _size in BATCH_SIZES:
+    _values = ", ".join(f"%(f{index})s" for index in range(_size))
+    PG_QUERIES[_batch_name(_size)] = PG_QUERIES["entries_at_version"].replace(
+        "ANY(%(fingerprints)s)", f"ANY(ARRAY[{_values}])"
+    )
+
 
 def _translation(exc: Exception, failures: list[str] | None = None) -> Exception | None:
     """The semula.db error a driver error stands for (None: not a driver error); `failures` holds why
@@ -95,7 +116,7 @@ def _read_only(sql: str) -> bool:
 
 
 # The statements that only read: safe to run again on another connection when one broke under them.
-READS = frozenset(name for name, sql in POSTGRES_QUERIES.items() if _read_only(sql))
+READS = frozenset(name for name, sql in PG_QUERIES.items() if _read_only(sql))
 
 _SCHEMA = (
     psycopg.errors.UndefinedTable,
@@ -585,12 +606,18 @@ class PostgresStore:
 
     def _read_entries(self, workspace_id: str, project_id: str, fingerprints: list[Key]) -> dict[Key, object]:
         params: dict[str, Any] = {"workspace_id": workspace_id, "project_id": project_id}
-        if len(fingerprints) == 1:  # a statement PostgreSQL plans once (queries/proxy.sql)
+        size = next((size for size in BATCH_SIZES if size >= len(fingerprints)), None)
+        if len(fingerprints) == 1:  # statements PostgreSQL plans once (queries/proxy.sql, BATCH_SIZES)
             params["fingerprint"] = fingerprints[0]
-            rows = self._read("entry_at_version", params, True, reuse=_small_entries)
+            name = "entry_at_version"
+        elif size is not None:
+            padded = fingerprints + fingerprints[-1:] * (size - len(fingerprints))
+            params |= {f"f{index}": fingerprint for index, fingerprint in enumerate(padded)}
+            name = _batch_name(size)
         else:
             params["fingerprints"] = fingerprints
-            rows = self._read("entries_at_version", params, True, reuse=_small_entries)
+            name = "entries_at_version"
+        rows = self._read(name, params, True, reuse=_small_entries)
         version = rows[0]["version"]  # one row at least: the counter's
         found: dict[Key, object] = {fingerprint: (None, version) for fingerprint in fingerprints}
         for row in rows:

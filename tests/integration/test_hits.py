@@ -459,8 +459,9 @@ def test_first_sights_asked_together_get_their_own_entries_with_the_counter(ctx,
     }
     assert {at for _, at in got.values()} == {store.version("wsp_default")}
     if store.dialect == "postgresql":
-        # The first alone (the statement for one fingerprint), then all the others together.
-        assert [n for n in statements if "at_version" in n] == ["entry_at_version", "entries_at_version"]
+        # The first alone (the statement for one fingerprint), then the other six together (padded to
+        # the statement for eight, semula.db.postgres.BATCH_SIZES).
+        assert [n for n in statements if "at_version" in n] == ["entry_at_version", "entries_at_version_8"]
 
 
 LONG = (

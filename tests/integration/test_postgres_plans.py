@@ -43,30 +43,37 @@ def copies(store, entry_id: str, count: int) -> None:
         conn.raw.execute("ANALYZE entries")
 
 
-def test_a_lone_first_sight_is_a_statement_postgresql_plans_once(ctx, db_url):
+def plans(store) -> list[tuple[int, int]]:
+    """(generic plans, custom plans) of each entry lookup prepared on the store's one connection."""
+    raw = store._take()
+    try:
+        rows = raw.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE '%found_fingerprint%'"
+        ).fetchall()
+    finally:
+        store._pool.putconn(raw)
+    return [(row["generic_plans"], row["custom_plans"]) for row in rows]
+
+
+@pytest.mark.parametrize("together", [1, 3])
+def test_entry_lookups_are_statements_postgresql_plans_once(ctx, db_url, together):
+    """A lone first sight, and three asked together (one statement, VersionReads)."""
     if ctx.store.dialect != "postgresql":
         pytest.skip("a PostgreSQL query plan: SQLite prepares no plan across executions")
     projects.create(ctx, {"name": "shop", "mode": "replay"})
-    entry = save_entry(ctx, "shop", "hello", {"content": "hi"})
-    copies(ctx.store, entry["id"], MANY)
+    saved = [save_entry(ctx, "shop", f"hello {n}", {"content": "hi"}) for n in range(together)]
+    copies(ctx.store, saved[0]["id"], MANY)
     project = projects.get_row(ctx, "shop")
+    wanted = [entry["fingerprint"] for entry in saved]
     one = connect(db_url, pool_size=1)  # one connection: its prepared statements are the lookups'
     try:
         for _ in range(20):
-            row, _ = one.entry_at_version(project["workspace_id"], project["id"], entry["fingerprint"])
-            assert row is not None and row["id"] == entry["id"]
-        raw = one._take()
-        try:
-            plans = raw.execute(
-                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-                "WHERE statement LIKE '%found_fingerprint%'"
-            ).fetchall()
-        finally:
-            one._pool.putconn(raw)
+            found = one._read_entries(project["workspace_id"], project["id"], wanted)
+            assert [row["id"] for row, _ in (found[f] for f in wanted)] == [e["id"] for e in saved]
+        [(generic, custom)] = plans(one)
     finally:
         one.close()
-    [counts] = plans
-    generic, custom = counts["generic_plans"], counts["custom_plans"]
     # Prepared at the sixth run (psycopg's prepare_threshold, 5), planned afresh for its first five
     # executions (PostgreSQL's rule), then by its generic plan: 10 of the 20 runs at least.
     assert generic >= 10 and custom <= 5
