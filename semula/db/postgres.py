@@ -606,11 +606,11 @@ class PostgresStore:
 
     def _read_entries(self, workspace_id: str, project_id: str, fingerprints: list[Key]) -> dict[Key, object]:
         params: dict[str, Any] = {"workspace_id": workspace_id, "project_id": project_id}
-        size = next((size for size in BATCH_SIZES if size >= len(fingerprints)), None)
-        if len(fingerprints) == 1:  # statements PostgreSQL plans once (queries/proxy.sql, BATCH_SIZES)
+        # Statements PostgreSQL plans once (queries/proxy.sql, BATCH_SIZES).
+        if len(fingerprints) == 1:
             params["fingerprint"] = fingerprints[0]
             name = "entry_at_version"
-        elif size is not None:
+        elif (size := next((n for n in BATCH_SIZES if n >= len(fingerprints)), None)) is not None:
             padded = fingerprints + fingerprints[-1:] * (size - len(fingerprints))
             params |= {f"f{index}": fingerprint for index, fingerprint in enumerate(padded)}
             name = _batch_name(size)

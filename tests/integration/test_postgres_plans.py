@@ -2,9 +2,9 @@
 
 psycopg prepares a statement on a connection once it has run it five times, and PostgreSQL then
 chooses at each execution between its generic plan, planned once, and a plan made afresh for the
-values given. A lone first sight must be a statement it plans once: with `= ANY` over an array of one
-fingerprint, a project of many entries had every lookup planned afresh, ~60 us of the server's CPU
-(bench/RESULTS.md, session 24).
+values given. The entry lookups of first sights, alone or asked together, must be statements it
+plans once: with `= ANY` over an array parameter, a project of many entries had every lookup planned
+afresh, ~55 us of the server's CPU (bench/RESULTS.md, session 24).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ LEFT JOIN (
 -- store.entry_at_version() for one fingerprint, the common case: as entries_at_version with `=` for
 -- `= ANY`. PostgreSQL plans a prepared `= ANY(:fingerprints)` again at every execution once the
 -- entries are many (its generic plan, costed for an array of unknown length, never looks cheaper
--- than a plan for the one value given), ~60 us of the server's CPU each time; this one it plans
+-- than a plan for the one value given), ~55 us of the server's CPU each time; this one it plans
 -- once (docs/decisions/0045-first-sight-path.md, session 24).
 SELECT counter.counter AS version, found.* FROM (SELECT 1) AS one
 LEFT JOIN replay_changes AS counter ON counter.workspace_id = :workspace_id
