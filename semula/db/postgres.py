@@ -49,13 +49,14 @@ def to_psycopg(sql: str) -> str:
 
 PG_QUERIES = {name: to_psycopg(sql) for name, sql in POSTGRES_QUERIES.items()}
 
-# Entry lookups asked together (VersionReads), by how many: entries_at_version with `= ANY` over an
-# ARRAY of that many parameters, padded with the last fingerprint, for `= ANY(:fingerprints)`.
-# psycopg prepares each after its fifth run, and PostgreSQL then plans each once: a generic plan for
-# a known number of values costs what a plan for the values given does, whereas over an array of
-# unknown length it looked dearer, and every run was planned afresh (queries/proxy.sql,
-# entry_at_version). Larger batches take entries_at_version itself.
-BATCH_SIZES = (2, 4, 8, 16, 32, 64)
+# Entry lookups (one, or several asked together: VersionReads), by how many: entries_at_version with
+# `= ANY` over an ARRAY of that many parameters, padded with the last fingerprint, for
+# `= ANY(:fingerprints)`. psycopg prepares each after its fifth run, and PostgreSQL then plans each
+# once: a generic plan for a known number of values costs what a plan for the values given does,
+# whereas over an array of unknown length it looked dearer once a project had many entries, and every
+# lookup was planned afresh, ~55 us of the server's CPU (decision 0045). Larger batches take
+# entries_at_version itself.
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
 def _batch_name(size: int) -> str:
@@ -606,11 +607,8 @@ class PostgresStore:
 
     def _read_entries(self, workspace_id: str, project_id: str, fingerprints: list[Key]) -> dict[Key, object]:
         params: dict[str, Any] = {"workspace_id": workspace_id, "project_id": project_id}
-        # Statements PostgreSQL plans once (queries/proxy.sql, BATCH_SIZES).
-        if len(fingerprints) == 1:
-            params["fingerprint"] = fingerprints[0]
-            name = "entry_at_version"
-        elif (size := next((n for n in BATCH_SIZES if n >= len(fingerprints)), None)) is not None:
+        size = next((n for n in BATCH_SIZES if n >= len(fingerprints)), None)
+        if size is not None:  # a statement PostgreSQL plans once (BATCH_SIZES)
             padded = fingerprints + fingerprints[-1:] * (size - len(fingerprints))
             params |= {f"f{index}": fingerprint for index, fingerprint in enumerate(padded)}
             name = _batch_name(size)

@@ -429,7 +429,7 @@ def test_first_sights_asked_together_get_their_own_entries_with_the_counter(ctx,
 
         def slow_read(name, *args, **kwargs):  # the first lookup's lasts until every other one has asked
             statements.append(name)
-            if name == "entry_at_version" and not in_flight.is_set():
+            if name == "entries_at_version_1" and not in_flight.is_set():
                 in_flight.set()
                 time.sleep(0.3)
             return read(name, *args, **kwargs)
@@ -459,9 +459,10 @@ def test_first_sights_asked_together_get_their_own_entries_with_the_counter(ctx,
     }
     assert {at for _, at in got.values()} == {store.version("wsp_default")}
     if store.dialect == "postgresql":
-        # The first alone (the statement for one fingerprint), then the other six together (padded to
-        # the statement for eight, semula.db.postgres.BATCH_SIZES).
-        assert [n for n in statements if "at_version" in n] == ["entry_at_version", "entries_at_version_8"]
+        # The first alone, then the other six together (the statement for eight, padded:
+        # semula.db.postgres.BATCH_SIZES).
+        lookups = [name for name in statements if "at_version" in name]
+        assert lookups == ["entries_at_version_1", "entries_at_version_8"]
 
 
 LONG = (

@@ -15,19 +15,6 @@ LEFT JOIN (
     FROM entries WHERE project_id = :project_id AND fingerprint = ANY(:fingerprints)
 ) AS found ON TRUE
 
--- name: entry_at_version.postgresql
--- store.entry_at_version() for one fingerprint, the common case: as entries_at_version with `=` for
--- `= ANY`. PostgreSQL plans a prepared `= ANY(:fingerprints)` again at every execution once the
--- entries are many (its generic plan, costed for an array of unknown length, never looks cheaper
--- than a plan for the one value given), ~55 us of the server's CPU each time; this one it plans
--- once (docs/decisions/0045-first-sight-path.md, session 24).
-SELECT counter.counter AS version, found.* FROM (SELECT 1) AS one
-LEFT JOIN replay_changes AS counter ON counter.workspace_id = :workspace_id
-LEFT JOIN (
-    SELECT fingerprint AS found_fingerprint, id, response, chunks, review_status, model, meta, answers
-    FROM entries WHERE project_id = :project_id AND fingerprint = :fingerprint
-) AS found ON TRUE
-
 -- name: replay_counter.postgresql
 -- store.version(): the workspace's replay change counter (0017_replay_changes.postgresql.sql).
 SELECT counter FROM replay_changes WHERE workspace_id = :workspace_id
