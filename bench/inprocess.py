@@ -3,6 +3,13 @@ each match one recording (no HTTP server, no client: semula's own cost of a firs
 
     .venv/bin/python -m bench.inprocess [--kib 88] [--requests 400] [--rounds 5] [--kept]
         [--db sqlite|postgres] [--src DIR]
+    .venv/bin/python -m bench.inprocess --recordings 100000 --requests 30000 [--rounds 3]
+
+`--recordings N`: the store holds N recordings of the 1.6 KB pair (bench.workloads' variants, as
+workloads C and C100k), and each round sends the same --requests bodies (every N/requests-th
+variant, byte for byte): the first round's are first sights, the second's second sights (the answer
+kept), the third's kept hits while the worker's budget holds them. What a sight costs by its kind,
+and whether the store's size changes it.
 
 The store is a temporary database holding one recording (bench.workloads: the agent request of
 about --kib KiB with its tools, or the 1.6 KB pair below 2 KiB): SQLite, or with `--db postgres` a
@@ -70,6 +77,9 @@ def main() -> None:
     parser.add_argument("--kept", action="store_true", help="one body repeated: kept hits, not first sights")
     parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--src", default=None, help="import semula from this checkout instead")
+    parser.add_argument(
+        "--recordings", type=int, default=0, help="a store of this many 1.6 KB pairs; same bodies each round"
+    )
     args = parser.parse_args()
     if args.src:
         sys.path.insert(0, args.src)
@@ -88,24 +98,34 @@ def main() -> None:
             settings = replace(Settings(), database_url=url, auth=False)
             ctx = Context(store, settings, CLI)
             projects.create(ctx, {"name": "bench", "mode": "replay"})
-            if args.kib >= 2:
-                recording = workloads.agent_recording(args.kib * 1024)
+            if args.recordings:
+                recordings = [workloads.pair_recording(variant) for variant in range(args.recordings)]
+            elif args.kib >= 2:
+                recordings = [workloads.agent_recording(args.kib * 1024)]
             else:
-                recording = workloads.pair_recording(0)
+                recordings = [workloads.pair_recording(0)]
             bundle = {
                 "bundle": {"format": "semula-bundle", "version": 1},
-                "entries": [{"request": recording.request, "response": recording.response}],
+                "entries": [{"request": r.request, "response": r.response} for r in recordings],
             }
             bundles.import_bundle(ctx, "bench", io.BytesIO(json.dumps(bundle).encode()))
             app = proxy_app(settings, store)
-            total = args.requests * (args.rounds + 1)
-            users = [f"u{0 if args.kept else i}" for i in range(total)]
-            bodies = [json.dumps({**recording.request, "user": user}).encode() for user in users]
-            for raw in bodies[: args.requests]:  # warm-up: imports, caches, the first statements
+            if args.recordings:
+                step = max(1, args.recordings // args.requests)
+                chosen = [json.dumps(r.request).encode() for r in recordings[::step][: args.requests]]
+                # warm-up on bodies that are not measured: imports, caches, the first statements
+                warm = [json.dumps({**r.request, "user": "warm-up"}).encode() for r in recordings[:1000]]
+                rounds = [warm] + [chosen] * args.rounds
+            else:
+                total = args.requests * (args.rounds + 1)
+                users = [f"u{0 if args.kept else i}" for i in range(total)]
+                request = recordings[0].request
+                bodies = [json.dumps({**request, "user": user}).encode() for user in users]
+                rounds = [bodies[n * args.requests : (n + 1) * args.requests] for n in range(args.rounds + 1)]
+            for raw in rounds[0]:  # warm-up: imports, caches, the first statements
                 call(app, raw)
             results, cpus = [], []
-            for number in range(1, args.rounds + 1):
-                batch = bodies[number * args.requests : (number + 1) * args.requests]
+            for batch in rounds[1:]:
                 started, cpu = time.perf_counter(), time.process_time()
                 for raw in batch:
                     call(app, raw)
@@ -115,8 +135,14 @@ def main() -> None:
     finally:
         if database:
             database.drop()
-    rounds = " ".join(f"{r:.0f}" for r in results)
-    print(f"{len(bodies[0]):,} B request: {rounds} µs; best {min(results):.0f}")
+    if args.recordings:
+        kinds = ["first sights", "second sights", "kept hits while held", *["again"] * args.rounds]
+        print(f"{args.recordings:,} recordings, the same {len(rounds[1]):,} bodies each round:")
+        for kind, wall, cpu in zip(kinds[: len(results)], results, cpus, strict=True):
+            print(f"  {kind}: {wall:.1f} µs (CPU {cpu:.1f})")
+        return
+    spread = " ".join(f"{r:.0f}" for r in results)
+    print(f"{len(rounds[1][0]):,} B request: {spread} µs; best {min(results):.0f}")
     print(f"  CPU of this process: {' '.join(f'{c:.0f}' for c in cpus)} µs; best {min(cpus):.0f}")
 
 
