@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def call_row(**fields: Any) -> dict[str, Any]:
@@ -23,6 +24,20 @@ def call_row(**fields: Any) -> dict[str, Any]:
     row = dict(workspace_id="wsp_default", project_id="prj_x", created_at=1000.0, fingerprint=None)
     row |= dict(model="m", stream=0, outcome="hit", status=200, duration_ms=0.5)
     return row | dict(entry_id=None, pending_id=None, token_id=None, api="openai.chat") | fields
+
+
+def metric_samples(text: str) -> dict[tuple[str, frozenset], float]:
+    """A /metrics page's samples, by name and labels (read them with metric_value)."""
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def metric_value(samples: dict[tuple[str, frozenset], float], name: str, **labels: str) -> float:
+    """One sample of metric_samples(), 0 when the page has none."""
+    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 # A migration name no semula knows: recorded as applied, it makes a database look migrated by a newer one.

@@ -12,10 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from semula.service import projects
-from tests.helpers import free_port, wait_for
+from tests.helpers import free_port, metric_samples, metric_value, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -24,16 +23,7 @@ ROUTE = "/p/{project}/v1/chat/completions"
 
 
 def scrape(server) -> dict[tuple[str, frozenset], float]:
-    text = requests.get(server.url + "/metrics", timeout=10).text
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(metrics, name, **labels) -> float:
-    return metrics.get((name, frozenset(labels.items())), 0.0)
+    return metric_samples(requests.get(server.url + "/metrics", timeout=10).text)
 
 
 def log_lines(server) -> list[dict]:
@@ -78,10 +68,10 @@ def test_a_parked_call_and_a_timeout_in_the_logs_and_the_metrics(start_server, c
     # the other series are written as they move.
     def both_served():
         snapshot = scrape(server)
-        counted = value(snapshot, "semula_request_seconds_count", surface="proxy")
+        counted = metric_value(snapshot, "semula_request_seconds_count", surface="proxy")
         return (
             snapshot
-            if counted - value(before, "semula_request_seconds_count", surface="proxy") >= 2
+            if counted - metric_value(before, "semula_request_seconds_count", surface="proxy") >= 2
             else None
         )
 
@@ -120,7 +110,7 @@ def test_a_parked_call_and_a_timeout_in_the_logs_and_the_metrics(start_server, c
 
     # Each new series moved.
     def moved(name, **labels):
-        return value(after, name, **labels) - value(before, name, **labels)
+        return metric_value(after, name, **labels) - metric_value(before, name, **labels)
 
     assert moved("semula_requests_total", route=ROUTE, status="200", outcome="answered") == 1
     assert moved("semula_requests_total", route=ROUTE, status="504", outcome="timeout") == 1
@@ -132,11 +122,12 @@ def test_a_parked_call_and_a_timeout_in_the_logs_and_the_metrics(start_server, c
     assert moved("semula_answers_total", actor="agent") == 1
     fast = {"workspace": "default", "project": "fast"}
     assert (
-        value(before, "semula_parked_calls", **fast) == 0 and value(after, "semula_parked_calls", **fast) == 1
+        metric_value(before, "semula_parked_calls", **fast) == 0
+        and metric_value(after, "semula_parked_calls", **fast) == 1
     )
-    assert value(after, "semula_parked_oldest_age_seconds", **fast) >= 1
-    assert value(after, "semula_project_record_timeout_seconds", **fast) == 1
-    assert value(after, "semula_upstream_calls_left", **fast) == 100
+    assert metric_value(after, "semula_parked_oldest_age_seconds", **fast) >= 1
+    assert metric_value(after, "semula_project_record_timeout_seconds", **fast) == 1
+    assert metric_value(after, "semula_upstream_calls_left", **fast) == 100
 
 
 def run_serve(*args: str, **env: str) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ import pytest
 
 from semula.core import fingerprint as fp
 from semula.service import pending, projects
-from tests.helpers import wait_for
+from tests.helpers import metric_samples, metric_value, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -319,11 +319,11 @@ def test_metrics_add_up_across_gunicorn_workers(start_server, ctx, shop, openai_
     wait_for(lambda: hits_counted() >= hits, what=f"{hits} hits counted")
     assert hits_counted() == hits
     text = requests.get(server.url + "/metrics", timeout=10).text
-    series = {line.split()[0]: float(line.split()[-1]) for line in text.splitlines() if line[:1] != "#"}
+    series = metric_samples(text)
     # A worker reads the entry at a request's first and second sight and answers the rest kept; the
     # calls it got at once before the first was noted each read it too: most of the 40, never all.
-    assert hits // 2 <= series["semula_kept_hits_total"] <= hits - 2
-    assert series["semula_kept_bytes"] > 0  # what the workers hold, summed over the live ones
+    assert hits // 2 <= metric_value(series, "semula_kept_hits_total") <= hits - 2
+    assert metric_value(series, "semula_kept_bytes") > 0  # what the workers hold, summed over the live ones
     assert (
         sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("semula_misses_total"))
         == 1

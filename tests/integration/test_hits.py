@@ -24,12 +24,12 @@ from dataclasses import replace
 
 import psycopg
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from semula.db import QUERIES, connect
 from semula.service import Context, bundles, entries, hits, projects, replay
 from semula.service.calllog import CallLog
 from tests.entry_helpers import request_for, save_entry
+from tests.helpers import metric_samples, metric_value
 
 URL = "/p/shop/v1/chat/completions"
 BODY = request_for("hello")
@@ -649,12 +649,10 @@ def test_a_full_cache_drops_the_oldest_and_copies_its_dict_before_the_front_grow
 
 def kept_series(client) -> dict[str, float]:
     """The kept hits' series on /metrics, as this process's scrape gives them."""
-    text = client.get("/metrics").get_data(as_text=True)
+    samples = metric_samples(client.get("/metrics").get_data(as_text=True))
     return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name in ("semula_kept_hits_total", "semula_kept_evicted_total", "semula_kept_bytes")
+        name: metric_value(samples, name)
+        for name in ("semula_kept_hits_total", "semula_kept_evicted_total", "semula_kept_bytes")
     }
 
 
