@@ -1,8 +1,9 @@
 """The Anthropic Messages API's request checks: the 400s the API answers, worded as it words them.
 
-Paths are the API's (`messages.1.content.0.tool_use_id: ...`); block types semula does not know
-are let through, so a client using a newer block type is not refused here (the provider would judge
-it on record-through).
+Paths are the API's (`messages.1.content.0.tool_use_id: ...`). The rule (decision 0059): refuse only
+what the API refuses today, as its current reference says. Block types, fields and betas semula does not
+know are let through (the provider judges them on record-through); consecutive messages of one role are
+one turn, as the API merges them; `system` messages may stand anywhere in `messages`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any
 
 from semula.core.errors import BadRequest
 
-ROLES = ("user", "assistant")
+ROLES = ("user", "assistant", "system")
+MAX_MESSAGES = 100_000  # "a limit of 100,000 messages in a single request"
 TOOL_CHOICES = ("auto", "any", "tool", "none")
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}\Z")
 IMAGE_SOURCES = ("base64", "url", "file")
@@ -32,14 +34,28 @@ def check(body: Any, *, counting: bool = False) -> None:
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise bad("Field required", "model")
     if not counting:
-        _integer(body, "max_tokens", low=1, required=True)
+        # 0 is allowed: it warms the prompt cache without generating a response.
+        _integer(body, "max_tokens", low=0, required=True)
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise bad("Field required" if messages is None else "Input should be a valid list", "messages")
+    if len(messages) > MAX_MESSAGES:
+        raise bad(f"List should have at most {MAX_MESSAGES} items", "messages")
     _check_system(body.get("system"))
+    # The tool_use ids of the assistant turn before the current user turn: what a tool_result may
+    # answer. Consecutive messages of one role are one turn; a system message ends no turn.
     previous_uses: set[str] = set()
+    turn_uses: set[str] = set()
+    last_role = None
     for i, message in enumerate(messages):
-        previous_uses = _check_message(message, i, messages, previous_uses)
+        role = message.get("role") if isinstance(message, dict) else None
+        if role == "assistant" and last_role != "assistant":
+            turn_uses = set()
+        if role == "user" and last_role == "assistant":
+            previous_uses = turn_uses
+        turn_uses |= _check_message(message, i, previous_uses if role == "user" else set())
+        if role in ("user", "assistant"):
+            last_role = role
     _check_tools(body.get("tools"))
     _check_tool_choice(body.get("tool_choice"))
     for name, high in (("temperature", 1.0), ("top_p", 1.0)):
@@ -94,22 +110,14 @@ def _check_system(system: Any) -> None:
             raise bad("Input should be a text block with a text string", f"system.{j}")
 
 
-def _check_message(message: Any, i: int, messages: list[Any], previous_uses: set[str]) -> set[str]:
-    """Check one message; returns the tool_use ids it makes (what the next message may answer)."""
+def _check_message(message: Any, i: int, previous_uses: set[str]) -> set[str]:
+    """Check one message; returns the tool_use ids it makes (what the next user turn may answer)."""
     where = f"messages.{i}"
     if not isinstance(message, dict):
         raise bad("Input should be a valid dictionary", where)
     role = message.get("role")
     if role not in ROLES:
-        raise bad("Input should be 'user' or 'assistant'", f"{where}.role")
-    if i == 0 and role != "user":
-        raise bad('first message must use the "user" role', "messages")
-    if i > 0 and isinstance(messages[i - 1], dict) and messages[i - 1].get("role") == role:
-        raise bad(
-            'roles must alternate between "user" and "assistant", '
-            f'but found multiple "{role}" roles in a row',
-            "messages",
-        )
+        raise bad("Input should be 'user', 'assistant' or 'system'", f"{where}.role")
     content = message.get("content")
     if isinstance(content, str):
         return set()

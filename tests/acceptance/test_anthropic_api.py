@@ -142,8 +142,8 @@ def test_a_miss_is_the_sdks_error_with_semulas_explanation(start_server, ctx, sh
     assert info.value.body["error"]["message"].startswith("semula_replay_miss: ")
     assert "messages[0].content[0].text" in info.value.body["error"]["message"]
     with pytest.raises(anthropic.BadRequestError) as bad:
-        client.messages.create(model=MODEL, max_tokens=64, messages=[{"role": "assistant", "content": "x"}])
-    assert 'first message must use the "user" role' in bad.value.message
+        client.messages.create(model=MODEL, max_tokens=-1, messages=[{"role": "user", "content": "x"}])
+    assert "max_tokens: Input should be greater than or equal to 0" in bad.value.message
     with pytest.raises(anthropic.AuthenticationError):
         anthropic_client(server, api_key="smt_wrong").messages.create(
             model=MODEL, max_tokens=64, messages=[{"role": "user", "content": "x"}]

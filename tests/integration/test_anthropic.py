@@ -102,13 +102,14 @@ def test_errors_are_in_anthropics_envelope_with_semulas_code(ctx, shop, client, 
         ({"model": MODEL, "messages": [{"role": "user", "content": "x"}]}, "max_tokens: Field required"),
         ({"max_tokens": 5, "messages": []}, "model: Field required"),
         (
-            body(messages=[{"role": "assistant", "content": "x"}]),
-            'messages: first message must use the "user" role',
+            body(messages=[{"role": "user", "content": "a"}, {"role": "developer", "content": "b"}]),
+            "messages.1.role: Input should be 'user', 'assistant' or 'system'",
         ),
         (
-            body(messages=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]),
-            'found multiple "user" roles in a row',
+            body(messages=[{"role": "user", "content": "a"}, {"role": "system", "content": 5}]),
+            "messages.1.content: Input should be a valid string or a list of content blocks",
         ),
+        (body(max_tokens=-1), "max_tokens: Input should be greater than or equal to 0"),
         (
             body(
                 messages=[
@@ -295,3 +296,73 @@ def test_the_dashboard_answers_an_anthropic_call_as_text(ctx, shop, client, key)
     [entry] = entries.list_entries(ctx, "shop")["data"]
     page = client.get(f"/ui/entries/{entry['id']}")
     assert page.status_code == 200 and "Hello, you." in page.get_data(as_text=True)
+
+
+def claude_code_21_request() -> dict:
+    """A request shaped as current Claude Code (2.1) sends one: a `system` message mid-conversation,
+    two user messages in a row, adaptive thinking, context_management and output_config."""
+    reminder = "<system-reminder>The date is 2026-12-06.</system-reminder>"
+    return {
+        "model": MODEL,
+        "max_tokens": 32000,
+        "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "list the files here"}]},
+            {"role": "system", "content": [{"type": "text", "text": "Prefer the Bash tool."}]},
+            {"role": "user", "content": reminder},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "", "signature": "sig"},
+                    {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Oslo"}},
+                ],
+            },
+            {"role": "system", "content": "Tool results follow."},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "9C"}],
+            },
+            {"role": "user", "content": [{"type": "text", "text": "and now?"}]},
+        ],
+        "tools": [WEATHER],
+        "thinking": {"type": "adaptive", "display": "omitted"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"},
+        "metadata": {"user_id": "user_abc_account__session_1"},
+        "stream": False,
+    }
+
+
+def test_a_claude_code_21_request_records_and_replays(ctx, shop, client, key):
+    headers = {**key, "anthropic-beta": "mid-conversation-system-2026-04-07,context-management-2025-06-27"}
+    url = URL + "?beta=true"
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(client.post, url, json=claude_code_21_request(), headers=headers)
+        [row] = parked(ctx, shop)
+        view = pending.get(ctx, row["id"])["conversation"]
+        # Every system message is shown to the answerer where the conversation has it.
+        roles = [(m["role"], m.get("content")) for m in view["messages"]]
+        assert roles[0] == ("system", "You are Claude Code.")
+        assert roles[2] == ("system", [{"type": "text", "text": "Prefer the Bash tool."}])
+        order = ["system", "user", "system", "user", "assistant", "system", "tool", "user"]
+        assert [r for r, _ in roles] == order
+        pending.answer(ctx, row["id"], "Two files.")
+        first = future.result(10)
+    assert first.status_code == 200, first.json
+    projects.update(ctx, "shop", {"mode": "replay"})
+    again = client.post(url, json=claude_code_21_request(), headers=headers)
+    assert again.status_code == 200 and again.json["content"] == [{"type": "text", "text": "Two files."}]
+    # The mid-conversation system message is part of what is asked.
+    changed = claude_code_21_request()
+    changed["messages"][1]["content"][0]["text"] = "Prefer the Read tool."
+    assert client.post(url, json=changed, headers=headers).status_code == 424
+
+
+@pytest.mark.parametrize(
+    "thinking",
+    [{"type": "enabled", "budget_tokens": 1024}, {"type": "adaptive"}, {"type": "disabled"}, {"type": "new"}],
+)
+def test_every_thinking_type_and_a_zero_max_tokens_are_accepted(ctx, shop, client, key, thinking):
+    projects.update(ctx, "shop", {"mode": "replay"})
+    r = client.post(URL, json=body(thinking=thinking, max_tokens=0), headers=key)
+    assert r.status_code == 424, r.json  # checked and looked up: a miss, not a 400
