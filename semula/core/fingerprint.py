@@ -33,6 +33,7 @@ TRANSPORT_FIELDS = frozenset(
 )
 
 MAX_IGNORE_FIELDS = 100
+WILDCARD = "*"  # an ignore_fields token that stands for every member of an array or object
 MAX_NORMALIZE_RULES = 50
 MAX_PATTERN_LENGTH = 500
 
@@ -51,8 +52,11 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def validate_ignore_fields(value: Any) -> list[str]:
-    """Check a project's `ignore_fields` setting: a list of JSON pointers (RFC 6901)."""
+def validate_ignore_fields(value: Any, never: frozenset[str] = frozenset()) -> list[str]:
+    """Check a project's `ignore_fields` setting: a list of JSON pointers (RFC 6901) in which a token
+    `*` stands for every member of an array or object (`/input/*/id`). A pointer that could never
+    match is refused: a `*` inside a token, one that names the whole request, or one under a field in
+    `never` (fields no fingerprint holds: every API's transport fields)."""
     if value is None:
         return []
     if not isinstance(value, list):
@@ -62,14 +66,38 @@ def validate_ignore_fields(value: Any) -> list[str]:
     for pointer in value:
         if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
             raise BadRequest(
-                f"ignore_fields: {pointer!r} is not a JSON pointer like /temperature or /messages/0",
+                f"ignore_fields: {pointer!r} is not a JSON pointer like /temperature or /input/*/id",
                 param="ignore_fields",
             )
         if _BAD_ESCAPE.search(pointer):
             raise BadRequest(
                 f"ignore_fields: {pointer!r} has a '~' not followed by 0 or 1", param="ignore_fields"
             )
+        tokens = pointer_tokens(pointer)
+        if any("*" in token and token != WILDCARD for token in tokens):
+            raise BadRequest(
+                f"ignore_fields: {pointer!r} would never match: a wildcard stands for a whole token, as "
+                "in /input/*/id",
+                param="ignore_fields",
+            )
+        if tokens == [WILDCARD]:
+            raise BadRequest(
+                f"ignore_fields: {pointer!r} names every field: every request would match every entry",
+                param="ignore_fields",
+            )
+        if tokens and tokens[0] in never:
+            raise BadRequest(
+                f"ignore_fields: {pointer!r} would never match: {tokens[0]} is never part of a fingerprint",
+                param="ignore_fields",
+            )
     return list(value)
+
+
+def pointer_tokens(pointer: str) -> list[str]:
+    """A JSON pointer's reference tokens, unescaped (the empty pointer has none)."""
+    if not pointer:
+        return []
+    return [token.replace("~1", "/").replace("~0", "~") for token in pointer[1:].split("/")]
 
 
 def validate_normalize(value: Any) -> list[dict[str, str]]:
@@ -159,8 +187,7 @@ def canonical_request(
             canonical = {key: _copy(value) for key, value in body.items() if key not in transport}
     except RecursionError:
         raise BadRequest("the request body is nested too deeply") from None
-    for pointer in ignore_fields:
-        _remove_pointer(canonical, pointer)
+    canonical = without(canonical, ignore_fields)
     try:
         # A rule stored before settings were saved as checked may lack its replacement: "" it is.
         rules = [safe_regex.Substitution(rule["pattern"], rule.get("replacement", "")) for rule in normalize]
@@ -309,29 +336,46 @@ def _copy_without(value: Any, dropped: frozenset[str]) -> Any:
     return _copy(value)
 
 
-def _remove_pointer(document: dict[str, Any], pointer: str) -> None:
-    # The empty pointer names the whole document; removing it would make every request collide.
-    if not pointer:
-        return
-    tokens = [token.replace("~1", "/").replace("~0", "~") for token in pointer[1:].split("/")]
-    parent: Any = document
-    for token in tokens[:-1]:
-        parent = _child(parent, token)
-        if parent is None:
-            return
-    last = tokens[-1]
-    if isinstance(parent, dict):
-        parent.pop(last, None)
-    elif isinstance(parent, list) and _ARRAY_INDEX.match(last) and int(last) < len(parent):
-        del parent[int(last)]
+def without(body: Any, pointers: Iterable[str]) -> Any:
+    """`body` with what `pointers` (wildcards allowed) name left out, copying only the containers on the
+    way to a removed member: `body` itself when none is there (cheap enough for every request)."""
+    for pointer in pointers:
+        tokens = pointer_tokens(pointer)
+        if tokens:
+            body = _pruned(body, tokens)
+    return body
 
 
-def _child(node: Any, token: str) -> Any:
+def _pruned(node: Any, tokens: list[str]) -> Any:
+    token, rest = tokens[0], tokens[1:]
     if isinstance(node, dict):
-        return node.get(token)
-    if isinstance(node, list) and _ARRAY_INDEX.match(token) and int(token) < len(node):
-        return node[int(token)]
-    return None
+        keys = node.keys() if token == WILDCARD else (token,) if token in node else ()
+    elif isinstance(node, list):
+        if token == WILDCARD:
+            keys = range(len(node))
+        else:
+            keys = (int(token),) if _ARRAY_INDEX.match(token) and int(token) < len(node) else ()
+    else:
+        return node
+    if not keys:
+        return node
+    if not rest:
+        if isinstance(node, dict):
+            return {key: value for key, value in node.items() if key not in keys}
+        dropped = set(keys)
+        return [value for index, value in enumerate(node) if index not in dropped]
+    changed = {}
+    for key in keys:
+        child = node[key]
+        pruned = _pruned(child, rest)
+        if pruned is not child:
+            changed[key] = pruned
+    if not changed:
+        return node
+    copy = dict(node) if isinstance(node, dict) else list(node)
+    for key, value in changed.items():
+        copy[key] = value
+    return copy
 
 
 def _apply(text: str, rules: list[safe_regex.Substitution]) -> str:

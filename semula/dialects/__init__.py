@@ -75,7 +75,7 @@ class Dialect:
         self, body: Mapping[str, Any], ignore_fields: Iterable[str], normalize: Any, *, plain: bool = False
     ) -> str:
         return fp.fingerprint(
-            body,
+            self.steady(body),
             ignore_fields,
             normalize,
             transport=self.transport_fields,
@@ -85,9 +85,15 @@ class Dialect:
             plain=plain,
         )
 
+    def steady(self, body: Any) -> Any:
+        """The body without the values a client makes afresh on every run (ids of its own making),
+        which no fingerprint holds whatever the project's settings: `body` itself when it has none,
+        else a copy of the containers on the way to them (decision 0059)."""
+        return body
+
     def canonical(self, body: Mapping[str, Any], ignore_fields: Iterable[str], normalize: Any) -> Any:
         return fp.canonical_request(
-            body,
+            self.steady(body),
             ignore_fields,
             normalize,
             transport=self.transport_fields,
@@ -279,6 +285,14 @@ def get(name: str | None) -> Dialect:
     if dialect is None:
         raise BadRequest(f"unknown api {name!r}; this server speaks: {', '.join(sorted(DIALECTS))}.")
     return dialect
+
+
+def transport_fields() -> frozenset[str]:
+    """The request fields some API leaves out of its fingerprint. Each is a transport field wherever the
+    provider takes it (the others refuse it as unknown), so an ignore_fields pointer under one never
+    matches."""
+    get(CHAT)
+    return frozenset().union(*(dialect.transport_fields for dialect in DIALECTS.values()))
 
 
 def names() -> list[str]:

@@ -39,6 +39,7 @@ TRANSPORT = frozenset(
         "prompt_cache_key",
         "safety_identifier",
         "background",
+        "client_metadata",  # a client's own session and turn ids (Codex)
     }
 )
 # Input and output items that only a provider's own tools produce; an answerer cannot make them up.
@@ -79,6 +80,10 @@ PARAMETER_TYPES: dict[str, tuple[str, ...]] = {
 CHOICES = {"tool_choice": ("none", "auto", "required"), "truncation": ("auto", "disabled")}
 
 
+def _has_own_id(item: Any) -> bool:
+    return isinstance(item, dict) and "id" in item and item.get("type") != "item_reference"
+
+
 def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
@@ -117,6 +122,18 @@ class OpenAIResponses(Dialect):
     stamped = ("created_at",)
     upstream_path = "/responses"
     transport_fields = TRANSPORT
+
+    def steady(self, body: Any) -> Any:
+        """Without the ids a client gives the input items it sends (Codex: msg_<uuid>, fco_<uuid>, new on
+        every run). An item_reference is its id, so it keeps it (decision 0059)."""
+        items = body.get("input") if isinstance(body, dict) else None
+        if not isinstance(items, list) or not any(_has_own_id(item) for item in items):
+            return body
+        steady = [
+            {key: value for key, value in item.items() if key != "id"} if _has_own_id(item) else item
+            for item in items
+        ]
+        return {**body, "input": steady}
 
     # Requests
 

@@ -10,12 +10,13 @@ from typing import Any
 
 from marshmallow import INCLUDE, RAISE, Schema, ValidationError, fields, post_load, validate, validates
 
+from semula import dialects
 from semula.config import MAX_RECORD_TIMEOUT
 from semula.core import fingerprint
 from semula.core.errors import Conflict, Forbidden, NotFound, Unprocessable
 from semula.core.ids import new_id
 from semula.db import UniqueViolation
-from semula.service import Context, audit, dumps, load, now, page, quotas
+from semula.service import Context, audit, dumps, fingerprints, load, now, page, quotas
 from semula.service.auth import check_project, require, require_unbound
 
 OPERATOR_FIELDS = (
@@ -156,7 +157,7 @@ class SettingsSchema(Schema):
 
     @validates("ignore_fields")
     def _ignore_fields(self, value: Any, **_: Any) -> None:
-        fingerprint.validate_ignore_fields(value)
+        fingerprint.validate_ignore_fields(value, never=dialects.transport_fields())
 
     @validates("normalize")
     def _normalize(self, value: Any, **_: Any) -> None:
@@ -311,14 +312,33 @@ def update(ctx: Context, name: str, data: dict[str, Any]) -> dict[str, Any]:
         return current
     _check_switches(ctx, changed)
     values = {k: current[k] for k in DEFAULTS} | changed
+    refingerprinted = None
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:
         tx.run("update_project", id=row["id"], now=now(), **_columns(values))
+        if "ignore_fields" in changed or "normalize" in changed:
+            # What makes two requests the same changed: every entry's fingerprint is taken again, in
+            # this transaction, or the change is refused (decision 0059).
+            refingerprinted = fingerprints.plan(tx, row, (values["ignore_fields"], values["normalize"]))
+            fingerprints.apply(tx, ctx, row, refingerprinted)
         if "answerer" in changed:
             audit.record(tx, ctx, "project.answerer", name, ["answerer"])
         others = [k for k in changed if k != "answerer"]
         if others:
             audit.record(tx, ctx, "project.settings", name, others)
-    return present(ctx.store.one("get_project", id=row["id"]))
+    out = present(ctx.store.one("get_project", id=row["id"]))
+    if refingerprinted is not None:
+        out["refingerprinted"] = refingerprinted.report()
+    return out
+
+
+def refingerprint(ctx: Context, name: str, *, dry_run: bool = False) -> dict[str, Any]:
+    """Take the fingerprint of every entry of a project again under its rules; admin only. For entries
+    recorded by an older semula whose dialects kept more in the fingerprint (decision 0059)."""
+    row = get_row(ctx, name)
+    project = present(row)
+    return fingerprints.refingerprint(
+        ctx, row, (project["ignore_fields"], project["normalize"]), dry_run=dry_run
+    )
 
 
 def ensure(ctx: Context, name: str, **settings: Any) -> dict[str, Any]:

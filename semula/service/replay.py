@@ -236,8 +236,14 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
             f"{_of_this_api(ctx, call)}to replay.{session}" + _scope_note(ctx, call)
         )
     found = fp.difference(best[1], mine)
-    if found is None:
-        where = "first difference at (only in fields that are redacted when stored)"
+    if found is None and redact.REDACTED in best[0]["request"]:
+        where = "it differs only in what was redacted when it was stored"
+    elif found is None:
+        # The same request under today's rules: the entry was fingerprinted under others.
+        where = (
+            "it is this request under the project's rules today, but was recorded under other ones "
+            f"(ignore_fields, normalize, or an older semula): run `semula project refingerprint {name}`"
+        )
     else:
         path, recorded, sent = found
         where = f"first difference at {path}: recorded {_short(recorded)}, sent {_short(sent)}"

@@ -324,7 +324,7 @@ SETTING_MEANINGS = {
     "mode": "record: a miss parks for an answer; replay: a miss fails at once (424)",
     "record_timeout": "seconds a parked call holds the application's request (1-3600)",
     "max_misses": "calls parked at once; past it a miss is 429",
-    "ignore_fields": 'JSON pointers the fingerprint leaves out, e.g. ["/temperature"]',
+    "ignore_fields": 'JSON pointers the fingerprint leaves out, e.g. ["/temperature", "/input/*/id"]',
     "normalize": 'rules applied to prompt text before fingerprinting: [{"pattern", "replacement"}]',
     "record_through": "forward a miss to the provider (SEMULA_UPSTREAM_*) instead of parking it",
     "upstream_model": "with record_through: send this model instead (null: the request's)",
@@ -396,6 +396,18 @@ def project_set(name: str, settings: tuple[str, ...]) -> None:
 
     with local_context() as ctx:
         emit(projects.update(ctx, name, parse_assignments(settings)))
+
+
+@project.command("refingerprint")
+@click.argument("name")
+@click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
+def project_refingerprint(name: str, dry_run: bool) -> None:
+    """Take the fingerprint of every entry of project NAME again under its rules: after an upgrade
+    of semula that leaves more out of fingerprints (docs/decisions/0059)."""
+    from semula.service import projects
+
+    with local_context() as ctx:
+        emit(projects.refingerprint(ctx, name, dry_run=dry_run))
 
 
 @project.command("upstream")

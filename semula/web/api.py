@@ -43,6 +43,12 @@ def update_project(name: str) -> Any:
     return projects.update(context(), name, json_body())
 
 
+@api.post("/projects/<name>/refingerprint")
+def refingerprint_project(name: str) -> Any:
+    dry_run = request.args.get("dry_run", "false").lower() in ("1", "true", "yes")
+    return projects.refingerprint(context(), name, dry_run=dry_run)
+
+
 @api.post("/projects/<name>/sessions/<session>/reset")
 def reset_session(name: str, session: str) -> Any:
     return sequences.reset(context(), name, session)

@@ -219,7 +219,23 @@ SCHEMAS: dict[str, Any] = {
             "name": {"type": "string"},
             **SETTINGS_PROPERTIES,
             "created": {"type": "integer"},
-        }
+            "refingerprinted": {
+                "description": "After a change of ignore_fields or normalize: the entries fingerprinted "
+                "again (the Refingerprint counts)."
+            },
+        },
+        ["object", "id", "name", *SETTINGS_PROPERTIES, "created"],
+    ),
+    "Refingerprint": obj(
+        {
+            "object": {"type": "string", "enum": ["refingerprint"]},
+            "project": {"type": "string"},
+            "entries": {"type": "integer"},
+            "changed": {"type": "integer"},
+            "kept_redacted": {"type": "integer"},
+            "dry_run": {"type": "boolean"},
+        },
+        ["object", "project", "entries", "changed", "kept_redacted", "dry_run"],
     ),
     "SessionReset": obj(
         {
@@ -440,6 +456,20 @@ PATHS: dict[str, Any] = {
             {200: ("Spend after the reset.", ref("UpstreamUsage"))},
             errors=(404,),
             parameters=[PROJECT_NAME],
+            tag="projects",
+        ),
+    },
+    "/api/v1/projects/{name}/refingerprint": {
+        "post": operation(
+            "refingerprintProject",
+            "Take every entry's fingerprint again under the project's rules (admin; audited); "
+            "409 when two entries would become one request",
+            {200: ("How many entries changed.", ref("Refingerprint"))},
+            errors=(404, 409),
+            parameters=[
+                PROJECT_NAME,
+                query("dry_run", "true: say what would change, change nothing.", {"type": "boolean"}),
+            ],
             tag="projects",
         ),
     },

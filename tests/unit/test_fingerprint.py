@@ -452,3 +452,51 @@ def test_a_stored_rule_without_its_replacement_replaces_with_nothing():
     rule = [{"pattern": "order-[0-9]+"}]
     expected = fingerprint(request(messages=[{"role": "user", "content": " is late"}]))
     assert fingerprint(request(messages=late), [], rule) == expected
+
+
+def test_a_wildcard_token_names_every_member_of_an_array_or_object():
+    body = {
+        "model": "m",
+        "input": [{"id": "msg_1", "type": "message", "content": "hi"}, {"id": "fco_2", "output": "ok"}, "x"],
+        "tools": {"a": {"id": 1, "name": "a"}, "b": {"name": "b"}},
+    }
+    assert canonical_request(body, ["/input/*/id", "/tools/*/id"]) == {
+        "model": "m",
+        "input": [{"type": "message", "content": "hi"}, {"output": "ok"}, "x"],
+        "tools": {"a": {"name": "a"}, "b": {"name": "b"}},
+    }
+    assert canonical_request(body, ["/input/*"])["input"] == []
+    assert body["input"][0]["id"] == "msg_1"  # the request itself is untouched
+    fresh = {**body, "input": [{**body["input"][0], "id": "msg_9"}, *body["input"][1:]]}
+    assert fingerprint(body, ["/input/*/id"]) == fingerprint(fresh, ["/input/*/id"])
+    assert fingerprint(body) != fingerprint(fresh)
+
+
+def test_without_copies_only_what_it_changes():
+    from semula.core.fingerprint import without
+
+    body = {"input": [{"id": "a", "x": 1}, {"y": 2}], "other": {"deep": [1]}}
+    assert without(body, ["/input/*/z", "/missing/*/id"]) is body
+    pruned = without(body, ["/input/*/id"])
+    assert pruned == {"input": [{"x": 1}, {"y": 2}], "other": {"deep": [1]}}
+    assert pruned["other"] is body["other"] and pruned["input"][1] is body["input"][1]
+    assert body["input"][0] == {"id": "a", "x": 1}
+
+
+def test_validate_ignore_fields_accepts_wildcards():
+    assert validate_ignore_fields(["/input/*/id", "/*/x"]) == ["/input/*/id", "/*/x"]
+
+
+@pytest.mark.parametrize(
+    ("pointer", "says"),
+    [
+        ("/input/i*d", "a wildcard stands for a whole token"),
+        ("/input/**/id", "a wildcard stands for a whole token"),
+        ("/*", "every request would match"),
+        ("/metadata/user_id", "metadata is never part of a fingerprint"),
+    ],
+)
+def test_validate_ignore_fields_refuses_a_pointer_that_could_never_match(pointer, says):
+    with pytest.raises(BadRequest) as caught:
+        validate_ignore_fields([pointer], never=frozenset({"metadata", "stream"}))
+    assert says in caught.value.message and caught.value.param == "ignore_fields"

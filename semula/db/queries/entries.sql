@@ -93,3 +93,10 @@ LIMIT :limit
 DELETE FROM call_log WHERE id IN (
     SELECT id FROM call_log WHERE created_at < :cutoff ORDER BY created_at LIMIT :batch
 )
+
+-- name: entry_fingerprints
+-- Every entry of a project as its fingerprint is made: what re-fingerprinting reads.
+SELECT id, fingerprint, request, api FROM entries WHERE project_id = :project_id ORDER BY id
+
+-- name: set_entry_fingerprint
+UPDATE entries SET fingerprint = :fingerprint, updated_at = :now WHERE id = :id AND project_id = :project_id
