@@ -115,6 +115,9 @@ def migrate() -> None:
     click.echo(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 @main.command()
 @click.option(
     "--dev",
@@ -132,10 +135,17 @@ def serve(dev: bool, port: int | None, bind: str | None, workers: int | None) ->
     The one supported way to start it: it migrates, prepares the workers' shared metrics directory
     (removed again when the server stops) and refuses a busy address before gunicorn starts.
     """
+    if bind and port is not None:
+        raise click.UsageError("Give --bind HOST:PORT or --port PORT, not both.")
     if dev:
         os.environ["SEMULA_AUTH"] = "off"
         os.environ["SEMULA_HOSTED"] = "off"
-        bind = f"127.0.0.1:{port or 8080}"
+        if bind and bind.rsplit(":", 1)[0].strip("[]") not in LOOPBACK:
+            raise click.UsageError(
+                f"--dev serves with auth off, so only on a loopback address (127.0.0.1, ::1); "
+                f"--bind {bind} is not one. Run `semula serve` with tokens to serve elsewhere."
+            )
+        bind = bind or f"127.0.0.1:{port or 8080}"
     elif port is not None and bind is None:
         bind = f"{load_settings().bind.rsplit(':', 1)[0]}:{port}"
     if bind:

@@ -50,6 +50,33 @@ def test_serve_dev_is_local_auth_off_with_a_default_project(start_server):
     assert [(p["name"], p["mode"]) for p in projects] == [("default", "record")]
 
 
+def test_serve_dev_honours_a_loopback_bind_and_refuses_another(start_server, db_url, tmp_path):
+    from tests.helpers import Server, free_port
+
+    server = Server(db_url, tmp_path / "dev-bind.log")
+    port = free_port()
+    server.args = [sys.executable, "-m", "semula", "serve", "--dev", "--bind", f"127.0.0.1:{port}"]
+    server.port, server.url = port, f"http://127.0.0.1:{port}"
+    try:
+        server.start()
+        projects = requests.get(server.url + "/api/v1/projects", timeout=5).json()["data"]
+        assert [p["name"] for p in projects] == ["default"]
+    finally:
+        server.stop()
+    for args, says in (
+        (["--dev", "--bind", f"0.0.0.0:{port}"], "only on a loopback address"),
+        (["--bind", f"127.0.0.1:{port}", "--port", str(port)], "not both"),
+    ):
+        refused = subprocess.run(
+            [sys.executable, "-m", "semula", "serve", *args],
+            env=server.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode == 2 and says in refused.stderr
+
+
 def raw_exchange(url: str, data: bytes) -> bytes:
     """Send bytes on one connection and read all the server sends back until it closes."""
     host, port = url.removeprefix("http://").split(":")
