@@ -59,21 +59,24 @@ def replay_chunks(
 ) -> list[dict[str, Any]]:
     """Stored chunks as this request wants them: with a final usage chunk only when it asked for one.
 
-    A stream recorded without usage gets one from `usage`, else an estimate from its content.
+    A stream recorded with its usage chunk replays as recorded (the provider's own `usage` keys on the
+    other chunks, or none, and its final chunk whole: `service_tier`, `system_fingerprint`). One
+    recorded without gets a final chunk from `usage`, else an estimate from its content, and "usage":
+    null on the others, as OpenAI documents include_usage.
     """
     body = [chunk for chunk in chunks if not _is_usage_chunk(chunk)]
+    recorded_final = next((chunk for chunk in reversed(chunks) if _is_usage_chunk(chunk)), None)
+    if not include_usage:
+        return [{key: value for key, value in chunk.items() if key != "usage"} for chunk in body]
+    if recorded_final is not None:
+        return [*body, recorded_final]
     stored_usage = next((c["usage"] for c in reversed(chunks) if c.get("usage")), None)
-    result = []
-    for chunk in body:
-        chunk = {key: value for key, value in chunk.items() if key != "usage"}
-        if include_usage:
-            # With include_usage OpenAI sends "usage": null on every chunk but the last.
-            chunk["usage"] = None
-        result.append(chunk)
-    if include_usage:
-        model = next((c.get("model") for c in chunks if c.get("model")), None)
-        final = stored_usage or usage or _estimated_usage(assemble_chunks(body))
-        result.append(_usage_chunk(model, final))
+    result = [
+        {**{key: value for key, value in chunk.items() if key != "usage"}, "usage": None} for chunk in body
+    ]
+    model = next((c.get("model") for c in chunks if c.get("model")), None)
+    final = stored_usage or usage or _estimated_usage(assemble_chunks(body))
+    result.append(_usage_chunk(model, final))
     return result
 
 

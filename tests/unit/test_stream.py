@@ -207,3 +207,30 @@ def test_replay_adds_a_usage_chunk_a_stream_was_recorded_without():
     estimated = replay_chunks(stored, include_usage=True)[-1]["usage"]
     assert estimated["completion_tokens"] == len(LONG_TEXT) // 4
     assert estimated["total_tokens"] == estimated["prompt_tokens"] + estimated["completion_tokens"]
+
+
+def test_a_provider_stream_with_its_usage_chunk_replays_as_recorded():
+    """OpenAI's stream today: no "usage" key on the content chunks, and a final chunk carrying
+    service_tier and system_fingerprint beside the usage. Replay adds nothing and drops nothing."""
+    body = [
+        {
+            "object": "chat.completion.chunk",
+            "model": "gpt-4o",
+            "choices": [{"index": 0, "delta": {"content": "Hi"}}],
+        },
+        {
+            "object": "chat.completion.chunk",
+            "model": "gpt-4o",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        },
+    ]
+    final = {
+        "object": "chat.completion.chunk",
+        "model": "gpt-4o",
+        "service_tier": "default",
+        "system_fingerprint": "fp_1",
+        "choices": [],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+    }
+    assert replay_chunks([*body, final], include_usage=True) == [*body, final]
+    assert replay_chunks([*body, final], include_usage=False) == body
