@@ -28,8 +28,11 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 AGENTS_PREFIX = Path(os.environ.get("SEMULA_AGENTS_PREFIX", "/opt/semula-agents"))
-TASK_DIR = Path("/tmp/semula-agent-task")
-HOME_DIR = Path("/tmp/semula-agent-home")
+# One pair of directories for each pytest-xdist worker (none outside pytest), so that tests running the
+# agents in parallel do not share them.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+TASK_DIR = Path(f"/tmp/semula-agent-task{_WORKER}")
+HOME_DIR = Path(f"/tmp/semula-agent-home{_WORKER}")
 PROMPT = "List the files in this directory with your shell or file-listing tool, then reply with their names."
 FILES = {"notes.txt": "remember the milk\n", "hello.py": "print('hello')\n"}
 FINAL_TEXT = "The files are hello.py and notes.txt."
@@ -56,6 +59,12 @@ def listing_call(tools: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]
             return name, {"pattern": "*"}
         return name, {"path": str(TASK_DIR)}
     return None
+
+
+def sample(schema: dict[str, Any]) -> dict[str, Any]:
+    """An object for a flat JSON schema (Gemini CLI's routing classifier asks for one): a low score."""
+    values = {"STRING": "a simple task", "INTEGER": 10, "NUMBER": 10, "BOOLEAN": False}
+    return {k: values.get(str(v.get("type")).upper(), "") for k, v in schema.get("properties", {}).items()}
 
 
 # ---- Anthropic Messages -------------------------------------------------------------------------
@@ -170,10 +179,7 @@ def gemini_chunk(body: dict[str, Any]) -> dict[str, Any]:
     if call:
         part = {"functionCall": {"name": call[0], "args": call[1]}}
     elif (body.get("generationConfig") or {}).get("responseJsonSchema"):
-        schema = body["generationConfig"]["responseJsonSchema"]  # Gemini CLI's routing classifier
-        sample = {"STRING": "a simple task", "INTEGER": 10, "NUMBER": 10, "BOOLEAN": False}
-        props = schema.get("properties", {})
-        part = {"text": json.dumps({k: sample.get(str(v.get("type")).upper(), "") for k, v in props.items()})}
+        part = {"text": json.dumps(sample(body["generationConfig"]["responseJsonSchema"]))}
     else:
         part = {"text": FINAL_TEXT}
     usage = {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15}
@@ -275,11 +281,11 @@ def base_env() -> dict[str, str]:
     return env | {"HOME": str(HOME_DIR), "NO_PROXY": "127.0.0.1", "CI": "1"}
 
 
-def claude_code(url: str) -> tuple[list[str], dict[str, str]]:
+def claude_code(url: str, key: str) -> tuple[list[str], dict[str, str]]:
     """Claude Code: ANTHROPIC_BASE_URL (semula: http://HOST/p/PROJECT) and a key; no non-essential traffic."""
     env = {
         "ANTHROPIC_BASE_URL": url,
-        "ANTHROPIC_API_KEY": KEY,
+        "ANTHROPIC_API_KEY": key,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
     env |= {"DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1"}
@@ -304,15 +310,15 @@ def codex_config(url: str) -> str:
     )
 
 
-def codex(url: str) -> tuple[list[str], dict[str, str]]:
+def codex(url: str, key: str) -> tuple[list[str], dict[str, str]]:
     codex_home = HOME_DIR / ".codex"
     codex_home.mkdir(parents=True, exist_ok=True)
     (codex_home / "config.toml").write_text(codex_config(url))
     args = ["codex", "exec", "--skip-git-repo-check", "--sandbox", "read-only", PROMPT]
-    return args, {"CODEX_HOME": str(codex_home), "SEMULA_API_KEY": KEY}
+    return args, {"CODEX_HOME": str(codex_home), "SEMULA_API_KEY": key}
 
 
-def gemini_cli(url: str) -> tuple[list[str], dict[str, str]]:
+def gemini_cli(url: str, key: str) -> tuple[list[str], dict[str, str]]:
     """Gemini CLI: GOOGLE_GEMINI_BASE_URL (its "gateway" auth) and GEMINI_API_KEY; usage statistics off."""
     settings = {"privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False}}
     settings |= {"general": {"disableAutoUpdate": True, "disableUpdateNag": True}}
@@ -321,14 +327,14 @@ def gemini_cli(url: str) -> tuple[list[str], dict[str, str]]:
     settings |= {"security": {"auth": {"selectedType": "gemini-api-key"}}}
     (HOME_DIR / ".gemini").mkdir(parents=True, exist_ok=True)
     (HOME_DIR / ".gemini" / "settings.json").write_text(json.dumps(settings))
-    env = {"GOOGLE_GEMINI_BASE_URL": url, "GEMINI_API_KEY": KEY, "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+    env = {"GOOGLE_GEMINI_BASE_URL": url, "GEMINI_API_KEY": key, "GEMINI_CLI_TRUST_WORKSPACE": "true"}
     return ["gemini", "-p", PROMPT, "--output-format", "json"], env
 
 
-def codex_classic(url: str) -> tuple[list[str], dict[str, str]]:
+def codex_classic(url: str, key: str) -> tuple[list[str], dict[str, str]]:
     """Codex with a model it has no metadata for: its tools then come as plain `tools` (exec_command)
     rather than the `additional_tools` input item it sends its own default model."""
-    args, env = codex(url)
+    args, env = codex(url, key)
     return args[:2] + ["--model", CLASSIC_CODEX_MODEL] + args[2:], env
 
 
@@ -355,21 +361,35 @@ def redact(record: dict[str, Any], port: int) -> dict[str, Any]:
     return json.loads(text.replace(f"127.0.0.1:{port}", "127.0.0.1:PORT"))
 
 
-def run(agent: str, timeout: float) -> tuple[list[dict[str, Any]], subprocess.CompletedProcess]:
+def run_agent(agent: str, url: str, key: str, timeout: float) -> subprocess.CompletedProcess:
+    """Run the task once with `agent` pointed at `url` (a provider's base URL, or semula's
+    http://HOST/p/PROJECT), in fresh task and home directories."""
     fresh_dirs()
+    args, env = AGENTS[agent](url, key)
+    return subprocess.run(
+        args,
+        env=base_env() | env,
+        cwd=TASK_DIR,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def final_text(agent: str, stdout: str) -> str:
+    """The agent's last answer, from what it printed (Codex prints only that on stdout)."""
+    if agent.startswith("codex"):
+        return stdout.strip()
+    result = json.loads(stdout)
+    return str(result.get("result") if agent == "claude-code" else result.get("response")).strip()
+
+
+def run(agent: str, timeout: float) -> tuple[list[dict[str, Any]], subprocess.CompletedProcess]:
     server = Capture()
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        args, env = AGENTS[agent](server.url)
-        done = subprocess.run(
-            args,
-            env=base_env() | env,
-            cwd=TASK_DIR,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        done = run_agent(agent, server.url, KEY, timeout)
     finally:
         server.shutdown()
         server.server_close()
