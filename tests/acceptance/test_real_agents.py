@@ -19,13 +19,24 @@ from semula.service import calllog, projects
 from semula.surfaces.client import Client, ClientError
 from tests.agents import capture
 from tests.helpers import wait_for
-from tests.unit.test_agent_traffic import CODEX_VOLATILE, GEMINI_IDS, documented_codex_rules, xfail_if
+from tests.unit.test_agent_traffic import (
+    CODEX_VOLATILE,
+    GEMINI_IDS,
+    VIEW_GAPS,
+    documented_codex_rules,
+    xfail_if,
+)
 
 pytestmark = pytest.mark.acceptance
 
 TIMEOUT = 240  # seconds an agent's run may take; its calls are answered in well under a second each
 # The agents run here and why one does not replay yet (a strict xfail: the lead flips it when it does).
-RUNS = {"claude-code": None, "codex-classic": CODEX_VOLATILE, "gemini-cli": GEMINI_IDS}
+RUNS = {
+    "claude-code": None,
+    "codex": f"{VIEW_GAPS['codex']}; {CODEX_VOLATILE}",
+    "codex-classic": CODEX_VOLATILE,
+    "gemini-cli": GEMINI_IDS,
+}
 
 
 class Answerer(threading.Thread):
