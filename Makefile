@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PORT ?= 8080
 
-.PHONY: install browser run test test-fast lint format bench clean
+.PHONY: install browser agents run test test-fast lint format bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/semula serve --dev --port $(PORT)
 
-test: $(STAMP) browser
+test: $(STAMP) browser agents
 	$(BIN)/python -m pytest
 
 # The dashboard's browser tests drive Debian's Chromium; as root it is installed here, otherwise
@@ -28,6 +28,18 @@ browser:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium is missing and this is not root: the browser tests will be skipped"; fi; }
+
+# The coding agents tests/acceptance/test_real_agents.py runs and tests/data/agents/ was captured from,
+# at pinned versions, installed with npm outside the repository (SEMULA_AGENTS_PREFIX). Without npm
+# those tests are skipped and the summary says why.
+SEMULA_AGENTS_PREFIX ?= /opt/semula-agents
+AGENTS := @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0 @google/gemini-cli@0.61.0
+agents:
+	@command -v npm >/dev/null 2>&1 || { echo "npm is missing: the real-agent tests will be skipped"; exit 0; }; \
+	if [ "$$(cat $(SEMULA_AGENTS_PREFIX)/.semula-agents 2>/dev/null)" != "$(AGENTS)" ]; then \
+	  mkdir -p $(SEMULA_AGENTS_PREFIX) && \
+	  npm install --prefix $(SEMULA_AGENTS_PREFIX) --no-audit --no-fund --loglevel=error $(AGENTS) && \
+	  echo "$(AGENTS)" > $(SEMULA_AGENTS_PREFIX)/.semula-agents; fi
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not acceptance"
