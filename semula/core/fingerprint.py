@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from semula.core import jsonio, safe_regex
+from semula.core import jsonio, presets, safe_regex
 from semula.core.errors import BadRequest
 
 VERSION = "v1"
@@ -112,6 +112,9 @@ def validate_normalize(value: Any) -> list[dict[str, str]]:
     for i, rule in enumerate(value):
         if not isinstance(rule, dict):
             raise BadRequest("a normalize rule is an object {pattern, replacement}", param=f"normalize[{i}]")
+        if "preset" in rule:
+            rules.append(_checked_preset(rule, i))
+            continue
         unknown = sorted(set(rule) - {"pattern", "replacement"})
         if unknown:
             raise BadRequest(f"unknown key {unknown[0]!r} in a normalize rule", param=f"normalize[{i}]")
@@ -136,6 +139,19 @@ def validate_normalize(value: Any) -> list[dict[str, str]]:
             ) from None
         rules.append({"pattern": pattern, "replacement": replacement})
     return rules
+
+
+def _checked_preset(rule: dict[str, Any], i: int) -> dict[str, str]:
+    """A {"preset": NAME} rule: one of semula/core/presets.py's names, alone in its object."""
+    if set(rule) != {"preset"}:
+        raise BadRequest('a preset rule is {"preset": NAME} alone', param=f"normalize[{i}]")
+    if rule["preset"] not in presets.PRESETS:
+        known = ", ".join(sorted(presets.PRESETS))
+        raise BadRequest(
+            f"unknown preset {str(rule['preset'])[:40]!r}; the presets are: {known}",
+            param=f"normalize[{i}].preset",
+        )
+    return {"preset": rule["preset"]}
 
 
 def message_texts(request: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
@@ -190,7 +206,10 @@ def canonical_request(
     canonical = without(canonical, ignore_fields)
     try:
         # A rule stored before settings were saved as checked may lack its replacement: "" it is.
-        rules = [safe_regex.Substitution(rule["pattern"], rule.get("replacement", "")) for rule in normalize]
+        rules = [
+            safe_regex.Substitution(rule["pattern"], rule.get("replacement", ""))
+            for rule in presets.expand(list(normalize))
+        ]
     except safe_regex.PatternError as exc:
         # A rule saved before patterns ran on RE2; saving the setting again names which one.
         raise BadRequest(f"the project's normalize setting: {exc}", param="normalize") from None

@@ -179,9 +179,12 @@ class OpenAIResponses(Dialect):
         for item in items if isinstance(items, list) else ():
             if not isinstance(item, dict):
                 continue
-            content = item.get("content")
+            # A message's content, or a tool's output (function_call_output, custom_tool_call_output):
+            # a string, or parts whose text is input_text or output_text.
+            key = "output" if str(item.get("type", "")).endswith("_call_output") else "content"
+            content = item.get(key)
             if isinstance(content, str):
-                yield item, "content"
+                yield item, key
             elif isinstance(content, list):
                 for part in content:
                     if (
@@ -190,8 +193,6 @@ class OpenAIResponses(Dialect):
                         and isinstance(part.get("text"), str)
                     ):
                         yield part, "text"
-            if item.get("type") == "function_call_output" and isinstance(item.get("output"), str):
-                yield item, "output"
 
     def previous(self, request: dict[str, Any]) -> str | None:
         previous = request.get("previous_response_id")
@@ -209,15 +210,17 @@ class OpenAIResponses(Dialect):
         messages.extend(_input_messages(request.get("input")))
         view: dict[str, Any] = {"model": request.get("model"), "messages": messages}
         tools, builtin = [], []
-        for tool in request.get("tools") or []:
-            if isinstance(tool, dict) and tool.get("type") == "function":
+        for tool in offered_tools(request):
+            if tool.get("type") == "function":
                 function = {"name": tool.get("name"), "parameters": tool.get("parameters")}
                 if tool.get("description") is not None:
                     function["description"] = tool["description"]
                 if tool.get("strict") is not None:
                     function["strict"] = tool["strict"]
                 tools.append({"type": "function", "function": function})
-            elif isinstance(tool, dict):
+            elif tool.get("type") == "custom":
+                tools.append({"type": "function", "function": _custom_view(tool)})
+            else:
                 builtin.append(str(tool.get("type")))
         if tools:
             view["tools"] = tools
@@ -260,7 +263,23 @@ class OpenAIResponses(Dialect):
                     "content": parts,
                 }
             )
+        custom = {tool.get("name") for tool in offered_tools(request) if tool.get("type") == "custom"}
         for call in message.get("tool_calls") or []:
+            name = call["function"]["name"]
+            if name in custom:
+                # A custom tool takes free text: the view offered it as one string argument, `input`.
+                text = json.loads(call["function"]["arguments"]).get("input", "")
+                output.append(
+                    {
+                        "id": _id("ctc"),
+                        "type": "custom_tool_call",
+                        "status": "completed",
+                        "call_id": call["id"],
+                        "name": name,
+                        "input": text,
+                    }
+                )
+                continue
             output.append(
                 {
                     "id": _id("fc"),
@@ -268,7 +287,7 @@ class OpenAIResponses(Dialect):
                     "status": "completed",
                     "arguments": call["function"]["arguments"],
                     "call_id": call["id"],
-                    "name": call["function"]["name"],
+                    "name": name,
                 }
             )
         usage = completion.get("usage") or {}
@@ -299,14 +318,8 @@ class OpenAIResponses(Dialect):
                         texts.append(str(part.get("text") or ""))
                     elif isinstance(part, dict) and part.get("type") == "refusal":
                         refusals.append(str(part.get("refusal") or ""))
-            elif item.get("type") == "function_call":
-                calls.append(
-                    {
-                        "id": item.get("call_id"),
-                        "type": "function",
-                        "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"},
-                    }
-                )
+            elif item.get("type") in ("function_call", "custom_tool_call"):
+                calls.append(_call_view(item))
         message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
         if refusals:
             message["refusal"] = "".join(refusals)
@@ -518,6 +531,23 @@ def synthesize_events(response: dict[str, Any]) -> list[dict[str, Any]]:
                 name=item.get("name"),
                 arguments=arguments,
             )
+        elif kind == "custom_tool_call":
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "input": ""},
+            )
+            text = item.get("input") or ""
+            for piece in stream.pieces(text, words=False):
+                emit(
+                    "response.custom_tool_call_input.delta",
+                    item_id=item.get("id"),
+                    output_index=index,
+                    delta=piece,
+                )
+            emit(
+                "response.custom_tool_call_input.done", item_id=item.get("id"), output_index=index, input=text
+            )
         else:
             emit("response.output_item.added", output_index=index, item=item)
         emit("response.output_item.done", output_index=index, item=item)
@@ -687,6 +717,67 @@ def _part_view(part: Any) -> dict[str, Any]:
     return {"type": "text", "text": f"[{kind}]"}
 
 
+def offered_tools(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every tool a request offers, flat: its `tools`, then those of its `additional_tools` input items
+    (Codex sends its tools there), each namespace's tools in its place."""
+    found: list[Any] = list(request.get("tools") or [])
+    items = request.get("input")
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, dict) and item.get("type") == "additional_tools":
+            found.extend(item.get("tools") or [])
+    flat: list[dict[str, Any]] = []
+    while found:
+        tool = found.pop(0)
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "namespace":
+            found[:0] = tool.get("tools") or []
+        else:
+            flat.append(tool)
+    return flat
+
+
+def _custom_view(tool: dict[str, Any]) -> dict[str, Any]:
+    """A custom tool (free-text input, maybe a grammar) as the view offers it: a function of one string
+    argument, `input`, with the grammar in its description."""
+    described = str(tool.get("description") or "")
+    form = tool.get("format")
+    if isinstance(form, dict) and form.get("type") == "grammar":
+        described += f"\n\nThe input follows this {form.get('syntax')} grammar:\n{form.get('definition')}"
+    parameters = {
+        "type": "object",
+        "properties": {"input": {"type": "string", "description": "The tool's input, as free text."}},
+        "required": ["input"],
+        "additionalProperties": False,
+    }
+    return {"name": tool.get("name"), "description": described.strip(), "parameters": parameters}
+
+
+def _call_view(item: dict[str, Any]) -> dict[str, Any]:
+    """A function_call or custom_tool_call item as a chat tool call (a custom tool's text as `input`)."""
+    if item.get("type") == "custom_tool_call":
+        arguments = json.dumps({"input": item.get("input") or ""}, ensure_ascii=False)
+    else:
+        arguments = item.get("arguments") or "{}"
+    return {
+        "id": item.get("call_id"),
+        "type": "function",
+        "function": {"name": item.get("name"), "arguments": arguments},
+    }
+
+
+def _output_text(item: dict[str, Any]) -> str:
+    """A tool output item's text: its string, or its text parts joined by lines."""
+    output = item.get("output")
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list) and all(
+        isinstance(p, dict) and isinstance(p.get("text"), str) for p in output
+    ):
+        return "\n".join(part["text"] for part in output)
+    return json.dumps(output, ensure_ascii=False)
+
+
 def _input_messages(items: Any) -> list[dict[str, Any]]:
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
@@ -700,21 +791,17 @@ def _input_messages(items: Any) -> list[dict[str, Any]]:
             if isinstance(content, list):
                 content = [_part_view(part) for part in content]
             messages.append({"role": item.get("role"), "content": content})
-        elif kind == "function_call":
-            call = {
-                "id": item.get("call_id"),
-                "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments")},
-            }
+        elif kind in ("function_call", "custom_tool_call"):
+            call = _call_view(item)
             last = messages[-1] if messages else None
             if last is not None and last.get("role") == "assistant" and "tool_calls" in last:
                 last["tool_calls"].append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            output = item.get("output")
-            text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
-            messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            messages.append(
+                {"role": "tool", "tool_call_id": item.get("call_id"), "content": _output_text(item)}
+            )
         elif kind in _BUILTIN_CALLS:
             messages.append({"role": "assistant", "content": f"[{kind}]"})
     return messages

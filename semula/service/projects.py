@@ -12,7 +12,7 @@ from marshmallow import INCLUDE, RAISE, Schema, ValidationError, fields, post_lo
 
 from semula import dialects
 from semula.config import MAX_RECORD_TIMEOUT
-from semula.core import fingerprint
+from semula.core import fingerprint, presets
 from semula.core.errors import Conflict, Forbidden, NotFound, Unprocessable
 from semula.core.ids import new_id
 from semula.db import UniqueViolation
@@ -82,20 +82,30 @@ class SettingsSchema(Schema):
             "type": "array",
             "maxItems": fingerprint.MAX_NORMALIZE_RULES,
             "description": "Rules applied to message text before fingerprinting: a regex and its "
-            "replacement.",
+            'replacement, or a named preset of them for a known agent ({"preset": "codex"}).',
             "items": {
-                "type": "object",
-                "properties": {
-                    "pattern": {
-                        "type": "string",
-                        "format": "regex",
-                        "minLength": 1,
-                        "maxLength": fingerprint.MAX_PATTERN_LENGTH,
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "properties": {
+                            "pattern": {
+                                "type": "string",
+                                "format": "regex",
+                                "minLength": 1,
+                                "maxLength": fingerprint.MAX_PATTERN_LENGTH,
+                            },
+                            "replacement": {"type": "string"},
+                        },
+                        "required": ["pattern"],
+                        "additionalProperties": False,
                     },
-                    "replacement": {"type": "string"},
-                },
-                "required": ["pattern"],
-                "additionalProperties": False,
+                    {
+                        "type": "object",
+                        "properties": {"preset": {"type": "string", "enum": sorted(presets.PRESETS)}},
+                        "required": ["preset"],
+                        "additionalProperties": False,
+                    },
+                ]
             },
         }
     )

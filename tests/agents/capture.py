@@ -43,11 +43,14 @@ KEY = "sk-capture-not-a-real-key"
 def listing_call(tools: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
     """(tool name, arguments) of a call that lists the task directory, from the tools a request offers
     (name -> JSON schema of its parameters), or None when it offers none of them."""
-    for name in ("Bash", "exec_command", "shell_command", "shell", "list_directory", "LS", "Glob"):
+    for name in ("Bash", "exec_command", "shell_command", "shell", "list_directory", "LS", "Glob", "exec"):
         schema = tools.get(name)
         if schema is None:
             continue
         props = schema.get("properties", {})
+        if name == "exec" and list(props) == ["input"]:
+            # Codex's default model: a custom tool whose free-text input is JavaScript over its tools.
+            return name, {"input": 'text(await tools.exec_command({cmd: "ls"}))'}
         if "cmd" in props:
             return name, {"cmd": "ls"}
         if "command" in props:

@@ -32,22 +32,16 @@ CALLED = {
     "codex-classic": ("exec_command", "01-responses.json"),
     "gemini-cli": ("list_directory", "02-gemini-3.8-flash-streamGenerateContent.json"),
 }
-CODEX_VOLATILE = "issue #47 part 2: Codex's client_metadata and input item ids are new on every run"
-CODEX_OUTPUT = "issue #47 part 2: Codex's tool output carries a new Chunk ID and Wall time on every run"
+CODEX_OUTPUT = (
+    "by design: Codex's tool output carries a new Chunk ID and Wall time on every run, which only the "
+    "codex preset leaves out (test_two_runs_fingerprint_alike_with_the_agents_preset)"
+)
 GEMINI_IDS = "issue #47 part 4: Gemini CLI names a call it gets without an id <tool>_<epoch ms>_<n>"
 # Requests whose two runs fingerprint differently with default settings today, and why.
 NOT_ALIKE = {
-    ("codex", "01-responses.json"): CODEX_VOLATILE,
-    ("codex", "02-responses.json"): f"{CODEX_VOLATILE}; {CODEX_OUTPUT}",
-    ("codex-classic", "01-responses.json"): CODEX_VOLATILE,
-    ("codex-classic", "02-responses.json"): f"{CODEX_VOLATILE}; {CODEX_OUTPUT}",
+    ("codex", "02-responses.json"): CODEX_OUTPUT,
+    ("codex-classic", "02-responses.json"): CODEX_OUTPUT,
     ("gemini-cli", "03-gemini-3.8-flash-streamGenerateContent.json"): GEMINI_IDS,
-}
-# What an answerer cannot see today: Codex's own models get their tools in an `additional_tools` input
-# item (namespaces; the shell is reached from the `exec` custom tool) and call them as custom_tool_call.
-VIEW_GAPS = {
-    "codex": "issue #47: the Responses view drops Codex's additional_tools item, namespaces and custom "
-    "tools (exec) and its custom_tool_call / custom_tool_call_output items, so an answerer sees no tool"
 }
 
 
@@ -58,10 +52,6 @@ def documented_codex_rules() -> list[dict[str, str]]:
     return fingerprint.validate_normalize(rules)  # as `semula project set` takes them
 
 
-OUTPUT_GAPS = {
-    "codex": "issue #47 part 2: normalize rules do not reach a custom_tool_call_output's output "
-    "(a list of input_text parts), so Codex's exec output keeps its chunk_id and wall time"
-}
 # Every body member (JSON pointer, `*` for any list index) whose value differed between the two runs.
 VOLATILE = {
     "claude-code": {"/metadata/user_id"},
@@ -164,7 +154,7 @@ def test_what_changes_between_runs_is_what_the_docs_list(agent):
     assert changed == VOLATILE[agent]
 
 
-@pytest.mark.parametrize("agent", [pytest.param(a, marks=xfail_if(VIEW_GAPS.get(a))) for a in AGENTS])
+@pytest.mark.parametrize("agent", AGENTS)
 def test_the_agents_tool_call_reaches_the_answerers_view(agent):
     """The request that offered the tool shows it to an answerer, and the next one shows the call and
     its result as an assistant tool call and a tool message: else no answerer can run the agent."""
@@ -183,9 +173,7 @@ def test_the_agents_tool_call_reaches_the_answerers_view(agent):
     assert [m["role"] for m in messages][-1] == "tool"
 
 
-@pytest.mark.parametrize(
-    "agent", [pytest.param(a, marks=xfail_if(OUTPUT_GAPS.get(a))) for a in ("codex", "codex-classic")]
-)
+@pytest.mark.parametrize("agent", ("codex", "codex-classic"))
 def test_normalize_rules_make_codexs_tool_output_alike(agent):
     outputs = []
     for run in ("run1", "run2"):
@@ -193,3 +181,29 @@ def test_normalize_rules_make_codexs_tool_output_alike(agent):
         canonical = dialect.canonical(body, [], documented_codex_rules())
         outputs.append([i["output"] for i in canonical["input"] if i.get("type", "").endswith("_output")])
     assert outputs[0] and outputs[0] == outputs[1]
+
+
+PRESETS = {
+    "claude-code": "claude-code",
+    "codex": "codex",
+    "codex-classic": "codex",
+    "gemini-cli": "gemini-cli",
+}
+
+
+def runs_of(agents) -> list[Any]:
+    return [
+        pytest.param(agent, record, captured(agent, "run2")[name], id=f"{agent}-{name}")
+        for agent in agents
+        for name, record in captured(agent, "run1").items()
+    ]
+
+
+@pytest.mark.parametrize("agent,first,second", runs_of(("claude-code", "codex", "codex-classic")))
+def test_two_runs_fingerprint_alike_with_the_agents_preset(agent, first, second):
+    """A project that turns on its agent's preset ({"preset": NAME} in normalize) replays every request
+    of a second run, the tool output's timings and ids included."""
+    dialect, one = speaking(first)
+    _, other = speaking(second)
+    rules = [], fingerprint.validate_normalize([{"preset": PRESETS[agent]}])
+    assert dialect.fingerprint(one, *rules) == dialect.fingerprint(other, *rules)
