@@ -331,7 +331,7 @@ class AnthropicMessages(Dialect):
         for event in events:
             if event.get("type") == "error":
                 raise ValueError("the provider's stream ended with an error event")
-        return assemble(events), [event for event in events if event.get("type") != "ping"]
+        return assemble(events), list(events)  # as sent, pings included: a replay sends them too
 
 
 def envelope(

@@ -280,6 +280,12 @@ def test_record_through_posts_to_anthropic_with_its_key_only(ctx, store, setting
         projects.update(ctx, "shop", {"mode": "replay"})
         again = client.post(URL, json=body("Hello"), headers=headers).json
         assert again["content"] == first.json["content"] and again["provider_extra"] == {"kept": True}
+        # The provider's stream replays as it sent it, its ping included.
+        replayed = client.post(URL, json=body("Stream", stream=True), headers=headers).get_data(as_text=True)
+        assert [e["type"] for e in typed_events(replayed)] == [
+            e["type"] for e in typed_events(streamed.get_data(as_text=True))
+        ]
+        assert "event: ping" in replayed
         assert len(fake.calls) == 2
     finally:
         fake.close()
