@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -118,6 +119,19 @@ def check_completion(completion: Mapping[str, Any], request: Mapping[str, Any]) 
             raise InvalidAnswer(exc.message, param=join_path(f"{where}.message", exc.param or "")) from None
 
 
+WORDS = re.compile(r"\S*\s+|\S+")  # a word with the whitespace after it: how answers are cut into tokens
+
+
+def synthetic_logprobs(text: str | None, top: Any) -> dict[str, Any]:
+    """Logprobs for an answer that came without them, to a request that asks for them: each word of the
+    text a token, sure of itself (logprob 0), its own only alternative when `top` alternatives are asked."""
+    tokens = []
+    for word in WORDS.findall(text or ""):
+        entry = {"token": word, "logprob": 0.0, "bytes": list(word.encode("utf-8"))}
+        tokens.append({**entry, "top_logprobs": [dict(entry)] if isinstance(top, int) and top > 0 else []})
+    return {"content": tokens, "refusal": None}
+
+
 def complete_completion(completion: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
     """A checked whole completion with the fields the API always has filled in where missing.
 
@@ -139,12 +153,15 @@ def complete_completion(completion: Mapping[str, Any], request: Mapping[str, Any
                 {**call, "id": call.get("id") or _parse_tool_call(call, n)["id"]}
                 for n, call in enumerate(calls)
             ]
+        logprobs = None
+        if request.get("logprobs") is True and choice.get("logprobs") is None:
+            logprobs = synthetic_logprobs(message.get("content"), request.get("top_logprobs"))
         choices.append(
             {
                 "index": i,
-                "logprobs": None,
                 "finish_reason": "tool_calls" if calls else "stop",
                 **choice,
+                "logprobs": choice.get("logprobs") if logprobs is None else logprobs,
                 "message": message,
             }
         )

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from semula.core import jsonio
-from semula.core.answers import estimate_tokens
+from semula.core.answers import WORDS, estimate_tokens
 
 DONE = b"data: [DONE]\n\n"
 # Pieces of at least this many characters; longer texts get longer pieces so a chunk count stays modest.
 _PIECE = 20
 _MAX_PIECES = 50
 _STAMPED = frozenset({"id", "object", "created", "model"})
-_WORD = re.compile(r"\S*\s+|\S+")
 
 
 def synthesize_chunks(completion: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
@@ -22,8 +20,10 @@ def synthesize_chunks(completion: dict[str, Any], include_usage: bool) -> list[d
     model = completion.get("model")
     chunks: list[dict[str, Any]] = []
 
-    def emit(index: int, delta: dict[str, Any], finish_reason: str | None = None) -> None:
-        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+    def emit(
+        index: int, delta: dict[str, Any], finish_reason: str | None = None, logprobs: Any = None
+    ) -> None:
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
         chunks.append(_chunk(model, [choice], include_usage))
 
     for position, choice in enumerate(completion.get("choices") or []):
@@ -32,8 +32,18 @@ def synthesize_chunks(completion: dict[str, Any], include_usage: bool) -> list[d
         content = message.get("content")
         # Like OpenAI: a text answer opens with content "", a tool-call-only answer with content null.
         emit(index, {"role": "assistant", "content": "" if content is not None else None})
-        for piece in pieces(content or "", words=True):
-            emit(index, {"content": piece})
+        tokens = (
+            (choice.get("logprobs") or {}).get("content")
+            if isinstance(choice.get("logprobs"), dict)
+            else None
+        )
+        if tokens and "".join(str(token.get("token", "")) for token in tokens) == content:
+            # With logprobs, a chunk a token, as the API streams them, each carrying its own.
+            for token in tokens:
+                emit(index, {"content": token["token"]}, logprobs={"content": [token], "refusal": None})
+        else:
+            for piece in pieces(content or "", words=True):
+                emit(index, {"content": piece})
         if message.get("refusal"):
             emit(index, {"refusal": message["refusal"]})
         for number, call in enumerate(message.get("tool_calls") or []):
@@ -195,7 +205,7 @@ def pieces(text: str, words: bool) -> list[str]:
         return [text[start : start + size] for start in range(0, len(text), size)]
     # Break after whitespace so pieces look like a model's output; a long word still breaks at `size`.
     pieces, current = [], ""
-    for word in _WORD.findall(text):
+    for word in WORDS.findall(text):
         current += word
         while len(current) >= 2 * size:
             pieces.append(current[:size])

@@ -418,3 +418,25 @@ def test_the_miss_candidates_are_read_in_index_order_not_sorted(tmp_path):
             params = {"project_id": "p", "api": "openai.chat", "model": "m", "limit": 200}
             plan = " ".join(r[-1] for r in raw.execute("EXPLAIN QUERY PLAN " + QUERIES[name], params))
             assert "USING INDEX entries_" in plan and "TEMP B-TREE" not in plan, plan
+
+
+def test_an_answer_to_a_logprobs_request_replays_with_logprobs(ctx, shop, client, admin):
+    """A text answer has no logprobs of its own: a request that asks for them gets each word as a token,
+    sure of itself, so code reading choices[0].logprobs.content works on replay too."""
+    asked = {**BODY, "logprobs": True, "top_logprobs": 2}
+    first = record(ctx, shop, client, admin, "Hello there", body=asked).json
+    logprobs = first["choices"][0]["logprobs"]
+    assert [t["token"] for t in logprobs["content"]] == ["Hello ", "there"]
+    assert logprobs["content"][0] == {
+        "token": "Hello ",
+        "logprob": 0.0,
+        "bytes": list(b"Hello "),
+        "top_logprobs": [{"token": "Hello ", "logprob": 0.0, "bytes": list(b"Hello ")}],
+    }
+    projects.update(ctx, "shop", {"mode": "replay"})
+    again = client.post(URL, json=asked, headers=admin).json
+    assert again["choices"][0]["logprobs"] == logprobs
+    streamed = client.post(URL, json={**asked, "stream": True}, headers=admin).get_data(as_text=True)
+    chunks = [json.loads(line[6:]) for line in streamed.splitlines() if line.startswith("data: {")]
+    carried = [c["choices"][0]["logprobs"] for c in chunks if c["choices"][0]["delta"].get("content")]
+    assert [lp["content"][0]["token"] for lp in carried] == ["Hello ", "there"]
