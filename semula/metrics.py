@@ -40,6 +40,7 @@ logger = logging.getLogger("semula.metrics")
 CALLS = Counter("semula_proxy_calls", "Proxied chat completions by outcome", ["outcome"])
 _calls_by_outcome: dict[str, Counter] = {}
 MISSES = Counter("semula_misses", "Requests that found no entry")
+FAULTS = Counter("semula_faults", "Faults injected by X-Semula-Fault, by kind", ["kind"])
 HELD = Gauge("semula_held_calls", "Calls held waiting for an answer", multiprocess_mode="livesum")
 POLL_SECONDS = Histogram(
     "semula_poll_seconds",

@@ -63,6 +63,17 @@ class Dialect:
         """The error as this API's envelope."""
         return exc.to_dict()
 
+    # The status an injected `overloaded` fault answers with (X-Semula-Fault, semula/core/faults.py).
+    overloaded_status: ClassVar[int] = 503
+
+    def rate_limit_headers(self, retry_after: float, now: float) -> tuple[tuple[str, str], ...]:
+        """The provider's rate-limit headers on a 429 (an injected rate_limit fault): OpenAI's."""
+        return (
+            ("x-ratelimit-limit-requests", "60"),
+            ("x-ratelimit-remaining-requests", "0"),
+            ("x-ratelimit-reset-requests", f"{retry_after:g}s"),
+        )
+
     def check(self, body: Any) -> Request:
         """Refuse, with the API's own 400, a request the real API would refuse."""
         raise NotImplementedError

@@ -16,6 +16,7 @@ import binascii
 import hashlib
 import json
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -104,6 +105,16 @@ class AnthropicMessages(Dialect):
         # semula's own conditions keep their code, so the reader sees which one it is.
         message = exc.message if exc.code == kind else f"{exc.code}: {exc.message}"
         return {"type": "error", "error": {"type": kind, "message": message}}
+
+    overloaded_status = 529  # Anthropic's overloaded_error, which its SDKs retry
+
+    def rate_limit_headers(self, retry_after: float, now: float) -> tuple[tuple[str, str], ...]:
+        reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + retry_after))
+        return (
+            ("anthropic-ratelimit-requests-limit", "60"),
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            ("anthropic-ratelimit-requests-reset", reset),
+        )
 
     def check(self, body: Any) -> Request:
         check(body)

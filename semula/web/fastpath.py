@@ -6,15 +6,17 @@ proxy routes are served here and everything else falls through to the Flask app.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from semula import dialects, logs, metrics
 from semula.config import Settings
-from semula.core import errors, jsonio
+from semula.core import errors, faults, jsonio
 from semula.db import DatabaseError, Store
 from semula.parking import Parking
 from semula.service import Context, hits, record_through, sequences, synthetic
@@ -116,7 +118,7 @@ class ProxyApp:
         )
         started = time.monotonic()
         ctx: Context | None = None
-        call: replay_service.Call | None = None
+        made: list[replay_service.Call] = []  # the call _post() started, for the error's log row
         what = match["what"]
         speaks = dialects.get(ERRORS_IN.get(what))
         try:
@@ -129,30 +131,33 @@ class ProxyApp:
             path_session = match["session"]
             session = sequences.check_session(path_session) if path_session else self._session(environ)
             if api is not None and environ.get("REQUEST_METHOD") == "POST":
-                headers = tuple(environ.get(name) for name in speaks.answer_headers)
                 raw = self._read(environ)
-                key = hits.key(ctx, api, match["project"], header_project, raw, session, headers)
-                kept = self.hits.find(ctx, key, raw)
-                if kept is not None:
-                    data = self.hits.reply(kept)  # before the log: a failure is logged once, as an error
-                    self._log(ctx, kept, "hit", 200, started)
-                    if kept.stream:
-                        return self._sse(start_response, data, kept.headers)
-                    return self._bytes(start_response, 200, data, kept.headers)
-                parsed, plain = policy.read_json(raw)
-                body = speaks.with_headers(parsed, _header(environ))
-                project, version = self.projects.get(ctx, match["project"], header_project)
-                call = replay_service.start(
-                    ctx,
-                    project,
-                    body,
-                    speaks,
-                    session,
-                    version=version,
-                    read_again=lambda: self.projects.read(ctx, match["project"], header_project),
-                    plain=plain,
-                )
-                return self._replay(ctx, call, key, raw, started, start_response)
+                if environ.get("HTTP_X_SEMULA_FAULT") is None:
+                    return self._post(
+                        ctx, environ, match, speaks, raw, session, started, start_response, made
+                    )
+                fault = faults.parse(environ["HTTP_X_SEMULA_FAULT"])
+                metrics.FAULTS.labels(fault.kind).inc()
+                project, _ = self.projects.get(ctx, match["project"], header_project)
+                if fault.is_error:
+                    status = speaks.overloaded_status if fault.kind == "overloaded" else None
+                    limits = (
+                        speaks.rate_limit_headers(fault["retry_after"], time.time())
+                        if fault.kind == "rate_limit"
+                        else ()
+                    )
+                    exc = faults.error(fault, status, limits)
+                    self._log(ctx, None, "fault", exc.status, started, project)
+                    return self._json(start_response, exc.status, speaks.error_body(exc), list(exc.headers))
+                if fault.kind == "timeout":
+                    self._log(ctx, None, "fault", 0, started, project)
+                    after = fault["after"] if fault["after"] is not None else project["record_timeout"]
+                    return _silent(environ, min(after, project["record_timeout"]))
+
+                def inner(respond: Callable[..., Any]) -> Iterable[bytes]:
+                    return self._post(ctx, environ, match, speaks, raw, session, started, respond, made)
+
+                return _delivered(fault, environ, start_response, inner)
             project = replay_service.resolve_project(ctx, match["project"], header_project)
             if what == "models":
                 self._method(environ, "GET")
@@ -168,12 +173,53 @@ class ProxyApp:
                 return self._stored_response(ctx, project, match, environ, start_response)
             raise errors.MethodNotAllowed()
         except errors.SemulaError as exc:
-            return self._error(start_response, exc, ctx, call, started, speaks)
+            return self._error(start_response, exc, ctx, made[0] if made else None, started, speaks)
         except DatabaseError as exc:
             error = policy.from_database(exc, path)
-            return self._error(start_response, error, ctx, call, started, speaks)
+            return self._error(start_response, error, ctx, made[0] if made else None, started, speaks)
         except Exception as exc:  # a bug: a 500 in the API's error shape, logged without its text
-            return self._error(start_response, policy.unexpected(exc, path), ctx, call, started, speaks)
+            error = policy.unexpected(exc, path)
+            return self._error(start_response, error, ctx, made[0] if made else None, started, speaks)
+
+    def _post(
+        self,
+        ctx: Context,
+        environ: dict[str, Any],
+        match: re.Match[str],
+        speaks: dialects.Dialect,
+        raw: bytes,
+        session: str | None,
+        started: float,
+        start_response: Callable[..., Any],
+        made: list[replay_service.Call],
+    ) -> Iterable[bytes]:
+        """A call of an API: a kept hit, else looked up and replayed or recorded (the call it starts
+        goes into `made`, for the log row of an error it raises)."""
+        header_project = environ.get("HTTP_X_SEMULA_PROJECT")
+        headers = tuple(environ.get(name) for name in speaks.answer_headers)
+        key = hits.key(ctx, speaks.name, match["project"], header_project, raw, session, headers)
+        kept = self.hits.find(ctx, key, raw)
+        if kept is not None:
+            data = self.hits.reply(kept)  # before the log: a failure is logged once, as an error
+            self._log(ctx, kept, "hit", 200, started)
+            if kept.stream:
+                return self._sse(start_response, data, kept.headers)
+            return self._bytes(start_response, 200, data, kept.headers)
+        parsed, plain = policy.read_json(raw)
+        body = speaks.with_headers(parsed, _header(environ))
+        project, version = self.projects.get(ctx, match["project"], header_project)
+        call = replay_service.start(
+            ctx,
+            project,
+            body,
+            speaks,
+            session,
+            version=version,
+            read_again=lambda: self.projects.read(ctx, match["project"], header_project),
+            plain=plain,
+        )
+        made.append(call)
+        return self._replay(ctx, call, key, raw, started, start_response)
 
     def _replay(
         self,
@@ -352,15 +398,68 @@ class ProxyApp:
         return self._json(start_response, exc.status, speaks.error_body(exc), list(exc.headers))
 
     def _log(
-        self, ctx: Context, call: replay_service.Logged | None, outcome: str, status: int, started: float
+        self,
+        ctx: Context,
+        call: replay_service.Logged | None,
+        outcome: str,
+        status: int,
+        started: float,
+        project: dict[str, Any] | None = None,
     ) -> None:
         metrics.count_call(outcome)
-        row = replay_service.log_row(ctx, call, outcome=outcome, status=status, started=started)
+        project_id = project["id"] if project is not None else None
+        row = replay_service.log_row(
+            ctx, call, outcome=outcome, status=status, started=started, project_id=project_id
+        )
         self.calllog.record(row)
         req = logs.CURRENT.get()  # what the access line (written with the response's headers) says
         if req is not None:
             req.outcome, req.token_id, req.pending_id = outcome, row["token_id"], row["pending_id"]
-            req.project = call.project["name"] if call is not None else None
+            req.project = call.project["name"] if call is not None else project and project["name"]
+
+
+def _abort(environ: dict[str, Any]) -> None:
+    """Cut the client's connection where it stands: no more bytes, no end of the response."""
+    sock = environ.get("gunicorn.sock")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def _silent(environ: dict[str, Any], seconds: float) -> Iterator[bytes]:
+    """An injected timeout: nothing for `seconds` (or until the client leaves), then the connection cut."""
+    time.sleep(seconds)
+    _abort(environ)
+    return iter(())
+
+
+def _delivered(
+    fault: faults.Fault,
+    environ: dict[str, Any],
+    start_response: Callable[..., Any],
+    inner: Callable[[Callable[..., Any]], Iterable[bytes]],
+) -> Iterator[bytes]:
+    """A call's own reply, delivered slowly (`slow`) or cut short (`disconnect`)."""
+    head: list[Any] = []
+    body = b"".join(inner(lambda status, headers, exc_info=None: head.extend((status, headers))))
+    status, headers = head
+    stream = any(name == "Content-Type" and value == "text/event-stream" for name, value in headers)
+    parts = faults.events(body) if stream else [body]
+    start_response(status, headers)
+    if fault.kind == "slow":
+        time.sleep(fault["ttfb"])
+        for number, part in enumerate(parts):
+            if number:
+                time.sleep(fault["pace"])
+            yield part
+        return
+    if stream:
+        yield from parts[: fault["after_events"]]
+    elif fault["at"] == "body":
+        yield body[: len(body) // 2]
+    else:
+        yield b""
+    _abort(environ)
 
 
 def _header(environ: dict[str, Any]) -> Callable[[str], str | None]:

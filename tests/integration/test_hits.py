@@ -161,9 +161,12 @@ CHANGES = {
     revert: (200, "first"),
     reject: (424, "semula_replay_miss"),
     delete: (424, "semula_replay_miss"),
-    ignore_messages: (424, "semula_replay_miss"),  # another fingerprint: no entry under it
+    # The entry is fingerprinted again under the new rules: a request it did not answer now finds it.
+    ignore_messages: (200, "first"),
     import_over: (200, "imported"),
 }
+# The request a change is probed with (BODY when not named): one whose outcome the change turns.
+PROBES = {ignore_messages: request_for("goodbye")}
 
 
 def normalize_hello(other, shop):
@@ -177,9 +180,10 @@ def fresh(n):
 
 # What a first sight finds after a change of its project's settings (its row is kept per process).
 PROJECT_CHANGES = {
-    ignore_messages: (424, "semula_replay_miss"),
-    normalize_hello: (424, "semula_replay_miss"),  # "hello" is sent as "hi" now: no entry under it
+    ignore_messages: (200, "first"),
+    normalize_hello: (200, "first"),  # the entry's "hello" is "hi" now, as the probe's is
 }
+PROBES[normalize_hello] = request_for("hi")
 
 
 @pytest.mark.parametrize("change", PROJECT_CHANGES, ids=[c.__name__ for c in PROJECT_CHANGES])
@@ -190,8 +194,10 @@ def test_a_first_sight_reads_its_project_once_and_sees_a_change_made_elsewhere_a
     assert [answer(client, headers, fresh(n)) for n in range(3)] == [(200, "first")] * 3
     assert entry_queries.count("get_project_by_name") == 1  # read once, then kept with the counter
     assert entry_queries.count("entry_by_fingerprint") == 3  # each first sight looks its entry up
+    probe = {**PROBES[change], "user": "caller 3"}
+    assert answer(client, headers, probe) == (424, "semula_replay_miss")
     change(other, shop)
-    assert answer(client, headers, fresh(3)) == PROJECT_CHANGES[change]
+    assert answer(client, headers, probe) == PROJECT_CHANGES[change]
     assert entry_queries.count("get_project_by_name") == 2  # the counter moved: read again
 
 
@@ -202,7 +208,7 @@ def test_a_change_made_by_another_process_is_seen_by_the_next_request(
     headers = make_token("admin")
     assert warm(client, headers) == [(200, "first")] * 3
     change(other, shop)
-    assert answer(client, headers) == CHANGES[change]
+    assert answer(client, headers, PROBES.get(change, BODY)) == CHANGES[change]
 
 
 def test_a_kept_hit_follows_the_entry_back_and_forth(shop, other, client, make_token):
@@ -780,7 +786,7 @@ def test_a_change_made_elsewhere_is_seen_once_its_notice_has_come(
     assert warm(client, headers) == [(200, "first")] * 3
     change(other, shop)
     caught_up(listening, other)
-    assert answer(client, headers) == CHANGES[change]
+    assert answer(client, headers, PROBES.get(change, BODY)) == CHANGES[change]
 
 
 def test_kept_hits_read_no_counter_while_the_process_listens(
