@@ -128,14 +128,7 @@ def redact_text(text: str, extra_secrets: Iterable[str] = (), *, patterns: bool 
     A secret that only shows once invisible characters are removed is redacted too; the text then
     loses its invisible characters (an emoji's zero-width joiner among them), and only then.
     """
-    secrets = _exact_forms(tuple(extra_secrets))
-    text = _redact(text, secrets, patterns)
-    if not text.isascii() and _INVISIBLE.search(text):
-        visible = _INVISIBLE.sub("", text)
-        redacted = _redact(visible, secrets, patterns)
-        if redacted != visible:
-            return redacted
-    return text
+    return _redact_text(text, _exact_forms(tuple(extra_secrets)), patterns)
 
 
 @lru_cache(maxsize=64)
@@ -149,8 +142,19 @@ def _exact_forms(extra_secrets: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(forms, key=len, reverse=True))
 
 
-def _redact(text: str, extra_secrets: tuple[str, ...], patterns: bool = True) -> str:
-    for secret in extra_secrets:
+def _redact_text(text: str, forms: tuple[str, ...], patterns: bool) -> str:
+    """redact_text() with the extra secrets given as _exact_forms()."""
+    text = _redact(text, forms, patterns)
+    if not text.isascii() and _INVISIBLE.search(text):
+        visible = _INVISIBLE.sub("", text)
+        redacted = _redact(visible, forms, patterns)
+        if redacted != visible:
+            return redacted
+    return text
+
+
+def _redact(text: str, forms: tuple[str, ...], patterns: bool) -> str:
+    for secret in forms:
         if secret in text:
             text = text.replace(secret, REDACTED)
     if not patterns:
@@ -178,18 +182,21 @@ def redact_obj(obj: Any, extra_secrets: Iterable[str] = (), *, patterns: bool = 
     valid JSON: when redacting its text would break it, its values are redacted one by one instead,
     and a value whose key makes it a credential ("password") is replaced whole.
     """
-    secrets = tuple(extra_secrets)
+    return _redact_value(obj, _exact_forms(tuple(extra_secrets)), patterns)
+
+
+def _redact_value(obj: Any, forms: tuple[str, ...], patterns: bool) -> Any:
     if isinstance(obj, str):
-        return _redact_string(obj, secrets, patterns)
+        return _redact_string(obj, forms, patterns)
     if isinstance(obj, dict):
-        return {key: redact_obj(value, secrets, patterns=patterns) for key, value in obj.items()}
+        return {key: _redact_value(value, forms, patterns) for key, value in obj.items()}
     if isinstance(obj, list | tuple):
-        return [redact_obj(value, secrets, patterns=patterns) for value in obj]
+        return [_redact_value(value, forms, patterns) for value in obj]
     return obj
 
 
-def _redact_string(text: str, secrets: tuple[str, ...], patterns: bool) -> str:
-    redacted = redact_text(text, secrets, patterns=patterns)
+def _redact_string(text: str, forms: tuple[str, ...], patterns: bool) -> str:
+    redacted = _redact_text(text, forms, patterns)
     if redacted == text or text.lstrip()[:1] not in ("{", "["):
         return redacted
     try:
@@ -203,28 +210,28 @@ def _redact_string(text: str, secrets: tuple[str, ...], patterns: bool) -> str:
         return redacted  # it was never JSON
     if not isinstance(value, dict | list):
         return redacted
-    clean = _redact_json(value, secrets, patterns)
+    clean = _redact_json(value, forms, patterns)
     if clean == value:
         return text  # what matched was the JSON's escapes or punctuation, not a secret in its strings
     compact = ": " not in text and ", " not in text
     return json.dumps(clean, ensure_ascii=False, separators=(",", ":") if compact else None)
 
 
-def _redact_json(value: Any, secrets: tuple[str, ...], patterns: bool) -> Any:
-    """redact_obj() over a parsed JSON value, with each object member read together with its key."""
+def _redact_json(value: Any, forms: tuple[str, ...], patterns: bool) -> Any:
+    """_redact_value() over a parsed JSON value, with each object member read together with its key."""
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
-            clean = _redact_json(item, secrets, patterns)
+            clean = _redact_json(item, forms, patterns)
             if patterns and clean == item and isinstance(item, str):
                 pair = json.dumps({key: item}, ensure_ascii=False)
-                if redact_text(pair, secrets, patterns=patterns) != pair:
+                if _redact_text(pair, forms, patterns) != pair:
                     clean = REDACTED
             out[key] = clean
         return out
     if isinstance(value, list):
-        return [_redact_json(item, secrets, patterns) for item in value]
-    return redact_obj(value, secrets, patterns=patterns)
+        return [_redact_json(item, forms, patterns) for item in value]
+    return _redact_value(value, forms, patterns)
 
 
 def redact_answer(
@@ -237,33 +244,33 @@ def redact_answer(
 
     Only the exact secrets: an answer a person wrote may hold credential-shaped text on purpose (a
     fixture's fake key). `redact_response(response, redact)` applies `redact` to what of the response
-    is text (Dialect.redact_response). A secret split across stream events is found in the events'
-    text joined along each path; the events are then dropped, and a replay makes the stream from the
-    redacted response.
+    is text (Dialect.redact_response). Stream events that hold a secret, whole or split across them
+    (their strings joined along each path, where every text delta of an answer sits), are dropped:
+    a replay then makes the stream from the redacted response.
     """
     secrets = tuple(secrets)
     if not secrets:
         return response, chunks
 
+    forms = _exact_forms(secrets)
+
     def clean(value: Any) -> Any:
-        return redact_obj(value, secrets, patterns=False)
+        return _redact_value(value, forms, False)
 
     response = redact_response(response, clean) if redact_response else clean(response)
-    if chunks is not None:
-        chunks = clean(chunks)
-        if response and _split_secret(chunks, secrets):
-            chunks = None
+    if chunks is not None and _holds_secret(chunks, forms):
+        chunks = None if response else clean(chunks)
     return response, chunks
 
 
-def _split_secret(chunks: list[Any], secrets: tuple[str, ...]) -> bool:
-    """Whether stream events hold one of `secrets` split across them: their strings joined, in order,
-    along each path (every text delta of an answer sits at one path)."""
+def _holds_secret(chunks: list[Any], forms: tuple[str, ...]) -> bool:
+    """Whether stream events hold a secret (given as _exact_forms()), in one string or split across
+    several."""
     joined: dict[str, list[str]] = {}
     _strings_by_path(chunks, "", joined)
     for parts in joined.values():
         text = "".join(parts)
-        if redact_text(text, secrets, patterns=False) != text:
+        if _redact_text(text, forms, False) != text:
             return True
     return False
 
