@@ -62,6 +62,9 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "slack_webhook": re.compile(
         r"(?<=hooks\.slack\.com/)(?P<secret>(?:services|workflows|triggers)/[A-Za-z0-9_/-]{16,})"
     ),
+    # An Azure shared access signature (a SAS URL or SharedAccessSignature= in a connection string):
+    # its sig= is the HMAC that grants the access; the other fields only say what it grants.
+    "azure_sas_signature": re.compile(r"(?<=[?&;\s])sig=(?P<secret>(?!\[REDACTED\])[A-Za-z0-9%+/=_-]{20,})"),
     "jwt": re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
     "bearer_token": re.compile(r"\b(?i:bearer)\s+(?P<secret>" + _value(r"A-Za-z0-9._~+/=-", 16) + ")"),
     "authorization_header": re.compile(
@@ -101,6 +104,7 @@ _NEEDLES: dict[str, tuple[str, ...]] = {
     "sendgrid_key": ("SG.",),
     "twilio_key": ("SK",),
     "slack_webhook": ("hooks.slack.com/",),
+    "azure_sas_signature": ("sig=",),
     "jwt": ("eyJ",),
     "bearer_token": ("bearer",),
     "authorization_header": ("authorization",),

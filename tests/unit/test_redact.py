@@ -87,6 +87,18 @@ CANARIES = [
         "SharedAccessKey=Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4Zm9vYmE1Mzk=",
         "Zm9vYmFyYmF6cXV4",
     ),
+    (
+        "azure_sas_signature",
+        "https://shop.blob.core.windows.net/c/b.txt?sv=2022-11-02&sp=r&se=2026-01-01T00:00:00Z"
+        "&sig=Zm9vYmFyYmF6cXV4%2BZm9vYmFyYmF6cXV4%3D",
+        "Zm9vYmFyYmF6cXV4",
+    ),
+    (
+        "azure_sas_signature",
+        "BlobEndpoint=https://shop.blob.core.windows.net/;SharedAccessSignature=sv=2022-11-02&ss=b"
+        "&sig=abcdEFGH1234ijklMNOP5678qrstUVWX%3D",
+        "abcdEFGH1234",
+    ),
     ("url_credentials", "DATABASE_URL=postgresql://app:Tr0ub4dor@db.internal:5432/shop", "Tr0ub4dor"),
     ("url_credentials", "mysql://root:hunter2hunter2@localhost/shop", "hunter2hunter2"),
     ("url_credentials", "mongodb+srv://shop:Pa55w0rdX@cluster0.ab1cd.mongodb.net/shop", "Pa55w0rdX"),
@@ -116,6 +128,7 @@ INNOCENT = [
     "Set AccountKey= and AccountName=devstoreaccount1; the AccountKey is in the portal",
     "postgresql://db.internal:5432/shop and postgresql://app@db.internal/shop",
     "redis://cache:6379/0, amqp://mq:5672/vhost, mongodb+srv://cluster0.ab1cd.mongodb.net/shop",
+    "the sig= parameter of a SAS URL, &sig=short, design=abcdefghijklmnopqrstuvwxyz0123",
 ]
 
 
