@@ -252,11 +252,9 @@ def redact_answer(
     (their strings joined along each path, where every text delta of an answer sits), are dropped:
     a replay then makes the stream from the redacted response.
     """
-    secrets = tuple(secrets)
-    if not secrets:
+    forms = _exact_forms(tuple(secrets))
+    if not forms:
         return response, chunks
-
-    forms = _exact_forms(secrets)
 
     def clean(value: Any) -> Any:
         return _redact_value(value, forms, False)
