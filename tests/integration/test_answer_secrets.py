@@ -25,7 +25,7 @@ from semula.web import create_app
 from tests.agent_helpers import in_process_client, park
 from tests.answerer_helpers import answerer_project, command, running_daemon, wait_resolved
 from tests.bundle_helpers import write_bundle
-from tests.helpers import dashboard_text_answer, wait_for
+from tests.helpers import RESPONSES_WEATHER_TOOL, WEATHER_FUNCTION, dashboard_text_answer, wait_for
 from tests.integration.test_canary import database_text
 
 CANARIES = {
@@ -261,3 +261,46 @@ def test_export_check_finds_connection_strings_in_stored_answers(cctx):
     assert json.loads(io.BytesIO(exported).read())["entries"][0]["response"]["choices"][0]["message"][
         "content"
     ].endswith("AccountKey=[REDACTED];EndpointSuffix=core.windows.net")
+
+
+ANTHROPIC_REQUEST = {
+    "model": "claude-haiku-4-5",
+    "max_tokens": 100,
+    "messages": [{"role": "user", "content": "weather?"}],
+    "tools": [
+        {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "input_schema": WEATHER_FUNCTION["parameters"],
+        }
+    ],
+}
+RESPONSES_REQUEST = {"model": "gpt-4o", "input": "weather?", "tools": [RESPONSES_WEATHER_TOOL]}
+
+
+def anthropic_input(response: dict) -> dict:
+    [block] = [b for b in response["content"] if b["type"] == "tool_use"]
+    return block["input"]
+
+
+def responses_arguments(response: dict) -> dict:
+    [call] = [item for item in response["output"] if item["type"] == "function_call"]
+    return json.loads(call["arguments"])
+
+
+@pytest.mark.parametrize(
+    "api, request_, read",
+    [
+        ("anthropic.messages", ANTHROPIC_REQUEST, anthropic_input),
+        ("openai.responses", RESPONSES_REQUEST, responses_arguments),
+    ],
+)
+def test_a_tool_call_answer_in_the_other_apis(cctx, db_url, api, request_, read):
+    """Anthropic's tool input is an object, the Responses API's arguments a JSON string: both keep
+    their shape, with the canaries gone."""
+    project = projects.create(cctx, {"name": "shop"})
+    pending_id = pending.park(cctx, project, f"v1:test:{api}", request_, False, api=api)
+    answer = {"tool_calls": [{"name": "get_weather", "arguments": {"city": f"{TEXT} {NEAR}"}}]}
+    pending.answer(cctx, pending_id, answer)
+    stored = assert_redacted(db_url, answered_entry(cctx, pending_id), cctx)
+    assert read(stored) == {"city": f"{STORED_TEXT} {NEAR}"}
