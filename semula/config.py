@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import unquote
 
 MAX_RECORD_TIMEOUT = 3600
 
@@ -84,6 +85,15 @@ def read_env_file(text: str) -> dict[str, str]:
             elif not newline:
                 value += ["\\", ch]
     return {k: v for k, v in env.items() if k}
+
+
+def _url_password(url: str | None) -> tuple[str, ...]:
+    """The password a database URL carries (postgresql://user:PASSWORD@host/db), as written and
+    percent-decoded."""
+    if not url or "@" not in url:
+        return ()
+    password = url.partition("://")[2].rpartition("@")[0].partition(":")[2]
+    return (password, unquote(password)) if password else ()
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -270,6 +280,7 @@ class Settings:
         ]
         if self.answerer_command:
             values += [json.dumps(self.answerer_command), " ".join(self.answerer_command)]
+        values += [*_url_password(self.database_url), *_url_password(self.owner_database_url)]
         return tuple(v for v in values if v and len(v) >= 8)
 
     @property

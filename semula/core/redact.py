@@ -5,8 +5,10 @@ Patterns demand realistic lengths and shapes, so prose about "tokens" or "sk-lea
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from functools import lru_cache
 from typing import Any
 
 REDACTED = "[REDACTED]"
@@ -14,7 +16,9 @@ REDACTED = "[REDACTED]"
 # Credential-ish names for key=value pairs: api_key, X-Api-Key, client_secret, db.password, AUTH_TOKEN...
 _CREDENTIAL_NAME = (
     r"(?:[a-z0-9]+[_-]){0,4}"
-    r"(?:api[_-]?key|access[_-]?key|secret[_-]?key|private[_-]?key|secret|token|password|passwd|pwd|credentials?)"
+    r"(?:api[_-]?key|access[_-]?key|secret[_-]?key|private[_-]?key|secret|token|password|passwd|pwd|credentials?"
+    # Azure connection strings: storage's AccountKey=, Service Bus's and Event Hubs' SharedAccessKey=.
+    r"|account[_-]?key|shared[_-]?access[_-]?key)"
     r"(?:[_-][a-z0-9]+){0,4}"
 )
 
@@ -58,18 +62,25 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "slack_webhook": re.compile(
         r"(?<=hooks\.slack\.com/)(?P<secret>(?:services|workflows|triggers)/[A-Za-z0-9_/-]{16,})"
     ),
+    # An Azure shared access signature (a SAS URL or SharedAccessSignature= in a connection string):
+    # its sig= is the HMAC that grants the access; the other fields only say what it grants.
+    "azure_sas_signature": re.compile(r"(?<=[?&;\s])sig=(?P<secret>(?!\[REDACTED\])[A-Za-z0-9%+/=_-]{20,})"),
     "jwt": re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
     "bearer_token": re.compile(r"\b(?i:bearer)\s+(?P<secret>" + _value(r"A-Za-z0-9._~+/=-", 16) + ")"),
     "authorization_header": re.compile(
         r"(?i)\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:basic|digest|token)\s+)?"
         r"(?!bearer\b)(?P<secret>" + _value(_BARE, 8) + ")"
     ),
-    "url_credentials": re.compile(r"(?<=://)[^/\s:@]{1,256}:(?P<secret>(?!\[REDACTED\])[^/\s@]{1,256})@"),
+    # Database and broker URLs (postgresql://, mysql://, mongodb+srv://, amqp://...); a Redis URL
+    # often has a password and no user (redis://:password@host).
+    "url_credentials": re.compile(r"(?<=://)[^/\s:@]{0,256}:(?P<secret>(?!\[REDACTED\])[^/\s@]{1,256})@"),
+    # Every pair on a line: a bare value is never the name of the next pair, so in
+    # "password: aws_secret_access_key = wJalr..." the first name does not take the second as its value.
     "key_value_credential": re.compile(
         r"(?i)\b" + _CREDENTIAL_NAME + r"[\"']?\s*[:=]\s*"
         r"(?:\"(?P<secret>" + _value(r'^"\n', 4) + r")\""
         r"|'(?P<secret2>" + _value(r"^'\n", 4) + r")'"
-        r"|(?P<secret3>" + _value(_BARE, 6) + "))"
+        r"|(?!" + _CREDENTIAL_NAME + r"[\"']?\s*[:=])(?P<secret3>" + _value(_BARE, 6) + "))"
     ),
 }
 
@@ -93,6 +104,7 @@ _NEEDLES: dict[str, tuple[str, ...]] = {
     "sendgrid_key": ("SG.",),
     "twilio_key": ("SK",),
     "slack_webhook": ("hooks.slack.com/",),
+    "azure_sas_signature": ("sig=",),
     "jwt": ("eyJ",),
     "bearer_token": ("bearer",),
     "authorization_header": ("authorization",),
@@ -111,27 +123,46 @@ _MIN_EXTRA_SECRET = 6
 _INVISIBLE = re.compile("[\u00ad\u180e\u200b-\u200d\u2060-\u2064\ufeff]")
 
 
-def redact_text(text: str, extra_secrets: Iterable[str] = ()) -> str:
+def redact_text(text: str, extra_secrets: Iterable[str] = (), *, patterns: bool = True) -> str:
     """The text with every recognised secret and every exact `extra_secrets` string replaced by [REDACTED].
+
+    An extra secret is also found as a JSON string literal writes it (quotes and backslashes escaped),
+    since it may sit in JSON held as text. `patterns=False` replaces the extra secrets only.
 
     A secret that only shows once invisible characters are removed is redacted too; the text then
     loses its invisible characters (an emoji's zero-width joiner among them), and only then.
     """
-    secrets = tuple(extra_secrets)
-    text = _redact(text, secrets)
+    return _redact_text(text, _exact_forms(tuple(extra_secrets)), patterns)
+
+
+@lru_cache(maxsize=64)
+def _exact_forms(extra_secrets: tuple[str, ...]) -> tuple[str, ...]:
+    """The operator's secrets long enough to look for, each as written and as a JSON literal writes it,
+    longest first (so a secret holding a shorter one goes whole)."""
+    forms = set()
+    for secret in extra_secrets:
+        if secret and len(secret) >= _MIN_EXTRA_SECRET:
+            forms.update((secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]))
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
+def _redact_text(text: str, forms: tuple[str, ...], patterns: bool) -> str:
+    """redact_text() with the extra secrets given as _exact_forms()."""
+    text = _redact(text, forms, patterns)
     if not text.isascii() and _INVISIBLE.search(text):
         visible = _INVISIBLE.sub("", text)
-        redacted = _redact(visible, secrets)
+        redacted = _redact(visible, forms, patterns)
         if redacted != visible:
             return redacted
     return text
 
 
-def _redact(text: str, extra_secrets: tuple[str, ...]) -> str:
-    for secret in sorted(
-        {s for s in extra_secrets if s and len(s) >= _MIN_EXTRA_SECRET}, key=len, reverse=True
-    ):
-        text = text.replace(secret, REDACTED)
+def _redact(text: str, forms: tuple[str, ...], patterns: bool) -> str:
+    for secret in forms:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    if not patterns:
+        return text
     lowered = None
     for name, pattern in PATTERNS.items():
         if name not in _FOLDED:
@@ -148,16 +179,115 @@ def _redact(text: str, extra_secrets: tuple[str, ...]) -> str:
     return text
 
 
-def redact_obj(obj: Any, extra_secrets: Iterable[str] = ()) -> Any:
-    """A copy of a JSON value with every string redacted; keys, numbers and structure are unchanged."""
-    secrets = tuple(extra_secrets)
+def redact_obj(obj: Any, extra_secrets: Iterable[str] = (), *, patterns: bool = True) -> Any:
+    """A copy of a JSON value with every string redacted; keys, numbers and structure are unchanged.
+
+    A string that holds a JSON object or array (a tool call's arguments, a structured output) stays
+    valid JSON: when redacting its text would break it, its values are redacted one by one instead,
+    and a value whose key makes it a credential ("password") is replaced whole.
+    """
+    return _redact_value(obj, _exact_forms(tuple(extra_secrets)), patterns)
+
+
+def _redact_value(obj: Any, forms: tuple[str, ...], patterns: bool) -> Any:
     if isinstance(obj, str):
-        return redact_text(obj, secrets)
+        return _redact_string(obj, forms, patterns)
     if isinstance(obj, dict):
-        return {key: redact_obj(value, secrets) for key, value in obj.items()}
+        return {key: _redact_value(value, forms, patterns) for key, value in obj.items()}
     if isinstance(obj, list | tuple):
-        return [redact_obj(value, secrets) for value in obj]
+        return [_redact_value(value, forms, patterns) for value in obj]
     return obj
+
+
+def _redact_string(text: str, forms: tuple[str, ...], patterns: bool) -> str:
+    redacted = _redact_text(text, forms, patterns)
+    if redacted == text or text.lstrip()[:1] not in ("{", "["):
+        return redacted
+    try:
+        json.loads(redacted)
+        return redacted  # still JSON: the replacements sat inside its strings
+    except ValueError:
+        pass
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return redacted  # it was never JSON
+    if not isinstance(value, dict | list):
+        return redacted
+    clean = _redact_json(value, forms, patterns)
+    if clean == value:
+        return text  # what matched was the JSON's escapes or punctuation, not a secret in its strings
+    compact = ": " not in text and ", " not in text
+    return json.dumps(clean, ensure_ascii=False, separators=(",", ":") if compact else None)
+
+
+def _redact_json(value: Any, forms: tuple[str, ...], patterns: bool) -> Any:
+    """_redact_value() over a parsed JSON value, with each object member read together with its key."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            clean = _redact_json(item, forms, patterns)
+            if patterns and clean == item and isinstance(item, str):
+                pair = json.dumps({key: item}, ensure_ascii=False)
+                if _redact_text(pair, forms, patterns) != pair:
+                    clean = REDACTED
+            out[key] = clean
+        return out
+    if isinstance(value, list):
+        return [_redact_json(item, forms, patterns) for item in value]
+    return _redact_value(value, forms, patterns)
+
+
+def redact_answer(
+    response: Any,
+    chunks: list[Any] | None,
+    secrets: Iterable[str],
+    redact_response: Callable[[Any, Callable[[Any], Any]], Any] | None = None,
+) -> tuple[Any, list[Any] | None]:
+    """An answer (response and stream events) with the operator's `secrets` replaced, whoever wrote it.
+
+    Only the exact secrets: an answer a person wrote may hold credential-shaped text on purpose (a
+    fixture's fake key). `redact_response(response, redact)` applies `redact` to what of the response
+    is text (Dialect.redact_response). Stream events that hold a secret, whole or split across them
+    (their strings joined along each path, where every text delta of an answer sits), are dropped:
+    a replay then makes the stream from the redacted response.
+    """
+    forms = _exact_forms(tuple(secrets))
+    if not forms:
+        return response, chunks
+
+    def clean(value: Any) -> Any:
+        return _redact_value(value, forms, False)
+
+    response = redact_response(response, clean) if redact_response else clean(response)
+    if chunks is not None and _holds_secret(chunks, forms):
+        chunks = None if response else clean(chunks)
+    return response, chunks
+
+
+def _holds_secret(chunks: list[Any], forms: tuple[str, ...]) -> bool:
+    """Whether stream events hold a secret (given as _exact_forms()), in one string or split across
+    several."""
+    joined: dict[str, list[str]] = {}
+    _strings_by_path(chunks, "", joined)
+    for parts in joined.values():
+        text = "".join(parts)
+        if _redact_text(text, forms, False) != text:
+            return True
+    return False
+
+
+def _strings_by_path(value: Any, path: str, out: dict[str, list[str]]) -> None:
+    """Every string of a JSON value, in order, grouped by the path it sits at (list indexes left out)."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            out.setdefault(where, []).append(item)
+        elif isinstance(item, dict):
+            stack.extend((v, f"{where}.{k}") for k, v in reversed(item.items()))
+        elif isinstance(item, list | tuple):
+            stack.extend((v, f"{where}[]") for v in reversed(item))
 
 
 def contains_secret(obj: Any, extra_secrets: Iterable[str] = ()) -> bool:

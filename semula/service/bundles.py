@@ -208,6 +208,7 @@ def _prepare(
         )
     except SemulaError as exc:
         raise fail(f"response.{exc.param}" if exc.param else "response", exc.message) from None
+    response, chunks = entries_service.stored_answer(secrets, dialect.name, response, chunks)
     stored_request = redacted(request, secrets)
     request_json, response_json = dumps(stored_request), dumps(response)
     chunks_json = dumps(chunks) if chunks is not None else None
@@ -215,7 +216,8 @@ def _prepare(
         if text is not None and len(text) > limit:
             raise fail(name, f"longer than {limit} characters (SEMULA_MAX_BODY_BYTES).")
     later = [
-        _prepare_answer(i, a, request, dialect, limit, fail) for i, a in enumerate(data["later_answers"])
+        _prepare_answer(i, a, request, dialect, limit, fail, secrets)
+        for i, a in enumerate(data["later_answers"])
     ]
     # The fingerprint is taken before redaction, so a recorded request that held a secret is stored
     # redacted and cannot reproduce it: keep the bundle's then. Otherwise the request as written wins,
@@ -230,7 +232,7 @@ def _prepare(
         index=index,
         api=dialect.name,
         response_id=dialect.response_id(response),
-        meta=dumps(data["meta"]) if data["meta"] else None,
+        meta=dumps(redacted(data["meta"], secrets)) if data["meta"] else None,
         fingerprint=fingerprint,
         model=request.get("model"),
         request=request_json,
@@ -262,6 +264,7 @@ def _prepare_answer(
     dialect: dialects.Dialect,
     limit: int,
     fail: Callable[[str, str], InvalidBundle],
+    secrets: tuple[str, ...],
 ) -> tuple[str, str | None, int, str | None]:
     """One of answers 2..n of an entry's sequence, checked as answer 1 is: (response, chunks, pinned,
     meta)."""
@@ -279,10 +282,12 @@ def _prepare_answer(
         raise fail(
             f"{where}.response.{exc.param}" if exc.param else f"{where}.response", exc.message
         ) from None
+    response, chunks = entries_service.stored_answer(secrets, dialect.name, response, chunks)
     response_json, chunks_json = dumps(response), dumps(chunks) if chunks is not None else None
     if len(response_json) + len(chunks_json or "") > limit:
         raise fail(where, f"longer than {limit} characters (SEMULA_MAX_BODY_BYTES).")
-    return response_json, chunks_json, int(data["pinned"]), dumps(data["meta"]) if data["meta"] else None
+    meta = dumps(redacted(data["meta"], secrets)) if data["meta"] else None
+    return response_json, chunks_json, int(data["pinned"]), meta
 
 
 # --- import -----------------------------------------------------------------------------------------
@@ -631,5 +636,16 @@ def find_stored_secrets(ctx: Context, project: str, limit: int = 20) -> tuple[li
     for index, entry in enumerate(ctx.store.iterate("export_entries", project_id=row["id"])):
         response, chunks = entries_service.decode(entry)
         item = {"chunks": chunks, "request": json.loads(entry["request"]), "response": response}
+        if entry.get("meta"):
+            item["meta"] = json.loads(entry["meta"])
+        if entry["answers"] > 1:
+            answers = ctx.store.all("list_entry_answers", entry_id=entry["id"])
+            item["later_answers"] = [_stored_answer_item(answer) for answer in answers]
         add(redact.secret_paths(item, secrets, f"entries[{index}]"))
     return found, total
+
+
+def _stored_answer_item(answer: dict[str, Any]) -> dict[str, Any]:
+    """One of answers 2..n as stored (not redacted), in its bundle form."""
+    response, chunks = entries_service.decode(answer)
+    return {"chunks": chunks, "meta": entries_service.parsed_meta(answer.get("meta")), "response": response}

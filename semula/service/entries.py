@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from semula import dialects
-from semula.core import jsonio
+from semula.core import jsonio, redact
 from semula.core.errors import BadRequest, Conflict, NotFound
 from semula.core.ids import new_id
 from semula.db import Store, Tx
@@ -43,6 +43,15 @@ def by_response_id(ctx: Context, project_id: str, response_id: str) -> dict[str,
     return ctx.store.one("entry_by_response_id", project_id=project_id, response_id=response_id)
 
 
+def stored_answer(
+    secrets: tuple[str, ...], api: str | None, response: Any, chunks: list[dict[str, Any]] | None
+) -> tuple[Any, list[dict[str, Any]] | None]:
+    """An answer as it may be stored: the server's own `secrets` (Settings.secrets()) redacted, whoever
+    wrote it (a person, an agent, the answerer, a provider, a bundle). Every answer is stored through
+    here: save(), append(), an edit or revert, and a bundle import."""
+    return redact.redact_answer(response, chunks, secrets, dialects.get(api).redact_response)
+
+
 def save(
     tx: Tx | Store,
     ctx: Context,
@@ -69,6 +78,7 @@ def save(
     is atomic all the same (one statement on PostgreSQL). Returns the entry's id and revision, and
     the response and chunks as stored.
     """
+    response, chunks = stored_answer(ctx.settings.secrets(), api, response, chunks)
     response_json = dumps(response)
     chunks_json = dumps(chunks) if chunks is not None else None
     params = dict(
@@ -127,6 +137,7 @@ def append(
     record-through in a session that records sequences (decision 0041). Concurrent appends, in any
     process, get distinct numbers and lose nothing.
     Returns the entry's id, the answer's number (`seq`) and revision, and the response and chunks."""
+    response, chunks = stored_answer(ctx.settings.secrets(), api, response, chunks)
     response_json = dumps(response)
     chunks_json = dumps(chunks) if chunks is not None else None
     params = dict(
@@ -408,6 +419,7 @@ def _replace(
     action: str,
     summary: str,
 ) -> None:
+    response, chunks = stored_answer(ctx.settings.secrets(), row.get("api"), response, chunks)
     response_json = dumps(response)
     chunks_json = dumps(chunks) if chunks is not None else None
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:

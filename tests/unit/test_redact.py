@@ -74,6 +74,36 @@ CANARIES = [
         "post to https://hooks.slack.com/services/T0ABCDEFG/B0ABCDEFG/Ab3dEf6hIj9kLm2nOp5qRs8t",
         "Ab3dEf6hIj9kLm2nOp5qRs8t",
     ),
+    # Connection strings: Azure storage and Service Bus, database and broker URLs.
+    (
+        "key_value_credential",
+        "DefaultEndpointsProtocol=https;AccountName=shopdata;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50"
+        "uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;EndpointSuffix=core.windows.net",
+        "Eby8vdM02xNOcqFl",
+    ),
+    (
+        "key_value_credential",
+        "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=RootManageSharedAccessKey;"
+        "SharedAccessKey=Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4Zm9vYmE1Mzk=",
+        "Zm9vYmFyYmF6cXV4",
+    ),
+    (
+        "azure_sas_signature",
+        "https://shop.blob.core.windows.net/c/b.txt?sv=2022-11-02&sp=r&se=2026-01-01T00:00:00Z"
+        "&sig=Zm9vYmFyYmF6cXV4%2BZm9vYmFyYmF6cXV4%3D",
+        "Zm9vYmFyYmF6cXV4",
+    ),
+    (
+        "azure_sas_signature",
+        "BlobEndpoint=https://shop.blob.core.windows.net/;SharedAccessSignature=sv=2022-11-02&ss=b"
+        "&sig=abcdEFGH1234ijklMNOP5678qrstUVWX%3D",
+        "abcdEFGH1234",
+    ),
+    ("url_credentials", "DATABASE_URL=postgresql://app:Tr0ub4dor@db.internal:5432/shop", "Tr0ub4dor"),
+    ("url_credentials", "mysql://root:hunter2hunter2@localhost/shop", "hunter2hunter2"),
+    ("url_credentials", "mongodb+srv://shop:Pa55w0rdX@cluster0.ab1cd.mongodb.net/shop", "Pa55w0rdX"),
+    ("url_credentials", "redis://:s3cretRedisPass@cache:6379/0", "s3cretRedisPass"),
+    ("url_credentials", "amqp://shop:rabbitPa55@mq:5672/vhost", "rabbitPa55"),
 ]
 
 INNOCENT = [
@@ -93,6 +123,12 @@ INNOCENT = [
     "hf_hub_download and npm_config_cache are names, smt_ and glpat- are prefixes",
     "SKU SK-12 from SG.Ltd; see https://hooks.slack.com/services/ for webhooks",
     "a family: \U0001f468\u200d\U0001f469\u200d\U0001f467, soft\u00adhyphen",
+    # Connection strings without a credential in them.
+    "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=RootManageSharedAccessKey",
+    "Set AccountKey= and AccountName=devstoreaccount1; the AccountKey is in the portal",
+    "postgresql://db.internal:5432/shop and postgresql://app@db.internal/shop",
+    "redis://cache:6379/0, amqp://mq:5672/vhost, mongodb+srv://cluster0.ab1cd.mongodb.net/shop",
+    "the sig= parameter of a SAS URL, &sig=short, design=abcdefghijklmnopqrstuvwxyz0123",
 ]
 
 
@@ -102,6 +138,27 @@ def test_each_pattern_redacts_its_canary(name, text, secret):
     redacted = redact_text(text)
     assert secret not in redacted
     assert REDACTED in redacted
+
+
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"password: aws_secret_access_key = {AWS_SECRET}",
+        f"token:\tapi_key: {AWS_SECRET}",
+        f"aws_access_key_id = AKIAIOSFODNN7EXAMPLE aws_secret_access_key = {AWS_SECRET}",
+        f"region: us-east-1, password: hunter22x; aws_secret_access_key={AWS_SECRET}",
+        f'{{"api_key": "abc123def", "aws_secret_access_key": "{AWS_SECRET}"}}',
+    ],
+)
+def test_every_credential_pair_on_a_line_is_redacted(line):
+    redacted = redact_text(line)
+    assert "wJalrXUtnFEMI" not in redacted and "EXAMPLEKEY" not in redacted
+    at = line.index(AWS_SECRET)
+    assert line[at - 3 : at] + REDACTED in redacted  # the pair's name stays: only its value goes
+    assert redact_text(redacted) == redacted and not contains_secret(redacted)
 
 
 @pytest.mark.parametrize("text", INNOCENT)
