@@ -14,7 +14,7 @@ from dataclasses import replace
 from answerer import config as answerer_config
 from answerer import containment
 from answerer.daemon import Daemon
-from answerer.server import HttpServer
+from answerer.server import HttpServer, TokenRefused, Unavailable, refusal
 from answerer.signals import on_stop
 from semula import logs
 from semula.config import ConfigError, Settings
@@ -83,8 +83,19 @@ def main(argv: list[str] | None = None) -> int:
     if config.server:
         # Over HTTP: no database in this process (decision 0042).
         daemon = Daemon(None, config, server=HttpServer(config.server, config.token))
+        try:
+            daemon.check()
+        except TokenRefused as exc:
+            # Restarting cannot fix a refused token: one line, and the status the unit does not restart on.
+            print(refusal(config.server, config.token, exc), file=sys.stderr)
+            return EXIT_CONFIG
+        except Unavailable:
+            pass  # The server may come later: the polls keep trying, and check the token when it answers.
         with on_stop(daemon.stop, daemon.abort):
             daemon.run()
+        if daemon.refused is not None:
+            print(refusal(config.server, config.token, daemon.refused), file=sys.stderr)
+            return EXIT_CONFIG
         return 0
     if settings.database_url.startswith("sqlite:"):
         # The child can read whatever this process's user can: with SQLite, the whole database file.

@@ -21,7 +21,7 @@ from typing import Any
 
 from answerer.config import AnswererConfig
 from answerer.runners import Outcome, Runner, make_runner
-from answerer.server import Server, ServiceServer, Unavailable
+from answerer.server import Server, ServiceServer, TokenRefused, Unavailable
 from semula import metrics
 from semula.core.errors import InvalidAnswer, PendingResolved, SemulaError
 from semula.db import DatabaseError
@@ -35,6 +35,8 @@ PAGE = 50
 RELEASE_WAIT = 5.0
 # What a poll or a give-back may meet that a later try can get past.
 TRANSIENT = (DatabaseError, Unavailable)
+# What a give-back or a renewal may meet: the lease runs out by itself whatever it was.
+NOT_DONE = (SemulaError, TokenRefused, *TRANSIENT)
 
 
 def worker_name() -> str:
@@ -159,6 +161,8 @@ class Daemon:
         # Plain flags, not Events: stop() and abort() run in signal handlers.
         self._stopping = False
         self._aborted = False
+        # Set when the server refuses the token: the daemon stops, and its entry point says why.
+        self.refused: TokenRefused | None = None
 
     def stop(self) -> None:
         """Stop claiming; running calls finish within the grace. Safe in a signal handler."""
@@ -175,8 +179,13 @@ class Daemon:
         with self._lock:
             return len(self._running)
 
+    def check(self) -> None:
+        """Ask the server once, before starting: TokenRefused when it refuses the token, Unavailable
+        when it cannot be reached (the polls then keep trying, and a refusal stops them)."""
+        self.server.candidates(after=None, limit=1)
+
     def run(self) -> None:
-        """Poll and dispatch until stop(), then drain."""
+        """Poll and dispatch until stop() or a refused token, then drain."""
         logger.info(
             "started",
             extra={
@@ -194,6 +203,8 @@ class Daemon:
             except TRANSIENT as exc:
                 # The database or the server may come back: say so and look again at the next poll.
                 logger.warning("poll_failed", extra={"error": type(exc).__name__})
+            except TokenRefused as exc:
+                self._refuse(exc)
             self._waker.wait(self.poll_interval)
         self._drain()
 
@@ -224,6 +235,12 @@ class Daemon:
                 break
             after = rows[-1]["id"]
         return started
+
+    def _refuse(self, exc: TokenRefused) -> None:
+        """The token is refused (revoked while running, say): no later poll can do better, so stop."""
+        if self.refused is None:
+            self.refused = exc
+        self.stop()
 
     def _claim(self, pending_id: str) -> dict[str, Any] | None:
         try:
@@ -292,6 +309,13 @@ class Daemon:
             except PendingResolved:
                 logger.info("resolved_meanwhile", extra={"pending_id": pending_id, "attempt": attempt})
                 return "resolved", spent
+            except TokenRefused as exc:
+                logger.warning(
+                    "failed",
+                    extra={"pending_id": pending_id, "attempt": attempt, "status": f"http:{exc.status}"},
+                )
+                self._refuse(exc)
+                return "failed", spent
             except SemulaError as exc:
                 # A pinned entry, a deleted call: nothing a second run would change.
                 logger.warning(
@@ -312,13 +336,13 @@ class Daemon:
         self._release(pending_id)
         try:
             return self.server.claim(pending_id, self.worker, self.config.lease_seconds) is not None
-        except (SemulaError, *TRANSIENT):
+        except NOT_DONE:
             return False
 
     def _release(self, pending_id: str) -> None:
         try:
             self.server.release(pending_id, self.worker)
-        except (SemulaError, *TRANSIENT) as exc:
+        except NOT_DONE as exc:
             # The lease runs out by itself; nothing else to do.
             logger.warning("release_failed", extra={"pending_id": pending_id, "error": type(exc).__name__})
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
@@ -18,6 +19,7 @@ from semula.core.errors import InvalidAnswer, PendingResolved, SemulaError
 from semula.service import Context
 from semula.service import answerer as answerer_service
 from semula.service import pending as pending_service
+from semula.service.auth import TOKEN_PREFIX
 
 # Every REST call is short; a server that does not answer in this long is as good as down.
 HTTP_TIMEOUT = 30.0
@@ -25,6 +27,56 @@ HTTP_TIMEOUT = 30.0
 
 class Unavailable(Exception):
     """The server could not be reached or failed (5xx); the poll or the release is tried again later."""
+
+
+class TokenRefused(Exception):
+    """The server refused the daemon's token (401: unknown, revoked, expired; 403: a role, scope or
+    project binding that may not poll): no later poll will do better, so the daemon stops.
+
+    `reason` is the server's error message, which names no secret."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+# What a refusal tells the operator to do (docs/answerer.md, decision 0042: the narrowest token that works).
+TOKEN_ADVICE = (
+    "give the daemon an editor token with record scope, not bound to a project "
+    "(semula token create --role editor --scope record --name answerer) in SEMULA_ANSWERER_TOKEN, "
+    "then restart it (docs/answerer.md)"
+)
+
+
+def public_url(url: str) -> str:
+    """The URL as logs may show it: no user, password, query or fragment."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def token_label(token: str | None) -> str:
+    """Which token, for a person who holds it: its first characters, never enough to use it.
+
+    A semula secret is `smt_` and 43 random characters (256 bits); the 4 shown leave 232 unknown.
+    Tokens have no other public name the daemon could know before the server accepts one."""
+    if not token:
+        return "SEMULA_ANSWERER_TOKEN (not set)"
+    if not token.startswith(TOKEN_PREFIX):
+        return f"SEMULA_ANSWERER_TOKEN (not a semula token: it does not start with {TOKEN_PREFIX})"
+    return f"SEMULA_ANSWERER_TOKEN ({token[: len(TOKEN_PREFIX) + 4]}…)"
+
+
+def refusal(base_url: str, token: str | None, exc: TokenRefused) -> str:
+    """The one line the daemon prints when the server refuses its token: which token, why, what to do."""
+    return (
+        f"semula-answerer: {public_url(base_url)} refuses {token_label(token)}: "
+        f"{exc.reason.rstrip('.')} (HTTP {exc.status}); {TOKEN_ADVICE}"
+    )
 
 
 class Server(Protocol):
@@ -62,6 +114,8 @@ def _error(response: requests.Response) -> Exception:
         message, code, param = error.get("message"), error.get("code"), error.get("param")
     except (ValueError, KeyError, TypeError, AttributeError):
         message, code, param = None, None, None
+    if response.status_code in (401, 403):
+        return TokenRefused(response.status_code, message or f"HTTP {response.status_code}")
     if code == InvalidAnswer.code:
         return InvalidAnswer(message, param=param)
     if code == PendingResolved.code:

@@ -23,6 +23,7 @@ from semula.service import audit, pending, projects, tokens
 from tests.answerer_helpers import (
     CHILD,
     NOBODY,
+    AnswererProcess,
     alive,
     answerer_project,
     command,
@@ -289,3 +290,74 @@ def test_over_http_the_child_finds_none_of_the_servers_secrets(start_server, sta
         assert token not in daemon.log()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def refused_token_line(daemon, token: str) -> str:
+    """The daemon's whole output after a refused token: one line that names the token by its first
+    characters only, never the secret, and no traceback."""
+    output = daemon.log().strip()
+    assert "\n" not in output and "Traceback" not in output and '"started"' not in output, output
+    assert token not in output
+    assert f"SEMULA_ANSWERER_TOKEN ({token[:8]}…)" in output, output
+    assert "semula token create --role editor --scope record" in output, output
+    return output
+
+
+def test_a_refused_token_stops_the_daemon_at_start_with_one_line_and_status_2(
+    start_server, ctx, db_url, tmp_path
+):
+    # RestartPreventExitStatus=2 in the unit: restarting cannot fix a token.
+    from answerer.__main__ import EXIT_CONFIG
+
+    unit = (Path(__file__).resolve().parents[2] / "deploy" / "semula-answerer.service").read_text()
+    assert f"RestartPreventExitStatus={EXIT_CONFIG}" in unit
+    server = start_server()
+    projects.create(ctx, {"name": "bound"})
+    revoked = tokens.create(ctx, {"role": "editor", "scope": "record"})
+    tokens.revoke(ctx, revoked["id"])
+    cases = {
+        "revoked": (revoked["token"], "unknown or revoked", 401),
+        "unknown": ("smt_" + "A" * 43, "unknown or revoked", 401),
+        "bound": (
+            tokens.create(ctx, {"role": "editor", "scope": "record", "project": "bound"})["token"],
+            "bound to one project",
+            403,
+        ),
+        "replay": (
+            tokens.create(ctx, {"role": "editor", "scope": "replay"})["token"],
+            "scope is replay",
+            403,
+        ),
+        "viewer": (tokens.create(ctx, {"role": "viewer", "scope": "full"})["token"], "role is viewer", 403),
+    }
+    for name, (token, why, http_status) in cases.items():
+        daemon = AnswererProcess(
+            db_url,
+            tmp_path / f"refused-{name}.log",
+            command("json"),
+            SEMULA_ANSWERER_SERVER=server.url,
+            SEMULA_ANSWERER_TOKEN=token,
+            ANSWERER_TEST_DIR=str(tmp_path),
+        )
+        assert daemon.run_to_end() == EXIT_CONFIG, (name, daemon.log())
+        line = refused_token_line(daemon, token)
+        assert line.startswith(f"semula-answerer: {server.url} refuses ") and why in line, (name, line)
+        assert f"(HTTP {http_status})" in line, (name, line)
+
+
+def test_a_token_revoked_while_running_stops_the_daemon_with_the_same_line(
+    start_server, start_answerer, ctx, tmp_path
+):
+    from answerer.__main__ import EXIT_CONFIG
+
+    server = start_server()
+    made = tokens.create(ctx, {"role": "editor", "scope": "record", "name": "answerer"})
+    daemon = start_answerer(
+        command("json"), SEMULA_ANSWERER_SERVER=server.url, SEMULA_ANSWERER_TOKEN=made["token"]
+    )
+    tokens.revoke(ctx, made["id"])
+    assert daemon.proc.wait(30) == EXIT_CONFIG
+    *json_lines, last = daemon.log().strip().splitlines()
+    assert "Traceback" not in daemon.log() and made["token"] not in daemon.log()
+    assert "unknown or revoked" in last and f"({made['token'][:8]}…)" in last, last
+    assert any('"msg": "stopped"' in line for line in json_lines)
