@@ -17,7 +17,7 @@ from answerer.daemon import Daemon
 from answerer.server import HttpServer, TokenRefused, Unavailable, refusal
 from answerer.signals import on_stop
 from semula import logs
-from semula.config import ConfigError, Settings
+from semula.config import ConfigError, Settings, load_env_file
 from semula.db import DatabaseError, connect
 from semula.migrate import SchemaMismatch, migrate
 from semula.service import CLI, Context
@@ -28,11 +28,12 @@ logger = logging.getLogger("semula.answerer")
 EXIT_CONFIG = 2
 
 
-USAGE = """usage: semula-answerer
+USAGE = """usage: semula-answerer [--env-file FILE]
 
 Answers calls semula parks, one fresh process (SEMULA_ANSWERER_COMMAND) or HTTP POST
-(SEMULA_ANSWERER_URL) per call, and runs until SIGTERM or SIGINT. It takes no arguments: its
-settings are environment variables (systemd's EnvironmentFile, deploy/answerer.env.example):
+(SEMULA_ANSWERER_URL) per call, and runs until SIGTERM or SIGINT. Its settings are environment
+variables (systemd's EnvironmentFile, deploy/answerer.env.example); --env-file FILE reads them from
+FILE first, parsed as systemd parses it, its values winning over the environment's:
 
   SEMULA_ANSWERER_SERVER, SEMULA_ANSWERER_TOKEN   the server's URL and an editor token (record scope)
   SEMULA_ANSWERER_COMMAND or SEMULA_ANSWERER_URL  what answers a call (a JSON array argv, or a URL)
@@ -46,15 +47,24 @@ See docs/answerer.md.
 def main(argv: list[str] | None = None) -> int:
     """Run the answerer daemon until SIGTERM or SIGINT (a second one kills running children at once).
 
-    `argv`: the arguments (sys.argv's by default); only --help is one."""
-    args = sys.argv[1:] if argv is None else argv
-    if args:
-        if args[0] in ("-h", "--help"):
+    `argv`: the arguments (sys.argv's by default): --env-file FILE, or --help."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    env_file: str | None = None
+    while args:
+        arg = args.pop(0)
+        if arg in ("-h", "--help"):
             print(USAGE, end="")
             return 0
-        print(f"semula-answerer: takes no arguments (got {args[0]!r}); see --help", file=sys.stderr)
-        return EXIT_CONFIG
+        if arg == "--env-file" and args:
+            env_file = args.pop(0)
+        elif arg.startswith("--env-file="):
+            env_file = arg.removeprefix("--env-file=")
+        else:
+            print(f"semula-answerer: unknown argument {arg!r}; see --help", file=sys.stderr)
+            return EXIT_CONFIG
     try:
+        if env_file is not None:
+            load_env_file(env_file)
         settings = Settings.from_env()
         config = answerer_config.from_settings(settings)
     except ConfigError as exc:

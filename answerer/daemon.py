@@ -30,6 +30,8 @@ from semula.service import DEFAULT_WORKSPACE, Context, Principal
 logger = logging.getLogger("semula.answerer")
 
 POLL_INTERVAL = 0.5
+# Failed polls in a row double the wait from POLL_INTERVAL up to this (decision 0052).
+BACKOFF_CAP = 30.0
 PAGE = 50
 # After the grace (or a second signal) children are killed; their threads then only give claims back.
 RELEASE_WAIT = 5.0
@@ -47,6 +49,11 @@ def worker_name() -> str:
 def principal(worker: str) -> Principal:
     """The daemon acts as an editor with record scope, like an agent, in the one non-hosted workspace."""
     return Principal(workspace_id=DEFAULT_WORKSPACE, role="editor", scope="record", actor=worker)
+
+
+def next_poll(interval: float, failures: int, cap: float = BACKOFF_CAP) -> float:
+    """Seconds until the next poll: the interval, doubled for each failed poll in a row, at most cap."""
+    return min(cap, interval * 2 ** min(failures, 32)) if failures else interval
 
 
 def to_payload(output: bytes) -> Any:
@@ -139,6 +146,7 @@ class Daemon:
         server: Server | None = None,
         runner: Runner | None = None,
         poll_interval: float = POLL_INTERVAL,
+        backoff_cap: float = BACKOFF_CAP,
         grace: float | None = None,
         worker: str | None = None,
         on_done: Callable[[Timing], None] | None = None,
@@ -151,6 +159,9 @@ class Daemon:
         self.config = config
         self.runner = runner or make_runner(config)
         self.poll_interval = poll_interval
+        self.backoff_cap = max(backoff_cap, poll_interval)
+        # Polls that failed in a row: the first is logged, the rest back off quietly.
+        self.failed_polls = 0
         # Children are already bounded by the timeout; the grace adds a little for answering.
         self.grace = config.timeout + 5 if grace is None else grace
         self.on_done = on_done
@@ -201,12 +212,30 @@ class Daemon:
             try:
                 self.tick()
             except TRANSIENT as exc:
-                # The database or the server may come back: say so and look again at the next poll.
-                logger.warning("poll_failed", extra={"error": type(exc).__name__})
+                self._poll_failed(exc)
             except TokenRefused as exc:
                 self._refuse(exc)
-            self._waker.wait(self.poll_interval)
+            else:
+                self._poll_worked()
+            self._waker.wait(next_poll(self.poll_interval, self.failed_polls, self.backoff_cap))
         self._drain()
+
+    def _poll_failed(self, exc: Exception) -> None:
+        """The database or the server may come back: say so once, then look again less and less often."""
+        if not self.failed_polls:
+            # Unavailable's text is `http:<status>` or requests' exception type, never its message (the URL).
+            error = str(exc) if isinstance(exc, Unavailable) else type(exc).__name__
+            logger.warning("poll_failed", extra=self._polled(error=error, retry_max_seconds=self.backoff_cap))
+        self.failed_polls += 1
+
+    def _poll_worked(self) -> None:
+        if self.failed_polls:
+            logger.info("poll_recovered", extra=self._polled(failed_polls=self.failed_polls))
+            self.failed_polls = 0
+
+    def _polled(self, **fields: Any) -> dict[str, Any]:
+        """A poll's log fields, with the URL polled when it is the server's (never the database's)."""
+        return {"url": self.server.poll_url, **fields} if self.server.poll_url else fields
 
     def tick(self) -> int:
         """Claim parked calls for the free slots and start them; the number started."""

@@ -80,6 +80,9 @@ def refusal(base_url: str, token: str | None, exc: TokenRefused) -> str:
 
 
 class Server(Protocol):
+    # Where the daemon polls, as a log line may show it (None: the database, whose URL is a secret).
+    poll_url: str | None
+
     def candidates(self, *, after: str | None, limit: int) -> list[dict[str, Any]]: ...
     def claim(self, pending_id: str, worker: str, lease_seconds: int) -> dict[str, Any] | None: ...
     def answer(self, pending_id: str, payload: Any, summary: str) -> None: ...
@@ -88,6 +91,8 @@ class Server(Protocol):
 
 class ServiceServer:
     """The service layer on the database, as the daemon's principal (daemon.principal)."""
+
+    poll_url = None
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
@@ -129,6 +134,7 @@ class HttpServer:
 
     def __init__(self, base_url: str, token: str | None, timeout: float = HTTP_TIMEOUT):
         self.base_url = base_url.rstrip("/") + "/api/v1"
+        self.poll_url = public_url(self.base_url + "/answerer/candidates")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout = timeout
         self._local = threading.local()
@@ -158,7 +164,16 @@ class HttpServer:
         params: dict[str, Any] = {"limit": limit}
         if after:
             params["after"] = after
-        return self._request("GET", "/answerer/candidates", params=params).json()["data"]
+        # Anything but the candidates (a 404 or a page from something else at that URL, say) is a
+        # failed poll, logged and tried again; a refused token is not (TokenRefused).
+        try:
+            response = self._request("GET", "/answerer/candidates", params=params)
+        except SemulaError as exc:
+            raise Unavailable(f"http:{exc.status}") from None
+        try:
+            return response.json()["data"]
+        except (ValueError, KeyError, TypeError):
+            raise Unavailable(f"http:{response.status_code}:not_candidates") from None
 
     def claim(self, pending_id: str, worker: str, lease_seconds: int) -> dict[str, Any] | None:
         response = self._request(

@@ -86,6 +86,19 @@ def read_env_file(text: str) -> dict[str, str]:
     return {k: v for k, v in env.items() if k}
 
 
+def load_env_file(path: str | os.PathLike[str]) -> None:
+    """Read an environment file (read_env_file's rules) into os.environ, its values winning: what
+    `--env-file` does for `semula` and `semula-answerer`. ConfigError when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {os.fspath(path)}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"cannot read {os.fspath(path)}: it is not UTF-8 text") from None
+    os.environ.update(read_env_file(text))
+
+
 def _bool(name: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "on", "true", "yes"):

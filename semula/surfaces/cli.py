@@ -89,13 +89,12 @@ def main(env_file: Path | None) -> None:
     """semula records and replays LLM API calls (OpenAI Chat Completions, Responses and embeddings,
     Anthropic Messages)."""
     if env_file is not None:
-        from semula.config import read_env_file
+        from semula.config import load_env_file
 
         try:
-            text = env_file.read_text()
-        except OSError as exc:
-            raise click.ClickException(f"cannot read {env_file}: {exc.strerror}") from None
-        os.environ.update(read_env_file(text))
+            load_env_file(env_file)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
 
 
 @main.command()

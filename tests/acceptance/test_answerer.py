@@ -34,9 +34,16 @@ from tests.answerer_helpers import (
     wait_resolved,
     with_command,
 )
-from tests.helpers import wait_for
+from tests.helpers import metric_samples, metric_value, wait_for
 
 pytestmark = pytest.mark.acceptance
+
+
+def polls(server) -> float:
+    """The answerer's successful polls the server counted (semula_requests_total)."""
+    samples = metric_samples(requests.get(f"{server.url}/metrics", timeout=10).text)
+    labels = {"route": "/api/v1/answerer/candidates", "status": "200", "outcome": "ok"}
+    return metric_value(samples, "semula_requests_total", **labels)
 
 
 def pid_of(out, pending_id: str) -> int:
@@ -361,3 +368,36 @@ def test_a_token_revoked_while_running_stops_the_daemon_with_the_same_line(
     assert "Traceback" not in daemon.log() and made["token"] not in daemon.log()
     assert "unknown or revoked" in last and f"({made['token'][:8]}…)" in last, last
     assert any('"msg": "stopped"' in line for line in json_lines)
+
+
+def test_the_daemon_reads_its_env_file_and_its_polls_leave_no_access_lines(
+    start_server, ctx, db_url, tmp_path
+):
+    argv = command("echo", "Bonjour")
+    server = start_server()
+    token = tokens.create(ctx, {"role": "editor", "scope": "record", "name": "answerer"})["token"]
+    answerer_project(with_command(ctx, argv))
+    out = tmp_path / "out"
+    out.mkdir()
+    env_file = tmp_path / "answerer.env"
+    env_file.write_text(
+        f"SEMULA_ANSWERER_SERVER={server.url}\nSEMULA_ANSWERER_TOKEN={token}\n"
+        f"SEMULA_ANSWERER_COMMAND={json.dumps(argv)}\nSEMULA_ANSWERER_ENV=ANSWERER_TEST_DIR\n"
+    )
+    daemon = AnswererProcess(db_url, tmp_path / "answerer.log", ANSWERER_TEST_DIR=str(out))
+    daemon.args += ["--env-file", str(env_file)]
+    # Every setting comes from the file: the environment holds none.
+    daemon.env = {k: v for k, v in daemon.env.items() if not k.startswith("SEMULA_")}
+    try:
+        daemon.start()
+        [call] = park(ctx, "shop")
+        wait_resolved(ctx, call)
+        polled = wait_for(lambda: (n := polls(server)) >= 3 and n, what="three polls")
+    finally:
+        daemon.stop()
+    assert stdin_docs(out, call)[1]["pending_id"] == call and status(ctx, call)["status"] == "answered"
+    lines = [json.loads(x) for x in server.log().splitlines() if x.startswith("{")]
+    routes = {line.get("route") for line in lines if line.get("logger") == "semula.access"}
+    # Polled (and counted) at least three times, logged never; the claim and the answer are logged.
+    assert polled >= 3 and "/api/v1/answerer/candidates" not in routes
+    assert {"/api/v1/pending/<pending_id>/claim", "/api/v1/pending/<pending_id>/answer"} <= routes
