@@ -289,7 +289,3 @@ class Settings:
     def upstream_configured(self) -> bool:
         """Whether some provider key is set, so a project may turn record-through on."""
         return bool(self.upstream_key or self.anthropic_key)
-
-    @property
-    def answerer_configured(self) -> bool:
-        return bool(self.answerer_command or self.answerer_url)
