@@ -55,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         if arg in ("-h", "--help"):
             print(USAGE, end="")
             return 0
-        if arg == "--env-file" and args:
+        if arg == "--env-file":
+            if not args:
+                print("semula-answerer: --env-file needs a FILE; see --help", file=sys.stderr)
+                return EXIT_CONFIG
             env_file = args.pop(0)
         elif arg.startswith("--env-file="):
             env_file = arg.removeprefix("--env-file=")
@@ -77,6 +80,19 @@ def main(argv: list[str] | None = None) -> int:
     containment.harden_daemon()
     config = replace(config, adopt_orphans=True)
     containment.clean_predecessors(tempfile.gettempdir())
+    http: Daemon | None = None
+    if config.server:
+        # Over HTTP: no database in this process (decision 0042). The token first, before any
+        # other line, so that a refused one prints one line and nothing else.
+        http = Daemon(None, config, server=HttpServer(config.server, config.token))
+        try:
+            http.check()
+        except TokenRefused as exc:
+            # Restarting cannot fix a refused token: one line, and the status the unit does not restart on.
+            print(refusal(config.server, config.token, exc), file=sys.stderr)
+            return EXIT_CONFIG
+        except Unavailable:
+            pass  # The server may come later: the polls keep trying, and check the token when it answers.
     if settings.answerer_metrics_bind:
         from prometheus_client import start_http_server
 
@@ -90,21 +106,11 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_CONFIG
     for name in answerer_config.missing_env(settings):
         logger.warning("env_not_set", extra={"variable": name})
-    if config.server:
-        # Over HTTP: no database in this process (decision 0042).
-        daemon = Daemon(None, config, server=HttpServer(config.server, config.token))
-        try:
-            daemon.check()
-        except TokenRefused as exc:
-            # Restarting cannot fix a refused token: one line, and the status the unit does not restart on.
-            print(refusal(config.server, config.token, exc), file=sys.stderr)
-            return EXIT_CONFIG
-        except Unavailable:
-            pass  # The server may come later: the polls keep trying, and check the token when it answers.
-        with on_stop(daemon.stop, daemon.abort):
-            daemon.run()
-        if daemon.refused is not None:
-            print(refusal(config.server, config.token, daemon.refused), file=sys.stderr)
+    if http is not None:
+        with on_stop(http.stop, http.abort):
+            http.run()
+        if http.refused is not None:
+            print(refusal(config.server, config.token, http.refused), file=sys.stderr)
             return EXIT_CONFIG
         return 0
     if settings.database_url.startswith("sqlite:"):

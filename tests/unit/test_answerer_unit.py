@@ -401,6 +401,8 @@ def test_help_prints_the_usage_and_arguments_are_refused(capsys):
     assert "--env-file FILE" in out
     assert entry.main(["--server", "x"]) == entry.EXIT_CONFIG
     assert "unknown argument '--server'" in capsys.readouterr().err
+    assert entry.main(["--env-file"]) == entry.EXIT_CONFIG
+    assert "--env-file needs a FILE" in capsys.readouterr().err
 
 
 def test_an_env_file_that_cannot_be_read_is_a_configuration_refusal(capsys, tmp_path):
