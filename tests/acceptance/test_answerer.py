@@ -402,3 +402,36 @@ def test_the_daemon_reads_its_env_file_and_its_polls_leave_no_access_lines(
     # Polled (and counted) at least three times, logged never; the claim and the answer are logged.
     assert polled >= 3 and "/api/v1/answerer/candidates" not in routes
     assert {"/api/v1/pending/<pending_id>/claim", "/api/v1/pending/<pending_id>/answer"} <= routes
+
+
+def test_a_daemon_started_before_its_server_says_so_once_and_when_it_is_back(
+    start_answerer, ctx, db_url, tmp_path
+):
+    from tests.helpers import Server
+
+    token = tokens.create(ctx, {"role": "editor", "scope": "record", "name": "answerer"})["token"]
+    server = Server(db_url, tmp_path / "server.log")  # its port chosen, not started yet
+    daemon = start_answerer(
+        command("json"),
+        SEMULA_ANSWERER_SERVER=server.url,
+        SEMULA_ANSWERER_TOKEN=token,
+        ANSWERER_TEST_DIR=str(tmp_path),
+    )
+    wait_for(lambda: '"poll_failed"' in daemon.log(), what="the failed poll logged")
+    try:
+        server.start()
+        log = wait_for(
+            lambda: '"poll_recovered"' in (text := daemon.log()) and text,
+            timeout=90,
+            what="the server seen again",
+        )
+    finally:
+        server.stop()
+    lines = [json.loads(line) for line in log.splitlines()]
+    failed_lines = [line for line in lines if line["msg"] == "poll_failed"]
+    assert len(failed_lines) == 1, log
+    [failed] = failed_lines
+    [back] = [line for line in lines if line["msg"] == "poll_recovered"]
+    assert failed["url"] == back["url"] == f"{server.url}/api/v1/answerer/candidates"
+    assert failed["error"] == "ConnectionError" and back["failed_polls"] >= 1
+    assert token not in daemon.log()
