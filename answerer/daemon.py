@@ -21,7 +21,7 @@ from typing import Any
 
 from answerer.config import AnswererConfig
 from answerer.runners import Outcome, Runner, make_runner
-from answerer.server import Server, ServiceServer, Unavailable
+from answerer.server import Server, ServiceServer, TokenRefused, Unavailable
 from semula import metrics
 from semula.core.errors import InvalidAnswer, PendingResolved, SemulaError
 from semula.db import DatabaseError
@@ -30,11 +30,15 @@ from semula.service import DEFAULT_WORKSPACE, Context, Principal
 logger = logging.getLogger("semula.answerer")
 
 POLL_INTERVAL = 0.5
+# Failed polls in a row double the wait from POLL_INTERVAL up to this (decision 0052).
+BACKOFF_CAP = 30.0
 PAGE = 50
 # After the grace (or a second signal) children are killed; their threads then only give claims back.
 RELEASE_WAIT = 5.0
 # What a poll or a give-back may meet that a later try can get past.
 TRANSIENT = (DatabaseError, Unavailable)
+# What a give-back or a renewal may meet: the lease runs out by itself whatever it was.
+NOT_DONE = (SemulaError, TokenRefused, *TRANSIENT)
 
 
 def worker_name() -> str:
@@ -45,6 +49,11 @@ def worker_name() -> str:
 def principal(worker: str) -> Principal:
     """The daemon acts as an editor with record scope, like an agent, in the one non-hosted workspace."""
     return Principal(workspace_id=DEFAULT_WORKSPACE, role="editor", scope="record", actor=worker)
+
+
+def next_poll(interval: float, failures: int, cap: float = BACKOFF_CAP) -> float:
+    """Seconds until the next poll: the interval, doubled for each failed poll in a row, at most cap."""
+    return min(cap, interval * 2 ** min(failures, 32)) if failures else interval
 
 
 def to_payload(output: bytes) -> Any:
@@ -137,6 +146,7 @@ class Daemon:
         server: Server | None = None,
         runner: Runner | None = None,
         poll_interval: float = POLL_INTERVAL,
+        backoff_cap: float = BACKOFF_CAP,
         grace: float | None = None,
         worker: str | None = None,
         on_done: Callable[[Timing], None] | None = None,
@@ -149,6 +159,9 @@ class Daemon:
         self.config = config
         self.runner = runner or make_runner(config)
         self.poll_interval = poll_interval
+        self.backoff_cap = max(backoff_cap, poll_interval)
+        # Polls that failed in a row: the first is logged, the rest back off quietly.
+        self.failed_polls = 0
         # Children are already bounded by the timeout; the grace adds a little for answering.
         self.grace = config.timeout + 5 if grace is None else grace
         self.on_done = on_done
@@ -159,6 +172,8 @@ class Daemon:
         # Plain flags, not Events: stop() and abort() run in signal handlers.
         self._stopping = False
         self._aborted = False
+        # Set when the server refuses the token: the daemon stops, and its entry point says why.
+        self.refused: TokenRefused | None = None
 
     def stop(self) -> None:
         """Stop claiming; running calls finish within the grace. Safe in a signal handler."""
@@ -175,8 +190,13 @@ class Daemon:
         with self._lock:
             return len(self._running)
 
+    def check(self) -> None:
+        """Ask the server once, before starting: TokenRefused when it refuses the token, Unavailable
+        when it cannot be reached (the polls then keep trying, and a refusal stops them)."""
+        self.server.candidates(after=None, limit=1)
+
     def run(self) -> None:
-        """Poll and dispatch until stop(), then drain."""
+        """Poll and dispatch until stop() or a refused token, then drain."""
         logger.info(
             "started",
             extra={
@@ -192,10 +212,30 @@ class Daemon:
             try:
                 self.tick()
             except TRANSIENT as exc:
-                # The database or the server may come back: say so and look again at the next poll.
-                logger.warning("poll_failed", extra={"error": type(exc).__name__})
-            self._waker.wait(self.poll_interval)
+                self._poll_failed(exc)
+            except TokenRefused as exc:
+                self._refuse(exc)
+            else:
+                self._poll_worked()
+            self._waker.wait(next_poll(self.poll_interval, self.failed_polls, self.backoff_cap))
         self._drain()
+
+    def _poll_failed(self, exc: Exception) -> None:
+        """The database or the server may come back: say so once, then look again less and less often."""
+        if not self.failed_polls:
+            # Unavailable's text is `http:<status>` or requests' exception type, never its message (the URL).
+            error = str(exc) if isinstance(exc, Unavailable) else type(exc).__name__
+            logger.warning("poll_failed", extra=self._polled(error=error, retry_max_seconds=self.backoff_cap))
+        self.failed_polls += 1
+
+    def _poll_worked(self) -> None:
+        if self.failed_polls:
+            logger.info("poll_recovered", extra=self._polled(failed_polls=self.failed_polls))
+            self.failed_polls = 0
+
+    def _polled(self, **fields: Any) -> dict[str, Any]:
+        """A poll's log fields, with the URL polled when it is the server's (never the database's)."""
+        return {"url": self.server.poll_url, **fields} if self.server.poll_url else fields
 
     def tick(self) -> int:
         """Claim parked calls for the free slots and start them; the number started."""
@@ -224,6 +264,12 @@ class Daemon:
                 break
             after = rows[-1]["id"]
         return started
+
+    def _refuse(self, exc: TokenRefused) -> None:
+        """The token is refused (revoked while running, say): no later poll can do better, so stop."""
+        if self.refused is None:
+            self.refused = exc
+        self.stop()
 
     def _claim(self, pending_id: str) -> dict[str, Any] | None:
         try:
@@ -292,6 +338,13 @@ class Daemon:
             except PendingResolved:
                 logger.info("resolved_meanwhile", extra={"pending_id": pending_id, "attempt": attempt})
                 return "resolved", spent
+            except TokenRefused as exc:
+                logger.warning(
+                    "failed",
+                    extra={"pending_id": pending_id, "attempt": attempt, "status": f"http:{exc.status}"},
+                )
+                self._refuse(exc)
+                return "failed", spent
             except SemulaError as exc:
                 # A pinned entry, a deleted call: nothing a second run would change.
                 logger.warning(
@@ -312,13 +365,13 @@ class Daemon:
         self._release(pending_id)
         try:
             return self.server.claim(pending_id, self.worker, self.config.lease_seconds) is not None
-        except (SemulaError, *TRANSIENT):
+        except NOT_DONE:
             return False
 
     def _release(self, pending_id: str) -> None:
         try:
             self.server.release(pending_id, self.worker)
-        except (SemulaError, *TRANSIENT) as exc:
+        except NOT_DONE as exc:
             # The lease runs out by itself; nothing else to do.
             logger.warning("release_failed", extra={"pending_id": pending_id, "error": type(exc).__name__})
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
@@ -18,6 +19,7 @@ from semula.core.errors import InvalidAnswer, PendingResolved, SemulaError
 from semula.service import Context
 from semula.service import answerer as answerer_service
 from semula.service import pending as pending_service
+from semula.service.auth import TOKEN_PREFIX
 
 # Every REST call is short; a server that does not answer in this long is as good as down.
 HTTP_TIMEOUT = 30.0
@@ -27,7 +29,60 @@ class Unavailable(Exception):
     """The server could not be reached or failed (5xx); the poll or the release is tried again later."""
 
 
+class TokenRefused(Exception):
+    """The server refused the daemon's token (401: unknown, revoked, expired; 403: a role, scope or
+    project binding that may not poll): no later poll will do better, so the daemon stops.
+
+    `reason` is the server's error message, which names no secret."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+# What a refusal tells the operator to do (docs/answerer.md, decision 0042: the narrowest token that works).
+TOKEN_ADVICE = (
+    "give the daemon an editor token with record scope, not bound to a project "
+    "(semula token create --role editor --scope record --name answerer) in SEMULA_ANSWERER_TOKEN, "
+    "then restart it (docs/answerer.md)"
+)
+
+
+def public_url(url: str) -> str:
+    """The URL as logs may show it: no user, password, query or fragment."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def token_label(token: str | None) -> str:
+    """Which token, for a person who holds it: its first characters, never enough to use it.
+
+    A semula secret is `smt_` and 43 random characters (256 bits); the 4 shown leave 232 unknown.
+    Tokens have no other public name the daemon could know before the server accepts one."""
+    if not token:
+        return "SEMULA_ANSWERER_TOKEN (not set)"
+    if not token.startswith(TOKEN_PREFIX):
+        return f"SEMULA_ANSWERER_TOKEN (not a semula token: it does not start with {TOKEN_PREFIX})"
+    return f"SEMULA_ANSWERER_TOKEN ({token[: len(TOKEN_PREFIX) + 4]}…)"
+
+
+def refusal(base_url: str, token: str | None, exc: TokenRefused) -> str:
+    """The one line the daemon prints when the server refuses its token: which token, why, what to do."""
+    return (
+        f"semula-answerer: {public_url(base_url)} refuses {token_label(token)}: "
+        f"{exc.reason.rstrip('.')} (HTTP {exc.status}); {TOKEN_ADVICE}"
+    )
+
+
 class Server(Protocol):
+    # Where the daemon polls, as a log line may show it (None: the database, whose URL is a secret).
+    poll_url: str | None
+
     def candidates(self, *, after: str | None, limit: int) -> list[dict[str, Any]]: ...
     def claim(self, pending_id: str, worker: str, lease_seconds: int) -> dict[str, Any] | None: ...
     def answer(self, pending_id: str, payload: Any, summary: str) -> None: ...
@@ -36,6 +91,8 @@ class Server(Protocol):
 
 class ServiceServer:
     """The service layer on the database, as the daemon's principal (daemon.principal)."""
+
+    poll_url = None
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
@@ -62,6 +119,8 @@ def _error(response: requests.Response) -> Exception:
         message, code, param = error.get("message"), error.get("code"), error.get("param")
     except (ValueError, KeyError, TypeError, AttributeError):
         message, code, param = None, None, None
+    if response.status_code in (401, 403):
+        return TokenRefused(response.status_code, message or f"HTTP {response.status_code}")
     if code == InvalidAnswer.code:
         return InvalidAnswer(message, param=param)
     if code == PendingResolved.code:
@@ -75,6 +134,7 @@ class HttpServer:
 
     def __init__(self, base_url: str, token: str | None, timeout: float = HTTP_TIMEOUT):
         self.base_url = base_url.rstrip("/") + "/api/v1"
+        self.poll_url = public_url(self.base_url + "/answerer/candidates")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout = timeout
         self._local = threading.local()
@@ -104,7 +164,16 @@ class HttpServer:
         params: dict[str, Any] = {"limit": limit}
         if after:
             params["after"] = after
-        return self._request("GET", "/answerer/candidates", params=params).json()["data"]
+        # Anything but the candidates (a 404 or a page from something else at that URL, say) is a
+        # failed poll, logged and tried again; a refused token is not (TokenRefused).
+        try:
+            response = self._request("GET", "/answerer/candidates", params=params)
+        except SemulaError as exc:
+            raise Unavailable(f"http:{exc.status}") from None
+        try:
+            return response.json()["data"]
+        except (ValueError, KeyError, TypeError):
+            raise Unavailable(f"http:{response.status_code}:not_candidates") from None
 
     def claim(self, pending_id: str, worker: str, lease_seconds: int) -> dict[str, Any] | None:
         response = self._request(

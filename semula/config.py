@@ -96,6 +96,19 @@ def _url_password(url: str | None) -> tuple[str, ...]:
     return (password, unquote(password)) if password else ()
 
 
+def load_env_file(path: str | os.PathLike[str]) -> None:
+    """Read an environment file (read_env_file's rules) into os.environ, its values winning: what
+    `--env-file` does for `semula` and `semula-answerer`. ConfigError when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {os.fspath(path)}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"cannot read {os.fspath(path)}: it is not UTF-8 text") from None
+    os.environ.update(read_env_file(text))
+
+
 def _bool(name: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "on", "true", "yes"):
@@ -287,7 +300,3 @@ class Settings:
     def upstream_configured(self) -> bool:
         """Whether some provider key is set, so a project may turn record-through on."""
         return bool(self.upstream_key or self.anthropic_key)
-
-    @property
-    def answerer_configured(self) -> bool:
-        return bool(self.answerer_command or self.answerer_url)

@@ -3,6 +3,10 @@
 The migrations ship inside the package (package data), so an installed semula finds them wherever it
 is installed. A file named `NNNN_x.postgresql.sql` or `NNNN_x.sqlite.sql` applies to that dialect
 only. Concurrent runs are safe: each migration takes the store's migration lock and re-checks.
+
+Which migrations a process knows is fixed when this module is imported (LOADED): an upgrade replaces
+the files on disk under running processes, which must go on judging the database by the code they
+run, so a database the new code migrated is `schema_newer` to them (decision 0052).
 """
 
 from __future__ import annotations
@@ -47,6 +51,26 @@ def migration_files(dialect: str, directory: Traversable = MIGRATIONS_DIR) -> li
     return files
 
 
+def known_migrations(dialect: str, directory: Traversable = MIGRATIONS_DIR) -> tuple[str, ...]:
+    """The names of a directory's migrations for a dialect, in order, as they are on disk now."""
+    return tuple(p.name for p in migration_files(dialect, directory))
+
+
+# The migrations of the code this process runs: read once, at import (a server worker's start, a
+# command's start), never again from disk. Only the package's own directory is kept; another
+# `directory` passed below is read when asked.
+LOADED: dict[str, tuple[str, ...]] = {
+    dialect: known_migrations(dialect) for dialect in ("sqlite", "postgresql")
+}
+
+
+def loaded_migrations(dialect: str, directory: Traversable = MIGRATIONS_DIR) -> tuple[str, ...]:
+    """What this process knows: LOADED for the package's directory, else that directory as it is now."""
+    if directory is MIGRATIONS_DIR and dialect in LOADED:
+        return LOADED[dialect]
+    return known_migrations(dialect, directory)
+
+
 @dataclass(frozen=True)
 class Schema:
     """The migrations this semula knows for a dialect, and those the database records as applied."""
@@ -82,8 +106,9 @@ class Schema:
 
 
 def schema(store: Store, directory: Traversable = MIGRATIONS_DIR) -> Schema:
-    """Read which migrations the database has applied (none when it has no migrations table)."""
-    known = tuple(p.name for p in migration_files(store.dialect, directory))
+    """Which migrations this process knows (loaded_migrations) and which the database has applied
+    (none when it has no migrations table)."""
+    known = loaded_migrations(store.dialect, directory)
     row = store.one("migrations_table_exists")
     applied = tuple(r["name"] for r in store.all("list_migrations")) if row and row["n"] else ()
     return Schema(known, applied)
@@ -100,7 +125,8 @@ def migrate(store: Store, directory: Traversable = MIGRATIONS_DIR) -> list[str]:
     if problem is not None and (problem.reason == "schema_newer" or not before.known):
         raise problem
     applied = []
-    for path in migration_files(store.dialect, directory):
+    for name in before.known:
+        path = directory.joinpath(name)
         with store.migration_transaction() as tx:
             tx.run("create_migrations_table")
             if tx.one("migration_applied", name=path.name):

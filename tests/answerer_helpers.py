@@ -171,6 +171,17 @@ class AnswererProcess:
         wait_for(self._started, timeout=30, what="semula-answerer started")
         return self
 
+    def run_to_end(self, timeout: float = 60) -> int:
+        """Run it expecting it to stop by itself (a refusal): its exit status; its output is log()."""
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                return self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"semula-answerer did not stop by itself:\n{self.log()}") from None
+
     def _started(self) -> bool:
         if self.proc.poll() is not None:
             raise AssertionError(f"semula-answerer exited with {self.proc.returncode}:\n{self.log()}")

@@ -235,16 +235,10 @@ def _check_switches(ctx: Context, changes: dict[str, Any]) -> None:
                 code="upstream_not_configured",
                 param="record_through",
             )
-    if changes.get("answerer"):
-        if settings.hosted:
-            raise Forbidden("The answerer is not available in hosted mode.")
-        if not settings.answerer_configured:
-            raise Unprocessable(
-                "The server has no answerer command or URL configured (SEMULA_ANSWERER_COMMAND or "
-                "SEMULA_ANSWERER_URL)." + _where(ctx),
-                code="answerer_not_configured",
-                param="answerer",
-            )
+    # The answerer's command is the daemon's setting, in its own environment file, not the server's:
+    # the server cannot know whether a daemon runs, so it does not ask (decision 0052).
+    if changes.get("answerer") and settings.hosted:
+        raise Forbidden("The answerer is not available in hosted mode.")
 
 
 def _where(ctx: Context) -> str:

@@ -22,32 +22,55 @@ from semula.service import CLI, Context
 from semula.surfaces import cli_agent
 
 EXIT_ERROR, EXIT_USAGE = 1, 2
+# `semula serve`'s refusals that starting again cannot fix (a setting semula cannot use, a schema a
+# newer semula migrated): deploy/semula.service lists it in RestartPreventExitStatus, as the
+# answerer's unit does for the same status.
+EXIT_REFUSED = 2
 
 logger = logging.getLogger("semula.serve")
+
+
+class Refused(click.ClickException):
+    """A refusal that running the command again cannot fix; `semula serve` exits EXIT_REFUSED with it
+    (other commands exit 1, as with any error)."""
 
 
 def load_settings() -> Settings:
     try:
         return Settings.from_env()
     except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise Refused(str(exc)) from None
 
 
 @contextmanager
-def local_context() -> Iterator[Context]:
+def local_context(*, read_only: bool = False) -> Iterator[Context]:
     """A service context on the configured database, acting as the operator (`cli`).
 
     With SEMULA_OWNER_DATABASE_URL (hosted PostgreSQL) the operator works as the owner role,
     which row-level security does not bind; the server itself uses SEMULA_DATABASE_URL.
+
+    A command that changes nothing (`read_only`) neither creates nor migrates a database: it
+    refuses, naming the database it looked for, when the file does not exist or the schema does
+    not fit this semula. The others migrate first.
     """
     from semula.db import connect
-    from semula.migrate import migrate
+    from semula.migrate import SchemaMismatch, migrate, schema
 
     settings = load_settings()
-    store = connect(settings.owner_database_url or settings.database_url, pool_size=2)
+    url = settings.owner_database_url or settings.database_url
+    if read_only and url.startswith("sqlite:///") and not _sqlite_file_exists(url):
+        raise click.ClickException(f"There is no database to read. {_which_database(settings)}")
+    store = connect(url, pool_size=2)
     try:
-        migrate(store)
+        if read_only:
+            problem = schema(store).problem()
+            if problem is not None:
+                raise click.ClickException(f"{problem.message} {_which_database(settings)}")
+        else:
+            migrate(store)
         yield Context(store, settings, CLI)
+    except SchemaMismatch as exc:
+        raise Refused(f"{exc.message} {_which_database(settings)}") from None
     except NotFound as exc:
         # The commonest cause: another database than the server's (./semula.db of another directory).
         raise click.ClickException(f"{exc.message} {_which_database(settings)}") from None
@@ -57,15 +80,24 @@ def local_context() -> Iterator[Context]:
         store.close()
 
 
+def _sqlite_path(url: str) -> str:
+    """The file of a sqlite:/// URL, absolute (":memory:" as it is)."""
+    path = url.removeprefix("sqlite:").removeprefix("///")
+    return str(Path(path).resolve()) if path and path != ":memory:" else path
+
+
+def _sqlite_file_exists(url: str) -> bool:
+    path = _sqlite_path(url)
+    return path == ":memory:" or Path(path).is_file()
+
+
 def _which_database(settings: Settings) -> str:
     """Which database a command used, without credentials: a relative SQLite path is the current
     directory's, so a command run elsewhere than the server finds another, empty one."""
     url = settings.owner_database_url or settings.database_url
     if url.startswith("sqlite:"):
-        path = url.removeprefix("sqlite:").removeprefix("///")
-        where = str(Path(path).resolve()) if path and path != ":memory:" else path
         return (
-            f"(This command used the SQLite database {where}; the server's is set by its "
+            f"(This command used the SQLite database {_sqlite_path(url)}; the server's is set by its "
             "SEMULA_DATABASE_URL: run the command with the same setting, or --env-file.)"
         )
     host = url.split("@")[-1].split("?")[0]  # no user or password
@@ -89,13 +121,12 @@ def main(env_file: Path | None) -> None:
     """semula records and replays LLM API calls (OpenAI Chat Completions, Responses and embeddings,
     Anthropic Messages)."""
     if env_file is not None:
-        from semula.config import read_env_file
+        from semula.config import load_env_file
 
         try:
-            text = env_file.read_text()
-        except OSError as exc:
-            raise click.ClickException(f"cannot read {env_file}: {exc.strerror}") from None
-        os.environ.update(read_env_file(text))
+            load_env_file(env_file)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
 
 
 @main.command()
@@ -146,13 +177,17 @@ def serve(dev: bool, port: int | None, bind: str | None, workers: int | None) ->
                 f"--bind {bind} is not one. Run `semula serve` with tokens to serve elsewhere."
             )
         bind = bind or f"127.0.0.1:{port or 8080}"
-    elif port is not None and bind is None:
-        bind = f"{load_settings().bind.rsplit(':', 1)[0]}:{port}"
-    if bind:
-        os.environ["SEMULA_BIND"] = bind
     if workers:
         os.environ["SEMULA_WORKERS"] = str(workers)
-    settings = load_settings()
+    try:
+        if port is not None and bind is None:
+            bind = f"{load_settings().bind.rsplit(':', 1)[0]}:{port}"
+        if bind:
+            os.environ["SEMULA_BIND"] = bind
+        settings = load_settings()
+    except Refused as exc:
+        exc.exit_code = EXIT_REFUSED  # click prints it; the unit does not restart on it
+        raise
     from semula import logs
 
     logs.setup(settings.log_level, settings.secrets())
@@ -171,7 +206,7 @@ def serve(dev: bool, port: int | None, bind: str | None, workers: int | None) ->
     except click.ClickException as exc:
         # A refusal to start is a log line like the server's others: JSON, in the journal.
         logger.error(exc.message)
-        sys.exit(EXIT_ERROR)
+        sys.exit(EXIT_REFUSED if isinstance(exc, Refused) else EXIT_ERROR)
     prepare_metrics_dir()
     base = f"http://{settings.bind}"
     project = "default" if dev else "<project>"
@@ -381,7 +416,7 @@ def project_list() -> None:
     """List the projects."""
     from semula.service import projects
 
-    with local_context() as ctx:
+    with local_context(read_only=True) as ctx:
         for p in projects.list_projects(ctx, limit=1000)["data"]:
             click.echo(f"{p['name']}\t{p['mode']}\t{p['id']}")
 
@@ -392,7 +427,7 @@ def project_show(name: str) -> None:
     """Show project NAME and its settings."""
     from semula.service import projects
 
-    with local_context() as ctx:
+    with local_context(read_only=True) as ctx:
         emit(projects.get(ctx, name))
 
 
@@ -467,7 +502,7 @@ def workspace_list() -> None:
     """List workspaces with their quota overrides."""
     from semula.service import workspaces
 
-    with local_context() as ctx:
+    with local_context(read_only=True) as ctx:
         for w in workspaces.list_workspaces(ctx):
             state = "disabled" if w["disabled"] else "active"
             quotas = " ".join(f"{k}={w[k]}" for k in w if k.startswith("quota_") and w[k] is not None)
@@ -512,11 +547,11 @@ IN_WORKSPACE = click.option(
 
 
 @contextmanager
-def _in_workspace(workspace: str | None) -> Iterator[Context]:
+def _in_workspace(workspace: str | None, *, read_only: bool = False) -> Iterator[Context]:
     """local_context(), as the operator inside `workspace` when one is named."""
     from semula.service import workspaces
 
-    with local_context() as ctx:
+    with local_context(read_only=read_only) as ctx:
         yield workspaces.operator_in(ctx, workspace) if workspace is not None else ctx
 
 
@@ -574,7 +609,7 @@ def token_list(workspace: str | None) -> None:
     def when(ts: int | None) -> str:
         return time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(ts)) if ts is not None else "-"
 
-    with _in_workspace(workspace) as ctx:
+    with _in_workspace(workspace, read_only=True) as ctx:
         for t in tokens.list_tokens(ctx, limit=1000)["data"]:
             expired = t["expires"] is not None and t["expires"] <= time.time()
             state = "revoked" if t["revoked"] else "expired" if expired else "active"
@@ -603,7 +638,7 @@ def token_sessions(token_id: str, workspace: str | None) -> None:
     """List the dashboard sessions signed in with TOKEN_ID (never their secrets)."""
     from semula.service import sessions
 
-    with _in_workspace(workspace) as ctx:
+    with _in_workspace(workspace, read_only=True) as ctx:
         for s in sessions.list_sessions(ctx, token_id, limit=1000)["data"]:
             click.echo(f"{s['id']}\t{s['status']}\t{s['created']}\t{s['last_seen']}\t{s['ended'] or '-'}")
 

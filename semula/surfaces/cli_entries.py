@@ -53,7 +53,7 @@ def entries_command(
     """List PROJECT's entries, newest first: id, review status, pin, model, revision, prompt."""
     from semula.service import entries
 
-    with local_context() as ctx:
+    with local_context(read_only=True) as ctx:
         out = entries.list_entries(
             ctx,
             project,
@@ -95,7 +95,7 @@ def entry_show(entry_id: str) -> None:
     """Show ENTRY_ID in full with its revisions."""
     from semula.service import entries
 
-    with local_context() as ctx:
+    with local_context(read_only=True) as ctx:
         emit(entries.get(ctx, entry_id))
 
 
@@ -200,7 +200,7 @@ def answer_show(entry_id: str, seq: int) -> None:
     """Show answer SEQ of ENTRY_ID with its revisions."""
     from semula.service import entries
 
-    with local_context() as ctx:
+    with local_context(read_only=True) as ctx:
         emit(entries.get_answer(ctx, entry_id, seq))
 
 
@@ -301,14 +301,14 @@ def export_command(project: str | None, check: bool, check_file: str | None) -> 
     if check_file is not None:
         if project is not None:
             raise click.UsageError("give a PROJECT to export or --check-file, not both")
-        with click.open_file(check_file, "rb") as source, local_context() as ctx:
+        with click.open_file(check_file, "rb") as source, local_context(read_only=True) as ctx:
             _report_secrets(*bundle_format.find_secrets(source, ctx.settings.secrets()), name=check_file)
         click.echo(f"{check_file}: nothing shaped like a credential", err=True)
         return
     if project is None:
         raise click.UsageError("give the PROJECT to export (or --check-file FILE)")
     out = sys.stdout.buffer
-    with local_context() as ctx:
+    with local_context(read_only=True) as ctx:
         for piece in bundles.export_bundle(ctx, project):
             out.write(piece)
         out.flush()
@@ -403,7 +403,7 @@ def audit_command(
 
     from semula.service import audit
 
-    with local_context() as ctx:
+    with local_context(read_only=True) as ctx:
         out = audit.list_events(ctx, action=action, target=target, before=before, limit=limit)
     if as_json:
         emit(out)

@@ -3,7 +3,9 @@
 The proxy (semula/web/fastpath.py) and the Flask app both finish a request here. The line carries ids,
 names and numbers only: method, route template, project, status, outcome, duration, token id and
 (from semula.logs) the request id; never a path with ids in it, a prompt or a secret. Replay hits
-can be sampled (SEMULA_ACCESS_LOG_HITS, docs/operations.md); every other request is always logged.
+can be sampled (SEMULA_ACCESS_LOG_HITS, docs/operations.md); a successful poll of a QUIET route
+writes no line (docs/decisions/0052-quiet-answerer-and-loaded-schema.md); every other request is
+always logged. Every request is counted.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
 PROJECT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 # The share of replay hits that get a line (SEMULA_ACCESS_LOG_HITS); set by the app factory.
 HIT_SAMPLE = 1.0
+# What a daemon polls all day (the answerer, every 0.5 s: ~170,000 lines a day): a 2xx or 3xx writes
+# no line, the count in semula_requests_total stays; a refusal or a failure is logged as any request.
+QUIET = frozenset({"/api/v1/answerer/candidates"})
 
 
 def finish(
@@ -39,7 +44,8 @@ def finish(
         outcome = error_code  # the proxy's catch-all "error" says less than the code (a fixed set)
     route = req.route or "unmatched"
     metrics.count_request(surface, route, status, outcome, seconds)
-    if outcome != "hit" or logs.sampled(HIT_SAMPLE):
+    quiet = status < 400 and route in QUIET
+    if not quiet and (outcome != "hit" or logs.sampled(HIT_SAMPLE)):
         fields: dict[str, Any] = {
             "method": req.method if req.method in METHODS else "OTHER",
             "route": route,

@@ -23,6 +23,7 @@ from semula.service import audit, pending, projects, tokens
 from tests.answerer_helpers import (
     CHILD,
     NOBODY,
+    AnswererProcess,
     alive,
     answerer_project,
     command,
@@ -33,9 +34,16 @@ from tests.answerer_helpers import (
     wait_resolved,
     with_command,
 )
-from tests.helpers import wait_for
+from tests.helpers import metric_samples, metric_value, wait_for
 
 pytestmark = pytest.mark.acceptance
+
+
+def polls(server) -> float:
+    """The answerer's successful polls the server counted (semula_requests_total)."""
+    samples = metric_samples(requests.get(f"{server.url}/metrics", timeout=10).text)
+    labels = {"route": "/api/v1/answerer/candidates", "status": "200", "outcome": "ok"}
+    return metric_value(samples, "semula_requests_total", **labels)
 
 
 def pid_of(out, pending_id: str) -> int:
@@ -289,3 +297,141 @@ def test_over_http_the_child_finds_none_of_the_servers_secrets(start_server, sta
         assert token not in daemon.log()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def refused_token_line(daemon, token: str) -> str:
+    """The daemon's whole output after a refused token: one line that names the token by its first
+    characters only, never the secret, and no traceback."""
+    output = daemon.log().strip()
+    assert "\n" not in output and "Traceback" not in output and '"started"' not in output, output
+    assert token not in output
+    assert f"SEMULA_ANSWERER_TOKEN ({token[:8]}…)" in output, output
+    assert "semula token create --role editor --scope record" in output, output
+    return output
+
+
+def test_a_refused_token_stops_the_daemon_at_start_with_one_line_and_status_2(
+    start_server, ctx, db_url, tmp_path
+):
+    # RestartPreventExitStatus=2 in the unit: restarting cannot fix a token.
+    from answerer.__main__ import EXIT_CONFIG
+
+    unit = (Path(__file__).resolve().parents[2] / "deploy" / "semula-answerer.service").read_text()
+    assert f"RestartPreventExitStatus={EXIT_CONFIG}" in unit
+    server = start_server()
+    projects.create(ctx, {"name": "bound"})
+    revoked = tokens.create(ctx, {"role": "editor", "scope": "record"})
+    tokens.revoke(ctx, revoked["id"])
+    cases = {
+        "revoked": (revoked["token"], "unknown or revoked", 401),
+        "unknown": ("smt_" + "A" * 43, "unknown or revoked", 401),
+        "bound": (
+            tokens.create(ctx, {"role": "editor", "scope": "record", "project": "bound"})["token"],
+            "bound to one project",
+            403,
+        ),
+        "replay": (
+            tokens.create(ctx, {"role": "editor", "scope": "replay"})["token"],
+            "scope is replay",
+            403,
+        ),
+        "viewer": (tokens.create(ctx, {"role": "viewer", "scope": "full"})["token"], "role is viewer", 403),
+    }
+    for name, (token, why, http_status) in cases.items():
+        daemon = AnswererProcess(
+            db_url,
+            tmp_path / f"refused-{name}.log",
+            command("json"),
+            SEMULA_ANSWERER_SERVER=server.url,
+            SEMULA_ANSWERER_TOKEN=token,
+            # ANSWERER_TEST_DIR is named in SEMULA_ANSWERER_ENV but not set: the warning about it
+            # would come after the token check, so it is not printed.
+        )
+        assert daemon.run_to_end() == EXIT_CONFIG, (name, daemon.log())
+        line = refused_token_line(daemon, token)
+        assert line.startswith(f"semula-answerer: {server.url} refuses ") and why in line, (name, line)
+        assert f"(HTTP {http_status})" in line, (name, line)
+
+
+def test_a_token_revoked_while_running_stops_the_daemon_with_the_same_line(
+    start_server, start_answerer, ctx, tmp_path
+):
+    from answerer.__main__ import EXIT_CONFIG
+
+    server = start_server()
+    made = tokens.create(ctx, {"role": "editor", "scope": "record", "name": "answerer"})
+    daemon = start_answerer(
+        command("json"), SEMULA_ANSWERER_SERVER=server.url, SEMULA_ANSWERER_TOKEN=made["token"]
+    )
+    tokens.revoke(ctx, made["id"])
+    assert daemon.proc.wait(30) == EXIT_CONFIG
+    *json_lines, last = daemon.log().strip().splitlines()
+    assert "Traceback" not in daemon.log() and made["token"] not in daemon.log()
+    assert "unknown or revoked" in last and f"({made['token'][:8]}…)" in last, last
+    assert any('"msg": "stopped"' in line for line in json_lines)
+
+
+def test_the_daemon_reads_its_env_file_and_its_polls_leave_no_access_lines(
+    start_server, ctx, db_url, tmp_path
+):
+    argv = command("echo", "Bonjour")
+    server = start_server()
+    token = tokens.create(ctx, {"role": "editor", "scope": "record", "name": "answerer"})["token"]
+    answerer_project(with_command(ctx, argv))
+    out = tmp_path / "out"
+    out.mkdir()
+    env_file = tmp_path / "answerer.env"
+    env_file.write_text(
+        f"SEMULA_ANSWERER_SERVER={server.url}\nSEMULA_ANSWERER_TOKEN={token}\n"
+        f"SEMULA_ANSWERER_COMMAND={json.dumps(argv)}\nSEMULA_ANSWERER_ENV=ANSWERER_TEST_DIR\n"
+    )
+    daemon = AnswererProcess(db_url, tmp_path / "answerer.log", ANSWERER_TEST_DIR=str(out))
+    daemon.args += ["--env-file", str(env_file)]
+    # Every setting comes from the file: the environment holds none.
+    daemon.env = {k: v for k, v in daemon.env.items() if not k.startswith("SEMULA_")}
+    try:
+        daemon.start()
+        [call] = park(ctx, "shop")
+        wait_resolved(ctx, call)
+        polled = wait_for(lambda: (n := polls(server)) >= 3 and n, what="three polls")
+    finally:
+        daemon.stop()
+    assert stdin_docs(out, call)[1]["pending_id"] == call and status(ctx, call)["status"] == "answered"
+    lines = [json.loads(x) for x in server.log().splitlines() if x.startswith("{")]
+    routes = {line.get("route") for line in lines if line.get("logger") == "semula.access"}
+    # Polled (and counted) at least three times, logged never; the claim and the answer are logged.
+    assert polled >= 3 and "/api/v1/answerer/candidates" not in routes
+    assert {"/api/v1/pending/<pending_id>/claim", "/api/v1/pending/<pending_id>/answer"} <= routes
+
+
+def test_a_daemon_started_before_its_server_says_so_once_and_when_it_is_back(
+    start_answerer, ctx, db_url, tmp_path
+):
+    from tests.helpers import Server
+
+    token = tokens.create(ctx, {"role": "editor", "scope": "record", "name": "answerer"})["token"]
+    server = Server(db_url, tmp_path / "server.log")  # its port chosen, not started yet
+    daemon = start_answerer(
+        command("json"),
+        SEMULA_ANSWERER_SERVER=server.url,
+        SEMULA_ANSWERER_TOKEN=token,
+        ANSWERER_TEST_DIR=str(tmp_path),
+    )
+    wait_for(lambda: '"poll_failed"' in daemon.log(), what="the failed poll logged")
+    try:
+        server.start()
+        log = wait_for(
+            lambda: '"poll_recovered"' in (text := daemon.log()) and text,
+            timeout=90,
+            what="the server seen again",
+        )
+    finally:
+        server.stop()
+    lines = [json.loads(line) for line in log.splitlines()]
+    failed_lines = [line for line in lines if line["msg"] == "poll_failed"]
+    assert len(failed_lines) == 1, log
+    [failed] = failed_lines
+    [back] = [line for line in lines if line["msg"] == "poll_recovered"]
+    assert failed["url"] == back["url"] == f"{server.url}/api/v1/answerer/candidates"
+    assert failed["error"] == "ConnectionError" and back["failed_polls"] >= 1
+    assert token not in daemon.log()

@@ -22,7 +22,7 @@ from tests.helpers import Server
 pytestmark = pytest.mark.acceptance
 
 # positive_data_acceptance: the document cannot say everything the server checks (a normalize
-# pattern must compile, `answerer: true` needs a configured answerer); those are 400/422 by design.
+# pattern must compile, `record_through: true` needs an upstream key); those are 400/422 by design.
 # allow_header_conformance: /pending/claim also matches /pending/<id>, so Flask's automatic OPTIONS
 # lists GET there too; GET /pending/claim is a plain 404.
 EXCLUDED_CHECKS = "positive_data_acceptance,allow_header_conformance"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -118,3 +119,33 @@ def record_then_replay(url: str, token: str) -> None:
     assert switched.status_code == 200, switched.text
     assert client.chat.completions.create(**request).choices[0].message.content == "hi from the wheel"
     client.close()
+
+
+def test_a_running_server_judges_the_schema_by_the_code_it_loaded(installed, outside, empty_db_url, tmp_path):
+    # docs/operations.md's upgrade: install the newer build (pip replaces the files under the running
+    # server), migrate with it, reload. Between migrate and reload the running workers must say
+    # schema_newer: they run the old code, whatever the disk now holds.
+    semula = str(installed / "semula")
+    env = {**os.environ, "SEMULA_DATABASE_URL": empty_db_url}
+    run([semula, "migrate"], cwd=outside, env=env)
+    where = [str(installed / "python"), "-c", "import semula.migrate as m; print(m.MIGRATIONS_DIR)"]
+    newer = Path(run(where, cwd=outside).stdout.strip()) / "9999_from_a_newer_build.sql"
+    server = Server(empty_db_url, tmp_path / "server.log", semula=semula, cwd=outside).start()
+    try:
+        # The newer build's one change: a migration more, as its wheel would install it.
+        newer.write_text("CREATE TABLE semula_newer_build (id INTEGER);\n")
+        migrated = run([semula, "migrate"], cwd=outside, env=env).stdout.strip()
+        assert migrated == f"applied 1 migration(s): {newer.name}"
+        r = requests.get(server.url + "/readyz", timeout=5)
+        assert r.status_code == 503 and r.json()["reason"] == "schema_newer", r.text
+        assert newer.name in r.json()["message"]
+        # `systemctl reload`: new workers import the code now on disk, and are ready.
+        os.kill(server.proc.pid, signal.SIGHUP)
+        wait_for(
+            lambda: requests.get(server.url + "/readyz", timeout=5).status_code == 200,
+            timeout=60,
+            what="the reloaded workers ready",
+        )
+    finally:
+        newer.unlink(missing_ok=True)
+        server.stop()

@@ -229,3 +229,27 @@ def test_a_bug_on_the_proxy_path_is_a_500_in_the_apis_shape_logged_without_its_t
     [line] = [x for x in log_lines() if x["msg"] == "unhandled error"]
     assert line["exc_type"] == "KeyError" and any("in broken" in frame for frame in line["traceback"])
     assert CANARY not in json.dumps(log_lines())
+
+
+def test_the_answerers_polls_write_no_access_line_but_are_counted_and_a_refused_one_is_logged(
+    ctx, client, make_token, log_lines
+):
+    from prometheus_client import REGISTRY
+
+    def polls(status: str) -> float:
+        labels = {"route": "/api/v1/answerer/candidates", "status": status, "outcome": "ok"}
+        return REGISTRY.get_sample_value("semula_requests_total", labels) or 0.0
+
+    before = polls("200")
+    editor = make_token("editor", scope="record")
+    for _ in range(3):
+        assert client.get("/api/v1/answerer/candidates", headers=editor).status_code == 200
+    assert client.get("/api/v1/answerer/candidates").status_code == 401
+    assert client.get("/api/v1/pending", headers=editor).status_code == 200
+    lines = access(log_lines())
+    # The three polls are counted, not logged; the refused one and any other request are logged.
+    assert polls("200") == before + 3
+    assert [(x["route"], x["status"]) for x in lines] == [
+        ("/api/v1/answerer/candidates", 401),
+        ("/api/v1/pending", 200),
+    ]

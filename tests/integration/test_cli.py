@@ -62,23 +62,25 @@ def test_bad_setting_stops_with_the_variable_name(monkeypatch):
     assert result.exit_code == 1 and "SEMULA_POLL_INTERVAL" in result.output
 
 
-def test_turning_on_the_answerer_or_record_through_says_the_cli_checks_its_own_environment(
-    run, monkeypatch, tmp_path
-):
-    for name in ("SEMULA_ANSWERER_COMMAND", "SEMULA_ANSWERER_URL", "SEMULA_UPSTREAM_KEY"):
+def test_turning_on_record_through_says_the_cli_checks_its_own_environment(run, monkeypatch, tmp_path):
+    for name in (
+        "SEMULA_ANSWERER_COMMAND",
+        "SEMULA_ANSWERER_URL",
+        "SEMULA_UPSTREAM_KEY",
+        "SEMULA_ANTHROPIC_KEY",
+    ):
         monkeypatch.delenv(name, raising=False)
     run("project", "create", "shop")
-    for switch, variable in (
-        ("answerer", "SEMULA_ANSWERER_COMMAND"),
-        ("record_through", "SEMULA_UPSTREAM_KEY"),
-    ):
-        refused = run("project", "set", "shop", f"{switch}=true")
-        assert refused.exit_code == 1 and variable in refused.output, refused.output
-        assert "--env-file" in refused.output and "PATCH /api/v1/projects/NAME" in refused.output
+    refused = run("project", "set", "shop", "record_through=true")
+    assert refused.exit_code == 1 and "SEMULA_UPSTREAM_KEY" in refused.output, refused.output
+    assert "--env-file" in refused.output and "PATCH /api/v1/projects/NAME" in refused.output
     env = tmp_path / "server.env"
-    env.write_text('SEMULA_ANSWERER_COMMAND=["true"]\n')
-    turned = run("--env-file", str(env), "project", "set", "shop", "answerer=true")
-    assert turned.exit_code == 0 and json.loads(turned.output)["answerer"] is True, turned.output
+    env.write_text("SEMULA_UPSTREAM_KEY=sk-test-not-real\n")
+    turned = run("--env-file", str(env), "project", "set", "shop", "record_through=true")
+    assert turned.exit_code == 0 and json.loads(turned.output)["record_through"] is True, turned.output
+    # The answerer's command is the daemon's setting: the operator's shell needs none to switch it on.
+    answerer = run("project", "set", "shop", "answerer=true")
+    assert answerer.exit_code == 0 and json.loads(answerer.output)["answerer"] is True, answerer.output
 
 
 def test_the_operator_lists_and_revokes_a_tenants_tokens_by_workspace(run):

@@ -78,10 +78,19 @@ def test_record_through_needs_an_upstream_key(client, admin):
     assert r.status_code == 422 and r.json["error"]["code"] == "upstream_not_configured"
 
 
-def test_answerer_needs_a_command(client, admin):
+def test_the_answerer_is_switched_on_without_a_command_on_the_server(client, admin, make_token):
+    # The command is the daemon's, in its own environment file: the server's has none (decision 0052).
     client.post("/api/v1/projects", json={"name": "p"}, headers=admin)
+    editor = client.patch("/api/v1/projects/p", json={"answerer": True}, headers=make_token("editor"))
+    assert editor.status_code == 403
     r = client.patch("/api/v1/projects/p", json={"answerer": True}, headers=admin)
-    assert r.status_code == 422 and r.json["error"]["code"] == "answerer_not_configured"
+    assert r.status_code == 200 and r.json["answerer"] is True
+    [event] = [
+        e
+        for e in client.get("/api/v1/audit", headers=admin).json["data"]
+        if e["action"] == "project.answerer"
+    ]
+    assert event["target"] == "p"
 
 
 def test_a_normalize_rule_re2_cannot_run_is_refused_when_saved(client, admin):

@@ -7,14 +7,17 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from semula.db import connect
 from semula.migrate import MIGRATIONS_DIR, SchemaMismatch, migrate, migration_files, schema
-from semula.surfaces.cli import main
+from semula.surfaces.cli import EXIT_REFUSED, main
 from tests.helpers import FUTURE_MIGRATION, forget_migration, free_port
+
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def migrate_all_but(store, prefix: str, tmp_path) -> None:
@@ -92,7 +95,9 @@ def test_serve_refuses_a_newer_schema_and_starts_no_server(store, db_url, tmp_pa
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         pytest.fail("semula serve started on a database migrated by a newer semula")
-    assert proc.returncode == 1
+    # The status deploy/semula.service does not restart on: starting again cannot fix it.
+    assert proc.returncode == EXIT_REFUSED == 2
+    assert f"RestartPreventExitStatus={EXIT_REFUSED}" in (CHECKOUT / "deploy" / "semula.service").read_text()
     assert b"newer semula" in output and b"Booting worker" not in output
 
 
@@ -213,3 +218,53 @@ def test_the_call_log_loses_its_workspace_key_and_keeps_every_row(empty_db_url, 
         assert {"call_log_created_idx", "call_log_project_idx"} <= indexes and keys == []
     finally:
         store.close()
+
+
+READS = [
+    ("entries", "shop"),
+    ("entry", "show", "ent_x"),
+    ("entry", "answer", "show", "ent_x", "1"),
+    ("project", "list"),
+    ("project", "show", "shop"),
+    ("workspace", "list"),
+    ("token", "list"),
+    ("token", "sessions", "tok_x"),
+    ("audit",),
+    ("export", "shop"),
+]
+
+
+@pytest.mark.parametrize("command", READS, ids=lambda c: " ".join(c[:3]))
+def test_a_read_in_another_directory_creates_no_database_and_says_which_it_looked_for(
+    command, tmp_path, monkeypatch
+):
+    # The default SQLite URL is relative: run elsewhere than the service, it names another file.
+    monkeypatch.delenv("SEMULA_DATABASE_URL", raising=False)
+    monkeypatch.delenv("SEMULA_OWNER_DATABASE_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, list(command))
+    assert result.exit_code == 1, result.output
+    assert "There is no database to read." in result.output
+    assert f"the SQLite database {tmp_path / 'semula.db'};" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_migrates_nothing_and_says_what_to_do(empty_db_url, monkeypatch):
+    # An existing database whose schema does not fit (none at all here, PostgreSQL or SQLite) is
+    # reported, not migrated: migrating is `semula migrate`'s, or a command that writes.
+    monkeypatch.setenv("SEMULA_DATABASE_URL", empty_db_url)
+    if empty_db_url.startswith("sqlite:///"):
+        import sqlite3
+
+        sqlite3.connect(empty_db_url.removeprefix("sqlite:///")).close()  # a file with no tables
+    result = CliRunner().invoke(main, ["project", "list"])
+    assert result.exit_code == 1 and "no semula tables: run `semula migrate`" in result.output, result.output
+    assert "(This command used the " in result.output
+    store = connect(empty_db_url, pool_size=1)
+    try:
+        assert schema(store).applied == ()
+    finally:
+        store.close()
+    # A command that writes still migrates first, as before.
+    assert CliRunner().invoke(main, ["project", "create", "shop"]).exit_code == 0
+    assert CliRunner().invoke(main, ["project", "list"]).output.startswith("shop\t")

@@ -398,5 +398,96 @@ def test_help_prints_the_usage_and_arguments_are_refused(capsys):
     assert entry.main(["--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: semula-answerer") and "SEMULA_ANSWERER_SERVER" in out
+    assert "--env-file FILE" in out
     assert entry.main(["--server", "x"]) == entry.EXIT_CONFIG
-    assert "takes no arguments" in capsys.readouterr().err
+    assert "unknown argument '--server'" in capsys.readouterr().err
+    assert entry.main(["--env-file"]) == entry.EXIT_CONFIG
+    assert "--env-file needs a FILE" in capsys.readouterr().err
+
+
+def test_an_env_file_that_cannot_be_read_is_a_configuration_refusal(capsys, tmp_path):
+    missing = tmp_path / "answerer.env"
+    assert entry.main(["--env-file", str(missing)]) == entry.EXIT_CONFIG
+    assert (
+        capsys.readouterr().err.strip()
+        == f"semula-answerer: cannot read {missing}: No such file or directory"
+    )
+
+
+def test_an_env_files_settings_win_over_the_environment(monkeypatch, tmp_path):
+    # The same reader as `semula --env-file` (systemd's rules): the file's values win.
+    # Both set beforehand, so monkeypatch puts the environment back afterwards.
+    monkeypatch.setenv("SEMULA_ANSWERER_TIMEOUT", "5")
+    monkeypatch.setenv("SEMULA_ANSWERER_COMMAND", '["false"]')
+    env_file = tmp_path / "answerer.env"
+    env_file.write_text('SEMULA_ANSWERER_TIMEOUT=7\nSEMULA_ANSWERER_COMMAND=["true"]\n')
+    entry.load_env_file(env_file)
+    assert Settings.from_env().answerer_timeout == 7
+    assert Settings.from_env().answerer_command == ["true"]
+
+
+# Polling: a failed poll is logged once with where and why, then backs off to a cap
+
+
+class FlakyServer:
+    """A server whose polls fail while `down` says so; it stops the daemon after `polls` polls."""
+
+    poll_url = "http://127.0.0.1:8080/api/v1/answerer/candidates"
+
+    def __init__(self, down, polls: int):
+        self.down, self.polls, self.seen = down, polls, 0
+        self.daemon = None
+
+    def candidates(self, *, after, limit):
+        self.seen += 1
+        if self.seen >= self.polls:
+            self.daemon.stop()
+        if self.down(self.seen):
+            from answerer.server import Unavailable
+
+            raise Unavailable("http:503")
+        return []
+
+
+def test_failed_polls_log_once_back_off_to_the_cap_and_say_when_the_server_is_back(caplog, monkeypatch):
+    from answerer.daemon import Daemon
+
+    # Polls 2 to 9 fail, 10 and 11 work, 12 and 13 fail again, 14 works.
+    server = FlakyServer(lambda n: 2 <= n <= 9 or 12 <= n <= 13, polls=14)
+    daemon = Daemon(
+        None,
+        answerer_config.AnswererConfig(argv=("true",)),
+        server=server,
+        poll_interval=0.5,
+        backoff_cap=4.0,
+    )
+    server.daemon = daemon
+    waits = []
+    # The waits the daemon chose between polls, taken instead of waited: counted, not timed.
+    monkeypatch.setattr(daemon._waker, "wait", waits.append)
+    caplog.set_level("INFO", logger="semula.answerer")
+    daemon.run()
+    assert server.seen == 14
+    assert waits == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0, 0.5, 0.5, 1.0, 2.0, 0.5]
+    polls = [r for r in caplog.records if r.msg in ("poll_failed", "poll_recovered")]
+    assert [(r.msg, getattr(r, "failed_polls", None)) for r in polls] == [
+        ("poll_failed", None),
+        ("poll_recovered", 8),
+        ("poll_failed", None),
+        ("poll_recovered", 2),
+    ]
+    assert polls[0].url == server.poll_url and polls[0].error == "http:503"
+    assert polls[0].retry_max_seconds == 4.0 and polls[1].url == server.poll_url
+
+
+def test_the_url_and_the_token_a_log_line_may_show():
+    from answerer.server import public_url, token_label
+
+    assert public_url("https://user:pw@semula.internal:8443/api/v1/x?key=secret#f") == (
+        "https://semula.internal:8443/api/v1/x"
+    )
+    assert public_url("http://[::1]:8080/api") == "http://[::1]:8080/api"
+    secret = "smt_" + "Q" * 43
+    assert token_label(secret) == "SEMULA_ANSWERER_TOKEN (smt_QQQQ…)"
+    assert "sk-live" not in token_label("sk-live-123") and "not a semula token" in token_label("sk-live-123")
+    assert token_label(None) == "SEMULA_ANSWERER_TOKEN (not set)"
