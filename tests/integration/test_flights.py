@@ -18,6 +18,7 @@ from semula import dialects
 from semula.core import errors
 from semula.core.fingerprint import fingerprint
 from semula.db import connect
+from semula.parking import Parking
 from semula.service import CLI, Context, entries, flights, projects, record_through
 from tests.fake_upstream import FakeUpstream
 from tests.integration.test_upstream import CANARY
@@ -135,3 +136,34 @@ def test_ended_flights_are_pruned(hosts, shop):
     hosts[0].store.run("claim_flight", **held, holder="old", until=now - flights.PRUNE_AFTER - 1, now=now)
     assert flights.prune(hosts[0].store, now) == 1
     assert flights.prune(hosts[0].store, now) == 0
+
+
+def test_a_call_parked_on_one_host_is_released_by_an_answer_through_another(hosts, shop, store, db_url):
+    """PostgreSQL: by the resolution's notice, whatever the poll interval; SQLite: by the poll."""
+    ctx, other = hosts
+    projects.update(ctx, "shop", {"record_through": False})
+    interval = 60.0 if store.dialect == "postgresql" else 0.05
+    parking = Parking(store, interval)
+    now = time.time()
+    pending_id = "pnd_flighttest"
+    store.run(
+        "insert_pending",
+        id=pending_id,
+        workspace_id="wsp_default",
+        project_id=shop["id"],
+        fingerprint=FP,
+        model="gpt-4o",
+        request="{}",
+        stream=0,
+        now=now,
+        api="chat",
+        seq=1,
+        max_misses=10,
+    )
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(parking.hold, pending_id, 30)
+        while not parking.held:
+            time.sleep(0.01)
+        other.store.run("resolve_pending", id=pending_id, status="cancelled", entry_id=None, now=time.time())
+        assert held.result(timeout=20) == ("cancelled", None)
+    parking.close()
