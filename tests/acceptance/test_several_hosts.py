@@ -34,12 +34,17 @@ def test_six_identical_calls_split_across_two_hosts_reach_the_provider_once(
     operator = Context(ctx.store, replace(ctx.settings, upstream_key=CANARY), ctx.principal)
     projects.create(operator, {"name": "shop", "record_through": True, "upstream_max_calls": 10})
     request = {"model": "gpt-4o", "messages": [{"role": "user", "content": "the same question"}]}
-    clients = [openai_client(hosts[n % 2]) for n in range(6)]
+
+    def ask(n: int) -> str:
+        """Calls 0-5 alternate between the hosts; calls 2 and 3 stream (the same request, one flight)."""
+        client = openai_client(hosts[n % 2])
+        if n in (2, 3):
+            chunks = client.chat.completions.create(**request, stream=True)
+            return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        return client.chat.completions.create(**request).choices[0].message.content
 
     with ThreadPoolExecutor(6) as pool:
-        answers = list(
-            pool.map(lambda c: c.chat.completions.create(**request).choices[0].message.content, clients)
-        )
+        answers = list(pool.map(ask, range(6)))
 
     assert answers == ["upstream says: the same question"] * 6
     assert len(slow_provider.calls) == 1
