@@ -167,3 +167,20 @@ def test_a_call_parked_on_one_host_is_released_by_an_answer_through_another(host
         other.store.run("resolve_pending", id=pending_id, status="cancelled", entry_id=None, now=time.time())
         assert held.result(timeout=20) == ("cancelled", None)
     parking.close()
+
+
+def test_a_postgresql_flight_claim_and_end_relax_only_their_own_commit(hosts, shop, db_url):
+    if not db_url.startswith("postgresql"):
+        pytest.skip("synchronous_commit is PostgreSQL's")
+    import psycopg
+
+    from semula.db.postgres import PG_QUERIES
+
+    key = {"project_id": shop["id"], "fingerprint": FP, "seq": 1, "holder": "h"}
+    claim = {**key, "workspace_id": "wsp_default", "until": time.time() + 60, "now": time.time()}
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert conn.execute(PG_QUERIES["claim_flight"], claim).rowcount == 1
+        assert conn.execute(PG_QUERIES["claim_flight"], {**claim, "holder": "other"}).rowcount == 0
+        assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+        assert conn.execute(PG_QUERIES["end_flight"], key).rowcount == 1
+        assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
