@@ -290,8 +290,13 @@ def forward_live(
     if not leader:
         return FLIGHTS.wait(flight)
     held: flights.Flight | None = None  # the deployment's flight, once this process leads it
+    finished: list[bool] = []
 
     def finish(result: Any = None, error: BaseException | None = None) -> None:
+        """Once: an app that goes away after the entry is saved must not turn it into an error."""
+        if finished:
+            return
+        finished.append(True)
         if held is not None:
             held.end(error)
         FLIGHTS.finish(key, flight, result=result, error=error)
