@@ -6,6 +6,7 @@ Two stores on one database stand for two hosts; each call below runs as its proc
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -184,3 +185,17 @@ def test_a_postgresql_flight_claim_and_end_relax_only_their_own_commit(hosts, sh
         assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
         assert conn.execute(PG_QUERIES["end_flight"], key).rowcount == 1
         assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+
+
+def test_a_shared_error_keeps_what_the_app_sees_and_nothing_else():
+    budget = errors.UpstreamBudget("spent", param="upstream_max_calls")
+    shared = flights._shared(json.dumps(flights._shareable(budget)))
+    assert (shared.status, shared.code, shared.type, shared.message, shared.param) == (
+        429,
+        "semula_upstream_budget",
+        "rate_limit_error",
+        "spent",
+        "upstream_max_calls",
+    )
+    other = flights._shared(json.dumps(flights._shareable(KeyError(CANARY))))
+    assert (other.status, other.code) == (502, "semula_upstream_error") and CANARY not in other.message
