@@ -3,7 +3,8 @@
 `semula serve` points PROMETHEUS_MULTIPROC_DIR at a fresh directory before gunicorn starts,
 so every worker writes its samples there and /metrics sums them; without it (tests, a
 single process) the default in-process registry is used. The gauges that describe the database
-(parked calls, record-through budgets) are read from it at scrape time by `StoreCollector`.
+(parked calls, record-through budgets) are read from it at scrape time by `StoreCollector`, on one
+host of those that share the database: the holder of the `metrics` lease (decision 0057).
 
 Label values are bounded: route templates, statuses, outcomes, kinds, and project names (which the
 operator bounds); never a fingerprint, a call id or a token. Every series is in docs/operations.md.
@@ -15,6 +16,7 @@ import atexit
 import bisect
 import logging
 import os
+import socket
 import threading
 import time
 import weakref
@@ -282,13 +284,51 @@ def _database_error(kind: str) -> None:
 db.ERROR_LISTENERS.append(_database_error)
 
 
-class StoreCollector:
-    """Gauges read from the database at scrape time: one query per scrape, none per request."""
+# s the host that served the database's gauges keeps serving them without another scrape: longer
+# than any sensible scrape interval, short enough that another host takes over soon after it is gone.
+EXPORTER_LEASE = 120.0
 
-    def __init__(self, store: db.Store):
+
+def server_id() -> str:
+    """This server (a gunicorn master and its workers; or this process alone), among all of the hosts."""
+    shared = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))  # a worker of `semula serve`
+    return f"{socket.gethostname()}/{os.getppid() if shared else os.getpid()}"
+
+
+class StoreCollector:
+    """Gauges read from the database at scrape time: one query per scrape, none per request.
+
+    Several hosts on one database would each export the same values, and a sum() over them would
+    count them once per host. So only the host that holds the `metrics` lease serves them (taken at a
+    scrape when free or lapsed, renewed by each scrape of its holder), and every host says whether it
+    is that one (`semula_database_gauges_exporter`): when it is gone, another host's next scrape past
+    EXPORTER_LEASE takes over.
+    """
+
+    def __init__(self, store: db.Store, holder: str | None = None):
         self.store = store
+        self.holder = holder or server_id()
 
     def collect(self) -> Iterator[Metric]:
+        exporter = GaugeMetricFamily(
+            "semula_database_gauges_exporter",
+            "1 when this host serves the gauges read from the database (one host of those sharing it does)",
+        )
+        try:
+            at = time.time()
+            lease = dict(name="metrics", holder=self.holder, until=at + EXPORTER_LEASE, now=at)
+            serving = bool(self.store.run("take_lease", **lease))
+        except db.DatabaseError as exc:
+            logger.warning(
+                "metrics read failed", extra={"error": type(exc).__name__, "detail": exc.describe()}
+            )
+            serving = False
+        exporter.add_metric([], 1 if serving else 0)
+        yield exporter
+        if serving:
+            yield from self._gauges()
+
+    def _gauges(self) -> Iterator[Metric]:
         labels = ["workspace", "project"]
         parked = GaugeMetricFamily("semula_parked_calls", "Calls parked and not yet resolved", labels=labels)
         oldest = GaugeMetricFamily(

@@ -3,8 +3,11 @@
 Every held call waits on an Event. One background loop asks the database, once per
 SEMULA_POLL_INTERVAL, which of *all* the calls held here are no longer pending, so the
 load does not grow with the number of held calls. An answer committed in this process
-wakes its calls at once: the app's contexts carry this Parking's release as `on_resolved`. The primitives are
-threading's: under gunicorn's gevent worker they are monkey-patched into greenlets.
+wakes its calls at once: the app's contexts carry this Parking's release as `on_resolved`. On
+PostgreSQL an answer committed by any other process (another worker, another host) sends a notice
+that makes the loop ask at once rather than at its next turn (docs/decisions/0057-several-hosts.md);
+the poll stays, for notices lost or late. The primitives are threading's: under gunicorn's gevent
+worker they are monkey-patched into greenlets.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Parking:
         self._holds: dict[str, _Hold] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by a notice of a call held here: poll now
         self._thread: threading.Thread | None = None
         self.polls = 0
 
@@ -88,15 +92,25 @@ class Parking:
         metrics.POLL_SECONDS.observe(time.monotonic() - started)
         return len(rows)
 
+    def noticed(self, pending_id: str | None) -> None:
+        """A call was resolved by some process (None: some may have been while notices were lost)."""
+        if pending_id is None or pending_id in self._holds:
+            self._wake.set()
+
     def _ensure_running(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             with self._lock:
                 if self._thread is None or not self._thread.is_alive():
+                    self.store.on_notice("resolved", self.noticed)
                     self._thread = threading.Thread(target=self._run, name="semula-parking", daemon=True)
                     self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.poll_interval):
+        while not self._stop.is_set():
+            self._wake.wait(self.poll_interval)
+            self._wake.clear()  # before the poll: a notice during it makes the next one come at once
+            if self._stop.is_set():
+                return
             try:
                 self.poll_once()
             except DatabaseError as exc:
@@ -104,3 +118,4 @@ class Parking:
 
     def close(self) -> None:
         self._stop.set()
+        self._wake.set()

@@ -181,6 +181,14 @@ class Store(Protocol):
         SQLite's version() reads no database already; there it changes nothing."""
         ...
 
+    def on_notice(self, channel: str, callback: Callable[[str | None], None]) -> bool:
+        """Call `callback(payload)` at each notice on `channel`, committed by any process on the
+        database: "resolved" (a parked call was answered or cancelled; its id) or "flights" (a
+        record-through flight ended; "project fingerprint seq"); with None when notices may have been
+        missed. False where the database sends none (SQLite): there the caller polls only. A notice
+        comes after the commit by an amount nobody can bound, so a caller polls as well."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -35,6 +35,8 @@ from semula.db import (
 MIGRATION_LOCK = 0x53454D554C41
 # The channel every replay change is announced on (0020_replay_change_notices.postgresql.sql).
 CHANGES_CHANNEL = "semula_replay_changes"
+# Store.on_notice's channels (0022_upstream_flights_notices.postgresql.sql), by the name callers use.
+NOTICE_CHANNELS = {"resolved": "semula_resolved", "flights": "semula_flights"}
 RELISTEN_AFTER = 1.0  # s between a lost listening connection and the next attempt
 RELISTEN_MAX = 30.0  # s between attempts at most, doubling from RELISTEN_AFTER while they fail
 NOTICE_WAIT = 0.5  # s the listener waits for notices before it looks whether it is being stopped
@@ -362,38 +364,87 @@ class VersionReads:
                 batch.end()
 
 
-class ChangeNotices:
-    """The replay change counters a process has read, each good until a notice of a change to its
-    workspace comes (SEMULA_CHANGE_CHECK=notify; docs/decisions/0047-change-notices.md).
+class _Listener:
+    """One connection of its own that LISTENs on `channels`, in a thread (a greenlet in a gevent
+    worker). When it is lost (a database restart, `pg_terminate_backend`, an idle timeout) it listens
+    again a second later, then at doubling intervals up to RELISTEN_MAX while the attempts fail, and
+    logs the loss once, naming the error's type, never the connection string."""
 
-    One connection of its own LISTENs on CHANGES_CHANNEL, in a thread (a greenlet in a gevent
-    worker). A counter read is remembered only when no notice came, and the listening did not
-    stop, between the moment before the read began and its end: a change it missed committed after
-    the read's snapshot, so after LISTEN took effect, and its notice forgets the counter again. While
-    the connection is lost, nothing is remembered and every check reads the counter, as without
-    notices.
-    """
+    channels: tuple[str, ...] = ()
+    lost = "notices lost"  # the warning logged when the listening is lost
 
     def __init__(self, conninfo: str):
         self._conninfo = conninfo  # holds the password: never logged, never in an error text
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self.known: dict[str, int] = {}
-        self.epoch = 0  # moves with every notice, and when the listening starts or stops
-        self.listening = False
         self.backend: int | None = None  # the listening session's process id, for tests
         self._stopping = threading.Event()
         self._heard = False
-        self._thread = threading.Thread(target=self._run, name="semula-change-notices", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"semula-{type(self).__name__}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop listening (within NOTICE_WAIT) and forget every counter."""
+        """Stop listening (within NOTICE_WAIT)."""
         self._stopping.set()
         if self._thread.ident is not None:
             self._thread.join(timeout=5)
+
+    def _listening(self, listening: bool) -> None:
+        """Called when the listening starts (after LISTEN: every commit from here on is announced) and
+        when it stops."""
+
+    def _notice(self, channel: str, payload: str) -> None:
+        """Called with each notice."""
+
+    def _run(self) -> None:
+        pause, said = RELISTEN_AFTER, False  # said: the loss is logged, until the listening is back
+        while not self._stopping.is_set():
+            try:
+                self._listen()
+            except Exception as exc:  # lost (a restart, a terminated session): listen again soon
+                if self._heard:
+                    pause, said = RELISTEN_AFTER, False
+                if not said:
+                    logger.warning(self.lost, extra={"error": type(exc).__name__})
+                    said = True
+            finally:
+                self._listening(False)
+            self._stopping.wait(pause)
+            pause = min(pause * 2, RELISTEN_MAX)  # a database that stays away is tried less often
+
+    def _listen(self) -> None:
+        self._heard = False  # whether this attempt got as far as listening
+        with psycopg.connect(self._conninfo, autocommit=True) as conn:
+            for channel in self.channels:
+                conn.execute(f"LISTEN {channel}")
+            self.backend = conn.info.backend_pid
+            self._heard = True
+            self._listening(True)
+            while not self._stopping.is_set():
+                for notice in conn.notifies(timeout=NOTICE_WAIT):
+                    self._notice(notice.channel, notice.payload)
+
+
+class ChangeNotices(_Listener):
+    """The replay change counters a process has read, each good until a notice of a change to its
+    workspace comes (SEMULA_CHANGE_CHECK=notify; docs/decisions/0047-change-notices.md).
+
+    A counter read is remembered only when no notice came, and the listening did not stop, between
+    the moment before the read began and its end: a change it missed committed after the read's
+    snapshot, so after LISTEN took effect, and its notice forgets the counter again. While the
+    connection is lost, nothing is remembered and every check reads the counter, as without notices.
+    """
+
+    channels = (CHANGES_CHANNEL,)
+    lost = "replay change notices lost; kept hits read the counter until they are back"
+
+    def __init__(self, conninfo: str):
+        super().__init__(conninfo)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self.known: dict[str, int] = {}
+        self.epoch = 0  # moves with every notice, and when the listening starts or stops
+        self.listening = False
 
     def version(self, workspace_id: str, read: Callable[[], object]) -> object:
         """The workspace's counter: remembered, or read (and remembered if no notice came meanwhile).
@@ -418,6 +469,12 @@ class ChangeNotices:
         with self._changed:
             return self._changed.wait_for(lambda: self.epoch > epoch, timeout)
 
+    def _listening(self, listening: bool) -> None:
+        self._moved(listening=listening)
+
+    def _notice(self, channel: str, payload: str) -> None:
+        self._moved(workspace_id=payload)
+
     def _moved(self, *, listening: bool | None = None, workspace_id: str | None = None) -> None:
         with self._changed:
             if listening is not None:
@@ -428,35 +485,44 @@ class ChangeNotices:
             self.epoch += 1
             self._changed.notify_all()
 
-    def _run(self) -> None:
-        pause, said = RELISTEN_AFTER, False  # said: the loss is logged, until the listening is back
-        while not self._stopping.is_set():
-            try:
-                self._listen()
-            except Exception as exc:  # lost (a restart, a terminated session): listen again soon
-                if self._heard:
-                    pause, said = RELISTEN_AFTER, False
-                if not said:
-                    logger.warning(
-                        "replay change notices lost; kept hits read the counter until they are back",
-                        extra={"error": type(exc).__name__},
-                    )
-                    said = True
-            finally:
-                self._moved(listening=False)
-            self._stopping.wait(pause)
-            pause = min(pause * 2, RELISTEN_MAX)  # a database that stays away is tried less often
 
-    def _listen(self) -> None:
-        self._heard = False  # whether this attempt got as far as listening
-        with psycopg.connect(self._conninfo, autocommit=True) as conn:
-            conn.execute(f"LISTEN {CHANGES_CHANNEL}")
-            self.backend = conn.info.backend_pid
-            self._heard = True
-            self._moved(listening=True)  # after LISTEN: every commit from here on is announced
-            while not self._stopping.is_set():
-                for notice in conn.notifies(timeout=NOTICE_WAIT):
-                    self._moved(workspace_id=notice.payload)
+class Wakeups(_Listener):
+    """Notices that wake waiting calls when what they wait for is committed, by any process on the
+    database (Store.on_notice; docs/decisions/0057-several-hosts.md): a parked call resolved, a
+    record-through flight ended. Started at the first subscriber. Whoever waits also polls: a notice
+    only makes the wait shorter, and when the listening (re)starts every subscriber is woken with None,
+    since notices may have been missed meanwhile."""
+
+    channels = tuple(NOTICE_CHANNELS.values())
+    lost = "release notices lost; held calls are released by polling until they are back"
+
+    def __init__(self, conninfo: str):
+        super().__init__(conninfo)
+        self._lock = threading.Lock()
+        self._subscribers: dict[str, list[Callable[[str | None], None]]] = {}
+
+    def subscribe(self, channel: str, callback: Callable[[str | None], None]) -> None:
+        with self._lock:
+            subscribers = self._subscribers.setdefault(NOTICE_CHANNELS[channel], [])
+            if callback not in subscribers:  # each scoped view of a store subscribes the same callback
+                subscribers.append(callback)
+            if self._thread.ident is None:
+                self.start()
+
+    def _call(self, channel: str, payload: str | None) -> None:
+        for callback in list(self._subscribers.get(channel, ())):
+            try:
+                callback(payload)
+            except Exception:  # a subscriber's bug must not stop the notices of the others
+                logger.exception("a notice's subscriber failed")
+
+    def _listening(self, listening: bool) -> None:
+        if listening:
+            for channel in list(self._subscribers):
+                self._call(channel, None)
+
+    def _notice(self, channel: str, payload: str) -> None:
+        self._call(channel, payload)
 
 
 class PostgresStore:
@@ -484,6 +550,7 @@ class PostgresStore:
             raise
         self._versions = VersionReads()  # shared with the scoped views, which copy this object
         self._notices: ChangeNotices | None = None  # listen_for_changes(); shared the same way
+        self._wakeups = Wakeups(self._pool.conninfo)  # on_notice(): started at the first subscriber
 
     def listen_for_changes(self) -> None:
         """Check kept hits by notice (SEMULA_CHANGE_CHECK=notify): version() answers from the counters
@@ -493,6 +560,13 @@ class PostgresStore:
         if self._notices is None:
             self._notices = ChangeNotices(self._pool.conninfo)
             self._notices.start()
+
+    def on_notice(self, channel: str, callback: Callable[[str | None], None]) -> bool:
+        """Call `callback(payload)` at each notice on `channel` ("resolved": a parked call's id;
+        "flights": a record-through flight's "project fingerprint seq"), committed by any process on
+        the database; with None when the listening (re)starts. One listening connection per process."""
+        self._wakeups.subscribe(channel, callback)
+        return True
 
     def scoped(self, workspace_id: str) -> PostgresStore:
         """A view of this store whose every statement runs as `workspace_id` under row-level security."""
@@ -668,4 +742,5 @@ class PostgresStore:
     def close(self) -> None:
         if self._notices is not None:
             self._notices.stop()
+        self._wakeups.stop()
         self._pool.close()

@@ -14,7 +14,7 @@ import sqlite3
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -367,6 +367,10 @@ class SQLiteStore:
 
     def listen_for_changes(self) -> None:
         """Nothing to do: version() reads a header in shared memory, not the database."""
+
+    def on_notice(self, channel: str, callback: Callable[[str | None], None]) -> bool:
+        """SQLite sends no notices: the caller polls."""
+        return False
 
     def close(self) -> None:
         with self._watch_lock:

@@ -21,7 +21,7 @@ from semula import dialects, metrics
 from semula.core import recorded_meta, redact
 from semula.core.errors import InvalidAnswer, UpstreamBudget, UpstreamDryRun, UpstreamError
 from semula.dialects import Dialect, Request
-from semula.service import Context, audit, dumps, now, provider, sequences
+from semula.service import Context, audit, dumps, flights, now, provider, sequences
 from semula.service import entries as entries_service
 from semula.service import projects as projects_service
 from semula.service.auth import require
@@ -130,7 +130,18 @@ def forward(
     dialect = dialect or dialects.get(dialects.CHAT)
     stored = _stored_or_dry_run(ctx, project, fingerprint, body)
     key = _flight_key(ctx, project, fingerprint, seq)
-    return FLIGHTS.run(key, lambda: _forward_once(ctx, project, fingerprint, body, stored, dialect, seq))
+    # This process's flight, led once the deployment's is (service.flights): any other process's
+    # identical call in flight has ended by then, and its entry is found by the budget's re-check.
+    return FLIGHTS.run(
+        key,
+        lambda: flights.run(
+            ctx,
+            project["id"],
+            fingerprint,
+            seq or 1,
+            lambda: _forward_once(ctx, project, fingerprint, body, stored, dialect, seq),
+        ),
+    )
 
 
 def _budget_or_entry(
@@ -278,10 +289,23 @@ def forward_live(
     flight, leader = FLIGHTS.join(key)
     if not leader:
         return FLIGHTS.wait(flight)
+    held: flights.Flight | None = None  # the deployment's flight, once this process leads it
+    finished: list[bool] = []
+
+    def finish(result: Any = None, error: BaseException | None = None) -> None:
+        """Once: an app that goes away after the entry is saved must not turn it into an error."""
+        if finished:
+            return
+        finished.append(True)
+        if held is not None:
+            held.end(error)
+        FLIGHTS.finish(key, flight, result=result, error=error)
+
     try:
+        held = flights.lead(ctx, project["id"], fingerprint, seq or 1)
         entry = _budget_or_entry(ctx, project, fingerprint, seq)
         if entry is not None:
-            FLIGHTS.finish(key, flight, result=entry)
+            finish(result=entry)
             return entry
         try:
             stream = provider.open_stream(ctx.settings, body, project["upstream_model"], dialect)
@@ -290,9 +314,9 @@ def forward_live(
             _count(ctx, project, "error")
             raise
     except BaseException as exc:
-        FLIGHTS.finish(key, flight, error=exc)
+        finish(error=exc)
         raise
-    relay = _relay(ctx, project, fingerprint, stored, dialect, req, stream, key, flight, seq)
+    relay = _relay(ctx, project, fingerprint, stored, dialect, req, stream, finish, seq)
     return Relay(relay, list(dialect.kept_headers(stream.headers).items()))
 
 
@@ -326,8 +350,7 @@ def _relay(
     dialect: Dialect,
     req: Request,
     stream: provider.Stream,
-    key: tuple[str, ...],
-    flight: Any,
+    finish: Callable[..., None],
     seq: int | None,
 ) -> Iterator[bytes]:
     events: list[dict[str, Any]] = []
@@ -346,11 +369,11 @@ def _relay(
         response, chunks = dialect.from_stream(events)
         meta = {"headers": dialect.kept_headers(stream.headers), "gaps": stream.gaps}
         entry = _record(ctx, project, fingerprint, stored, dialect, response, chunks, meta, seq)
-        FLIGHTS.finish(key, flight, result=entry if entry["id"] else None)
+        finish(result=entry if entry["id"] else None)
         yield dialect.stream_end(req)
     except GeneratorExit:
         # The app went away: the stream is cut short, so it is not saved (and stays spent).
-        FLIGHTS.finish(key, flight, error=UpstreamError("The call that was recording this stream went away."))
+        finish(error=UpstreamError("The call that was recording this stream went away."))
         raise
     except Exception as exc:  # a broken stream: the app gets an error event, nothing is saved
         logger.warning(
@@ -363,7 +386,7 @@ def _relay(
                 f"The upstream provider's stream broke ({type(exc).__name__}); nothing was recorded."
             )
         )
-        FLIGHTS.finish(key, flight, error=error)
+        finish(error=error)
         yield dialect.stream_error(error, req)
     finally:
         stream.close(read_whole)

@@ -17,6 +17,7 @@ import threading
 import time
 
 from semula.db import DatabaseError, Store
+from semula.service import flights
 
 logger = logging.getLogger("semula.retention")
 
@@ -76,6 +77,10 @@ def start_pruner(
                 prune_call_log(store, days)
             except DatabaseError as exc:
                 logger.warning("call log pruning failed", extra={"error": type(exc).__name__})
+            try:
+                flights.prune(store)  # record-through flights ended an hour ago (service.flights)
+            except DatabaseError as exc:
+                logger.warning("flight pruning failed", extra={"error": type(exc).__name__})
             if session_days is not None:
                 try:
                     prune_session_counters(store, session_days)

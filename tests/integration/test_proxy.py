@@ -370,14 +370,16 @@ def test_answered_calls_free_their_max_misses_slots(ctx, shop, client, admin):
 
 
 def test_an_answer_over_this_apps_rest_releases_its_held_call_without_a_poll(
-    ctx, shop, store, settings, make_token
+    ctx, shop, store, settings, make_token, monkeypatch
 ):
     """The app hands its own Parking to the contexts it makes: an answer given through it wakes the
-    held call at once, even when the poll that would otherwise find it is a minute away."""
+    held call at once, even when the poll that would otherwise find it is a minute away (and without
+    the notice PostgreSQL sends, which would make the poll come at once: test_flights)."""
     from dataclasses import replace
 
     from semula.web import create_app
 
+    monkeypatch.setattr(store, "on_notice", lambda channel, callback: False)
     admin = make_token("admin")
     app = create_app(replace(settings, poll_interval=60.0), store)
     client = app.test_client()

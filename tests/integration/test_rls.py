@@ -59,6 +59,16 @@ def filled(hosted, db_url):  # noqa: F811 - the fixture imported above
             request="{}",
             now=0,
         )
+        ctx.store.run(  # a record-through call in flight (service.flights)
+            "claim_flight",
+            project_id=row["id"],
+            fingerprint="v1:flying",
+            seq=1,
+            workspace_id=ctx.principal.workspace_id,
+            holder="h",
+            until=10,
+            now=0,
+        )
         CallLog(ctx.store).record(call_row(workspace_id=ctx.principal.workspace_id, project_id=row["id"]))
         record_through.usage(ctx, "p")
         workspaces[name] = ctx.principal.workspace_id

@@ -28,6 +28,9 @@ class _NoRows:
     def all(self, name, **params):
         return []
 
+    def run(self, query, /, **params):  # the metrics lease: held
+        return 1
+
 
 def test_every_metric_is_in_the_guide():
     text = GUIDE.read_text()

@@ -59,6 +59,13 @@ RETURNING *, (SELECT name FROM projects WHERE projects.id = pending.project_id) 
 UPDATE pending SET claimed_by = NULL, claim_expires_at = NULL
 WHERE id = :id AND status = 'pending' AND claimed_by = :worker
 
+-- name: take_lease
+-- The lease `name` (migration 0023) for :holder: taken when free or lapsed, renewed when held already.
+-- A row back (a row count of 1) means :holder has it until :until.
+INSERT INTO leases (name, holder, expires_at) VALUES (:name, :holder, :until)
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE leases.holder = excluded.holder OR leases.expires_at <= :now
+
 -- name: metrics_projects
 -- The scrape's gauges (semula.metrics.StoreCollector): one row per project, read by /metrics only.
 SELECT w.name AS workspace, p.name AS project, p.record_timeout, p.upstream_max_calls, p.upstream_max_tokens,

@@ -40,3 +40,52 @@ LIMIT :limit
 
 -- name: clear_dry_runs
 DELETE FROM upstream_dry_runs WHERE project_id = :project_id
+
+-- name: claim_flight
+-- Single flight across the deployment (docs/decisions/0057-several-hosts.md): a row back means this
+-- caller leads the flight: no row was there, or its lease had ended (a holder that died, or a failed
+-- call whose waiters have had their error). Concurrent claimers meet on the primary key: one wins.
+INSERT INTO upstream_flights (project_id, fingerprint, seq, workspace_id, holder, expires_at, error)
+VALUES (:project_id, :fingerprint, :seq, :workspace_id, :holder, :until, NULL)
+ON CONFLICT (project_id, fingerprint, seq) DO UPDATE
+SET holder = excluded.holder, expires_at = excluded.expires_at, error = NULL
+WHERE upstream_flights.expires_at <= :now
+
+-- name: claim_flight.postgresql
+-- The same, committed without waiting for the WAL flush (as claim_pending.postgresql, decision 0022):
+-- a forward's claim and end were two flushes, 1.4 ms of a forward's time at the median here. A claim
+-- lost in a database crash lets a second call through; an end lost there makes the waiters wait out
+-- the lease. The entry and the budget stay synchronous.
+WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
+INSERT INTO upstream_flights (project_id, fingerprint, seq, workspace_id, holder, expires_at, error)
+SELECT :project_id, :fingerprint, :seq, :workspace_id, :holder, :until, NULL FROM relaxed
+ON CONFLICT (project_id, fingerprint, seq) DO UPDATE
+SET holder = excluded.holder, expires_at = excluded.expires_at, error = NULL
+WHERE upstream_flights.expires_at <= :now
+
+-- name: renew_flight
+UPDATE upstream_flights SET expires_at = :until
+WHERE project_id = :project_id AND fingerprint = :fingerprint AND seq = :seq AND holder = :holder
+
+-- name: end_flight
+DELETE FROM upstream_flights
+WHERE project_id = :project_id AND fingerprint = :fingerprint AND seq = :seq AND holder = :holder
+
+-- name: end_flight.postgresql
+WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
+DELETE FROM upstream_flights
+WHERE project_id = :project_id AND fingerprint = :fingerprint AND seq = :seq AND holder = :holder
+  AND EXISTS (SELECT 1 FROM relaxed)
+
+-- name: fail_flight
+-- The flight's error for its waiters; its lease ends now, so the next call after it tries again.
+UPDATE upstream_flights SET error = :error, expires_at = :now
+WHERE project_id = :project_id AND fingerprint = :fingerprint AND seq = :seq AND holder = :holder
+
+-- name: get_flight
+SELECT holder, expires_at, error FROM upstream_flights
+WHERE project_id = :project_id AND fingerprint = :fingerprint AND seq = :seq
+
+-- name: prune_flights
+-- Failed flights nobody called again, and those of a process that died: kept no longer than this.
+DELETE FROM upstream_flights WHERE expires_at < :cutoff
