@@ -170,3 +170,31 @@ def test_the_view_of_images_tool_results_and_thinking():
     assert view["tool_choice"] == {"type": "function", "function": {"name": "look"}}
     assert view["parallel_tool_calls"] is False
     assert "web_search_20250305" in view["notes"][0] and "thinking" in view["notes"][1]
+
+
+@pytest.mark.parametrize(
+    ("field", "lowest"),
+    [("max_tokens", 1), ("top_k", 0)],
+)
+def test_integer_fields_are_refused_below_their_lowest_value_and_taken_at_it(field, lowest):
+    ANTHROPIC.check({**REQUEST, field: lowest})
+    with pytest.raises(errors.BadRequest) as refused:
+        ANTHROPIC.check({**REQUEST, field: lowest - 1})
+    assert refused.value.message == f"{field}: Input should be greater than or equal to {lowest}"
+    assert refused.value.param == field
+
+
+def test_a_stream_that_carries_an_error_event_is_not_an_answer():
+    """The provider's `error` event mid-stream (overloaded, say): what came before it adds up to a
+    message, but it is not one to save."""
+    events = [
+        {"type": "message_start", "message": {"id": "msg_1", "content": [], "usage": {}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hal"}},
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    ]
+    assert assemble(events)["content"] == [{"type": "text", "text": "Hal"}]
+    with pytest.raises(ValueError, match="error event"):
+        ANTHROPIC.from_stream(events)
+    message, saved = ANTHROPIC.from_stream(events[:3])  # the same stream without it is one
+    assert message["content"] == [{"type": "text", "text": "Hal"}] and len(saved) == 3
