@@ -126,7 +126,10 @@ class Reader:
         self.closed = False
 
     def more(self) -> None:
-        chunk = self.conn.recv(65536)
+        try:
+            chunk = self.conn.recv(65536)
+        except ConnectionResetError:  # closed with our bytes unread: closed all the same
+            chunk = b""
         if not chunk:
             self.closed = True
             raise ConnectionError("closed")
