@@ -198,3 +198,30 @@ def test_a_stream_that_carries_an_error_event_is_not_an_answer():
         ANTHROPIC.from_stream(events)
     message, saved = ANTHROPIC.from_stream(events[:3])  # the same stream without it is one
     assert message["content"] == [{"type": "text", "text": "Hal"}] and len(saved) == 3
+
+
+def test_the_sdk_raises_the_error_event_semula_ends_a_broken_stream_with():
+    """The Anthropic SDK passes over an event with no name: semula's must be the API's `event: error`."""
+    import anthropic
+
+    try:
+        import httpx2 as httpx  # the HTTP client of the SDK installed here
+    except ImportError:  # an SDK that still uses httpx
+        import httpx
+
+    broken = errors.UpstreamError("The upstream provider's stream broke (ValueError); nothing was recorded.")
+    req = ANTHROPIC.check({**REQUEST, "stream": True})
+    _, started = ANTHROPIC.render(req, {"content": [{"type": "text", "text": "Hal"}]}, None, False, 0.0)
+    sent = b"".join(ANTHROPIC.sse(started[:3])) + ANTHROPIC.stream_error(broken, req)
+
+    def semula(request: httpx.Request) -> httpx.Response:  # a stream that broke after its first events
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=sent)
+
+    client = anthropic.Anthropic(
+        api_key="x",
+        base_url="http://semula.test",
+        http_client=httpx.Client(transport=httpx.MockTransport(semula)),
+    )
+    with pytest.raises(anthropic.APIStatusError, match="semula_upstream_error"):
+        for _ in client.messages.create(**REQUEST, stream=True):
+            pass
