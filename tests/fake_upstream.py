@@ -21,8 +21,9 @@ class _Server(ThreadingHTTPServer):
 
 class FakeUpstream:
     """Answers POST /v1/chat/completions, /v1/responses and /v1/messages (over TLS given a server
-    context); `mode` is ok, error (echoes the key back), invalid, redirect (307 to itself) or "hang up"
-    (answers, then closes the connection without saying so). Through a proxy, `calls` shows the
+    context); `mode` is ok, error (echoes the key back), invalid, redirect (307 to itself), "hang up"
+    (answers, then closes the connection without saying so) or "stream error" (an Anthropic stream
+    ends in an error event). Through a proxy, `calls` shows the
     absolute URL it was asked for."""
 
     def __init__(self, delay: float = 0.0, tls: ssl.SSLContext | None = None):
@@ -393,6 +394,8 @@ class FakeUpstream:
             },
             {"type": "message_stop"},
         ]
+        if self.mode == "stream error":  # the API's error event mid-stream, as when it is overloaded
+            events[-2:] = [{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}]
         data = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
         return 200, "text/event-stream", data.encode()
 

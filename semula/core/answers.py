@@ -90,6 +90,25 @@ def parse_answer(payload: Any, request: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def accept_answer(payload: Any, request: Mapping[str, Any]) -> dict[str, Any]:
+    """parse_answer, then validate_against_request, with a refusal's path named as the answer was
+    sent: for a JSON output given as the object itself, `total` rather than `content.total`."""
+    completion = parse_answer(payload, request)
+    try:
+        validate_against_request(completion, request)
+    except InvalidAnswer as exc:
+        param = exc.param or ""
+        itself = isinstance(payload, dict) and wants_json(request) and not _ANSWER_KEYS & set(payload)
+        if not itself or not (param == "content" or param.startswith(("content.", "content["))):
+            raise
+        sent = param.removeprefix("content").removeprefix(".")
+        message = exc.message
+        if message.startswith(f"{param}: "):
+            message = message[len(param) + 2 :] if not sent else f"{sent}: {message[len(param) + 2 :]}"
+        raise InvalidAnswer(message, param=sent or None) from None
+    return completion
+
+
 def check_completion(completion: Mapping[str, Any], request: Mapping[str, Any]) -> None:
     """Check a whole chat.completion as a provider (or an answerer pasting one) gave it.
 

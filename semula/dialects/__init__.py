@@ -147,8 +147,7 @@ class Dialect:
         """An answer in any accepted form, validated against the view: the response (and chunks) to store."""
         if self.pasted(payload):
             return self.accept_recorded(payload, None, request, view)
-        completion = answers.parse_answer(payload, view)
-        answers.validate_against_request(completion, view)
+        completion = answers.accept_answer(payload, view)
         return self.respond(completion, request), None
 
     def pasted(self, payload: Any) -> bool:

@@ -322,6 +322,11 @@ class AnthropicMessages(Dialect):
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         return typed_sse(events)
 
+    def stream_error(self, exc: SemulaError, req: Request) -> bytes:
+        """The API's own `error` event, which the SDK raises: an event with no name it passes over,
+        so the app would see its stream end as if whole."""
+        return next(typed_sse([self.error_body(exc)]))
+
     def upstream(self, settings: Any) -> tuple[str, str | None]:
         return settings.anthropic_url, settings.anthropic_key
 

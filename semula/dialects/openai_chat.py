@@ -108,8 +108,7 @@ class OpenAIChat(Dialect):
                 f'{{"choices": [{{"message": {{"content": "…"}}}}, …]}} with {wanted} of them',
                 param="choices",
             )
-        completion = answers.parse_answer(payload, view)
-        answers.validate_against_request(completion, view)
+        completion = answers.accept_answer(payload, view)
         return self.respond(completion, request), None
 
     def accept_recorded(self, response, chunks, request, view):

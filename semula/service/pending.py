@@ -388,5 +388,6 @@ def _worker(ctx: Context, worker: str | None) -> str:
 
 
 def _sentence(text: str) -> str:
-    """A refusal ends as a sentence before the form is added to it."""
-    return text if text.endswith((".", "!", "?", ")", ":")) else text + "."
+    """A refusal ends as a sentence before the form is added to it (one ending in a parenthesis,
+    `... (char 0)`, too)."""
+    return text if text.endswith((".", "!", "?", ":")) else text + "."

@@ -107,6 +107,10 @@ class _Direct:
             raise
 
         def done(read_whole: bool) -> None:
+            if read_whole and not response.isclosed():
+                # Python 3.11's read1() leaves a response sized by Content-Length open at its end (a
+                # stream): read() closes it, or the connection's next request is ResponseNotReady.
+                response.read()
             if read_whole and not response.will_close and len(self._idle) < KEPT_CONNECTIONS:
                 self._idle.append(conn)
             else:

@@ -610,6 +610,7 @@ def token_list(workspace: str | None) -> None:
         return time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(ts)) if ts is not None else "-"
 
     with _in_workspace(workspace, read_only=True) as ctx:
+        click.echo("ID\tROLE\tSCOPE\tPROJECT\tSTATE\tLAST USED\tEXPIRES\tNAME")
         for t in tokens.list_tokens(ctx, limit=1000)["data"]:
             expired = t["expires"] is not None and t["expires"] <= time.time()
             state = "revoked" if t["revoked"] else "expired" if expired else "active"

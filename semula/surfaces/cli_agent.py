@@ -108,7 +108,7 @@ def pending(project: str | None, status: str, limit: int, as_json: bool) -> None
     if not listing["data"]:
         click.echo("no calls" if status == "all" else f"no {status} calls")
         return
-    rows = [("ID", "PROJECT", "MODEL", "STATUS", "AGE", "CLAIMED")]
+    rows = [("ID", "PROJECT", "API", "MODEL", "STATUS", "AGE", "CLAIMED")]
     for p in listing["data"]:
         claimed = (
             f"{p['claimed_by']} ({_duration(p['claimed_until'] - time.time())} left)"
@@ -119,6 +119,7 @@ def pending(project: str | None, status: str, limit: int, as_json: bool) -> None
             (
                 p["id"],
                 p["project"] or "-",
+                p["api"],
                 p["model"] or "-",
                 p["status"],
                 _duration(time.time() - p["created"]),
@@ -158,7 +159,8 @@ def show(pending_id: str, as_json: bool, save_dir: Path | None) -> None:
 )
 @click.option("--summary", default=None, help="A note kept with the recorded entry.")
 def answer(pending_id: str, text: str | None, file: Any, json_text: str | None, summary: str | None) -> None:
-    """Answer parked call PENDING_ID with TEXT (- reads stdin), --file F, or --json JSON.
+    """Answer parked call PENDING_ID with TEXT (- reads stdin, without its last newline), --file F,
+    or --json JSON.
 
     Plain text becomes {"content": TEXT}. Tool calls need --json, for example
     '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}'; a call with a JSON
@@ -179,9 +181,14 @@ def answer(pending_id: str, text: str | None, file: Any, json_text: str | None, 
     elif file is not None:
         payload = {"content": file.read()}
     else:
-        payload = {"content": sys.stdin.read() if text == "-" else text}
+        # What a shell pipes in ends with a newline the writer did not mean as part of the answer.
+        payload = {"content": _without_last_newline(sys.stdin.read()) if text == "-" else text}
     done = call(client().answer_pending, pending_id, payload, summary=summary)
     click.echo(f"answered {done['id']}: entry {done['entry_id']}")
+
+
+def _without_last_newline(text: str) -> str:
+    return text[:-2] if text.endswith("\r\n") else text.removesuffix("\n")
 
 
 @click.command("claim")

@@ -139,9 +139,10 @@ def _call(fn: Callable[[], T]) -> T:
             "param": exc.param,
             "code": exc.code,
         }
-        where = f" (param: {exc.param})" if exc.param and exc.param not in exc.message else ""
+        # The code, then the error object on a line of its own (the SDK puts "Error executing tool
+        # NAME: " before the text): the message is said once, in the object, beside its field.
         raise ToolError(
-            f"{exc.code or 'error'}: {exc.message}{where}\n{json.dumps({'error': error})}"
+            f"{exc.code or 'error'}\n{json.dumps({'error': error}, ensure_ascii=False)}"
         ) from None
 
 

@@ -196,7 +196,7 @@ def test_a_second_rejection_leaves_the_call_parked(ctx, tmp_path):
 
 def test_a_call_another_worker_holds_is_skipped(ctx, tmp_path):
     ctx = with_command(ctx, command("echo", "mine"))
-    answerer_project(ctx)
+    answerer_project(with_command(ctx, command("echo", "x")))
     [held, free] = park(ctx, "shop", 2)
     assert pending.claim_by_id(ctx, held, "agent-1", 300)
     out = tmp_path / "out"
@@ -402,6 +402,22 @@ def test_over_http_a_held_call_is_skipped_and_a_failure_gives_the_claim_back(ctx
         wait_for(lambda: daemon.running == 0 and runs(out, failing) == [1], what="the third call tried")
     assert status(ctx, held)["claimed_by"] == "someone-else" and runs(out, held) == []
     assert parked_and_free(ctx, failing)
+
+
+def test_over_http_a_claim_the_server_answers_204_is_lost_and_an_unknown_call_is_an_error(ctx, over_http):
+    """The server says 204 for a call someone else holds or that is no longer parked (the claim is
+    lost, nothing to run) and 404 for a call it does not know: the daemon tells the two apart."""
+    from semula.core.errors import SemulaError
+
+    answerer_project(with_command(ctx, command("echo", "x")))
+    [held, free] = park(ctx, "shop", 2)
+    pending.claim_by_id(ctx, held, "someone-else", 600)
+    assert over_http.claim(held, "answerer:test", 60) is None
+    claimed = over_http.claim(free, "answerer:test", 60)
+    assert claimed["id"] == free and status(ctx, free)["claimed_by"] == "answerer:test"
+    with pytest.raises(SemulaError) as unknown:
+        over_http.claim("pnd_" + "0" * 26, "answerer:test", 60)
+    assert unknown.value.status == 404
 
 
 def test_over_http_a_server_that_is_down_is_polled_again(ctx, tmp_path, caplog):

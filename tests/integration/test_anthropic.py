@@ -291,6 +291,52 @@ def test_record_through_posts_to_anthropic_with_its_key_only(ctx, store, setting
         fake.close()
 
 
+@pytest.fixture
+def forwarding(ctx, store, settings):
+    """A project recording through to a fake Anthropic: (its client, the fake, the token's headers)."""
+    fake = FakeUpstream()
+    operator = replace(settings, anthropic_key=CANARY, anthropic_url=fake.url)
+    projects.create(Context(store, operator, ctx.principal), {"name": "shop", "record_through": True})
+    secret = tokens.create(ctx, {"role": "admin", "scope": "full"})["token"]
+    headers = {"x-api-key": secret, "anthropic-version": "2023-06-01"}
+    try:
+        yield create_app(operator, store).test_client(), fake, headers
+    finally:
+        fake.close()
+
+
+def test_a_forwarded_stream_that_ends_in_an_error_event_is_relayed_and_not_saved(ctx, forwarding):
+    client, fake, headers = forwarding
+    fake.mode = "stream error"
+    streamed = client.post(URL, json=body("Hello", stream=True), headers=headers)
+    events = typed_events(streamed.get_data(as_text=True))
+    # The provider's error event, then semula's saying nothing was recorded: the API's own event, which
+    # the SDK raises (it passes over an event with no name).
+    assert [e["type"] for e in events][-2:] == ["error", "error"]
+    assert events[-2]["error"] == {"type": "overloaded_error", "message": "Overloaded"}
+    assert events[-1]["error"]["type"] == "api_error"
+    assert events[-1]["error"]["message"].startswith("semula_upstream_error: ")
+    assert entries.list_entries(ctx, "shop")["data"] == []
+    fake.mode = "ok"  # the call is forwarded again, and this time saved
+    again = client.post(URL, json=body("Hello", stream=True), headers=headers)
+    assert "event: message_stop" in again.get_data(as_text=True) and len(fake.calls) == 2
+    assert fake.calls[1]["peer"] == fake.calls[0]["peer"]  # on the connection the stream was read whole on
+    [entry] = entries.list_entries(ctx, "shop")["data"]
+    assert entry["preview"]["answer"] == "upstream says: Hello"
+
+
+def test_a_forwarded_stream_the_app_left_is_not_saved(ctx, forwarding):
+    client, fake, headers = forwarding
+    streamed = client.post(URL, json=body("Hello", stream=True), headers=headers, buffered=False)
+    first = next(iter(streamed.response))
+    assert first.startswith(b"event: message_start")
+    streamed.close()  # the app went away after the first event
+    assert entries.list_entries(ctx, "shop")["data"] == []
+    again = client.post(URL, json=body("Hello", stream=True), headers=headers)
+    assert "event: message_stop" in again.get_data(as_text=True) and len(fake.calls) == 2
+    assert len(entries.list_entries(ctx, "shop")["data"]) == 1
+
+
 def test_the_dashboard_answers_an_anthropic_call_as_text(ctx, shop, client, key):
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(client.post, URL, json=body("Greet me", system="Be kind."), headers=key)

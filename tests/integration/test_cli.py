@@ -48,9 +48,11 @@ def test_token_create_list_revoke(run):
     assert result.exit_code == 0
     secret = result.stdout.strip()
     assert secret.startswith("smt_")
-    listing = run("token", "list").output
-    assert "editor\trecord\t-\tactive" in listing and secret not in listing
-    token_id = listing.split("\t", 1)[0]
+    header, *rows = run("token", "list").output.splitlines()
+    assert header.split("\t") == ["ID", "ROLE", "SCOPE", "PROJECT", "STATE", "LAST USED", "EXPIRES", "NAME"]
+    [row] = [row for row in rows if "\teditor\t" in row]
+    assert len(row.split("\t")) == 8 and "editor\trecord\t-\tactive" in row and secret not in row
+    token_id = row.split("\t", 1)[0]
     assert run("token", "revoke", token_id).exit_code == 0
     assert "revoked" in run("token", "list").output
     assert run("token", "revoke", token_id).exit_code == 1

@@ -36,8 +36,9 @@ def test_pending_lists_calls_for_people_and_scripts(cli, queue):
     human = cli("pending")
     assert human.exit_code == 0
     lines = human.stdout.splitlines()
-    assert lines[0].split() == ["ID", "PROJECT", "MODEL", "STATUS", "AGE", "CLAIMED"]
-    assert lines[1].startswith(queue["a1"]) and "alpha" in lines[1] and lines[1].rstrip().endswith("-")
+    assert lines[0].split() == ["ID", "PROJECT", "API", "MODEL", "STATUS", "AGE", "CLAIMED"]
+    assert lines[1].startswith(queue["a1"]) and lines[1].split()[1:3] == ["alpha", "openai.chat"]
+    assert lines[1].rstrip().endswith("-")
     listing = json.loads(cli("pending", "--project", "beta", "--json").stdout)
     assert [p["id"] for p in listing["data"]] == [queue["b1"]]
     assert cli("pending", "--status", "answered").stdout.strip() == "no answered calls"
@@ -99,6 +100,11 @@ def test_save_images_refuses_what_is_not_an_image(cli, ctx, tmp_path):
     assert "images: none" in none.stdout
 
 
+def answered_content(ctx, pending_id):
+    entry = ctx.store.one("get_entry", id=pending_service.get(ctx, pending_id)["entry_id"])
+    return json.loads(entry["response"])["choices"][0]["message"]["content"]
+
+
 def test_answer_with_text_stdin_file_and_json(cli, queue, ctx, tmp_path):
     done = cli("answer", queue["a1"], "4")
     assert done.exit_code == 0 and done.stdout.startswith(f"answered {queue['a1']}: entry ent_")
@@ -117,11 +123,13 @@ def test_answer_with_text_stdin_file_and_json(cli, queue, ctx, tmp_path):
     assert good.exit_code == 0, good.stderr
 
     c1, c2 = park(ctx, "alpha", "from stdin"), park(ctx, "alpha", "from a file")
-    assert cli("answer", c1, "-", input="typed answer").exit_code == 0
+    assert cli("answer", c1, "-", input="typed answer\n\n").exit_code == 0
     path = tmp_path / "answer.txt"
     path.write_text("file answer")
     assert cli("answer", c2, "--file", str(path), "--summary", "by hand").exit_code == 0
     assert [p["status"] for p in pending_service.list_pending(ctx, status="all")["data"]] == ["answered"] * 4
+    # What came on stdin is the answer without the one newline that ends it (a blank line stays).
+    assert answered_content(ctx, c1) == "typed answer\n"
 
 
 def test_answer_usage_errors_exit_2(cli, queue):

@@ -431,15 +431,32 @@ def test_first_sights_asked_together_get_their_own_entries_with_the_counter(ctx,
     project = projects.get_row(ctx, "shop")
     statements, in_flight = [], threading.Event()
     if store.dialect == "postgresql":  # the statement of PostgreSQL's batched lookups (store._read)
-        read = store._read
+        from semula.db import postgres
+
+        read, joined = store._read, threading.Condition()
+        waiting: list[set] = []  # the keys of each batch made (VersionReads: the lookups not sent yet)
+
+        class Joined(set):
+            def add(self, key):
+                super().add(key)
+                with joined:
+                    joined.notify_all()
+
+        class Batch(postgres._Batch):
+            def __init__(self):
+                super().__init__()
+                self.keys = Joined()
+                waiting.append(self.keys)
 
         def slow_read(name, *args, **kwargs):  # the first lookup's lasts until every other one has asked
             statements.append(name)
             if name == "entries_at_version_1" and not in_flight.is_set():
                 in_flight.set()
-                time.sleep(0.3)
+                with joined:
+                    assert joined.wait_for(lambda: len(waiting[-1]) == 6, 10), "the others did not ask"
             return read(name, *args, **kwargs)
 
+        monkeypatch.setattr(postgres, "_Batch", Batch)
         monkeypatch.setattr(store, "_read", slow_read)
     got: dict[str, tuple] = {}
 
@@ -800,6 +817,30 @@ def test_kept_hits_read_no_counter_while_the_process_listens(
     edit(other, shop)
     caught_up(listening, other)
     assert answer(client, headers) == (200, "second")
+
+
+def test_a_counter_read_that_a_notice_overtook_is_not_remembered(shop, other, listening, monkeypatch):
+    """A change that commits while the counter is being read, its notice arriving before the value
+    is remembered: that notice forgot nothing (nothing was remembered yet), so the value read must
+    not be remembered either, or every kept hit after would miss the change (decision 0047)."""
+    if listening.dialect != "postgresql":
+        pytest.skip("SQLite remembers no counter")
+    notices = listening._notices
+    read = listening._read_counter
+
+    def overtaken(keys):
+        found = read(keys)  # the counter before the change
+        epoch = notices.epoch
+        edit(other, shop)  # commits, and its notice comes before the value read is remembered
+        assert notices.wait_moved(epoch, 10), "no notice came"
+        return found
+
+    monkeypatch.setattr(listening, "_read_counter", overtaken)
+    before = listening.version(WORKSPACE)
+    monkeypatch.setattr(listening, "_read_counter", read)
+    after = other.store.version(WORKSPACE)  # read from the database: the other store does not listen
+    assert after != before
+    assert listening.version(WORKSPACE) == after
 
 
 def test_while_the_listening_is_lost_the_next_request_sees_every_change(

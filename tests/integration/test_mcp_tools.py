@@ -99,6 +99,8 @@ def test_list_claim_answer(mcp_call, queue):
     assert call["shape"]["skeleton"] == {"tool_calls": [{"name": "get_weather", "arguments": {"city": ""}}]}
     error = error_of(bad)
     assert error["code"] == "invalid_answer" and error["param"] == "tool_calls[0].arguments.city"
+    [text] = [part.text for part in bad.content]
+    assert text.count("is a required property") == text.count("Answer this call") == 1  # said once
     assert good.is_error is False and good.structured_content["status"] == "answered"
     assert empty.structured_content == {"claimed": False, "message": empty.structured_content["message"]}
 

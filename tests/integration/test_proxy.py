@@ -278,8 +278,10 @@ def test_response_format_json_schema_is_enforced(ctx, shop, client, admin):
     with pytest.raises(InvalidAnswer) as info:
         pending.answer(ctx, row["id"], {"content": '{"n": "three"}'})
     assert info.value.param == "content.n"
-    with pytest.raises(InvalidAnswer):
+    with pytest.raises(InvalidAnswer) as info:
         pending.answer(ctx, row["id"], {"content": "not json"})
+    # The parser's message ends in a parenthesis; the sentence still ends before the form.
+    assert "line 1 column 1 (char 0). Answer this call in this form: " in info.value.message
     pending.answer(ctx, row["id"], {"content": '{"n": 3}'})
     assert json.loads(future.result(10).json["choices"][0]["message"]["content"]) == {"n": 3}
 

@@ -223,7 +223,7 @@ def test_a_json_schema_call_takes_the_object_itself_and_refusals_show_the_form(c
             "currency": "",
         }
         wrong = client.post(answer_url, json={"total": "7", "currency": "EUR"}, headers=admin)
-        assert wrong.status_code == 422 and wrong.json["error"]["param"] == "content.total"
+        assert wrong.status_code == 422 and wrong.json["error"]["param"] == "total"
         assert 'Answer this call in this form: {"total": 0, "currency": ""}' in wrong.json["error"]["message"]
         right = client.post(answer_url, json={"total": 7, "currency": "EUR"}, headers=admin)
         assert right.status_code == 200, right.json

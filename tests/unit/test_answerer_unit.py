@@ -15,6 +15,7 @@ import pytest
 
 from answerer import __main__ as entry
 from answerer import config as answerer_config
+from answerer import containment
 from answerer.daemon import document, to_payload
 from answerer.runners import ChildRunner
 from answerer.signals import on_stop
@@ -339,6 +340,30 @@ def test_a_child_that_kills_its_supervisor_is_still_swept_with_what_it_left(tmp_
     assert outcome.status == "supervisor_failed"
     wait_for(lambda: not alive(child) and not alive(left), timeout=5, what="child and grandchild gone")
     assert not os.path.exists(workdir)
+
+
+def test_a_sweep_goes_on_until_no_marked_process_is_left(monkeypatch):
+    """A process forked after a pass looked at /proc is not among that pass's victims: the sweep
+    looks again, and kills again, until a look finds none (a fork bomb's children are found so)."""
+    mark = containment.new_mark()
+    env = {"PATH": os.environ["PATH"], containment.MARK: mark}
+    first, late = (subprocess.Popen(["sleep", "60"], env=env) for _ in range(2))
+    looks = []
+    processes = containment._processes
+
+    def as_if_forked_after_the_first_look():
+        looks.append(1)
+        return (p for p in processes() if len(looks) > 1 or p[0] != late.pid)
+
+    monkeypatch.setattr(containment, "_processes", as_if_forked_after_the_first_look)
+    try:
+        assert containment.sweep(mark) == 2
+        assert not alive(first.pid) and not alive(late.pid)
+        assert len(looks) >= 3  # killed one, killed the other, found none
+    finally:
+        for process in (first, late):
+            process.kill()
+            process.wait()
 
 
 # None of the server's secrets reach the child

@@ -8,6 +8,7 @@ from openai.types.chat import ChatCompletion
 
 from semula.core.answers import (
     MAX_FORM_TEXT,
+    accept_answer,
     expected_form,
     parse_answer,
     shape,
@@ -424,7 +425,7 @@ def test_a_json_output_takes_the_object_itself_as_the_answer():
         assert json.loads(message_of(completion)["content"]) == person
     with pytest.raises(InvalidAnswer) as info:
         validate_against_request(parse_answer({"name": "Ada"}, JSON_SCHEMA_REQUEST), JSON_SCHEMA_REQUEST)
-    assert info.value.param == "content.age"
+    assert info.value.param == "content.age"  # of the completion the answer is made into
     json_object = {**PLAIN_REQUEST, "response_format": {"type": "json_object"}}
     assert json.loads(message_of(parse_answer({"any": [1]}, json_object))["content"]) == {"any": [1]}
     # Without a JSON output an object is an answer form, checked strictly as before.
@@ -507,3 +508,31 @@ def test_a_whole_completion_with_usage_that_is_not_an_object_is_refused_not_repl
         check_completion(completion, PLAIN_REQUEST)
     assert refused.value.param == "usage"
     check_completion({**completion, "usage": None}, PLAIN_REQUEST)  # absent or null: estimated later
+
+
+@pytest.mark.parametrize(
+    ("payload", "param", "message"),
+    [
+        ({"name": "Ada"}, "age", "age: 'age' is a required property"),  # the object itself
+        ({"name": "Ada", "age": "old"}, "age", "age: 'old' is not of type 'integer'"),
+        ({"content": {"name": "Ada"}}, "content.age", "content.age: 'age' is a required property"),
+        ({"content": '{"name": "Ada"}'}, "content.age", "content.age: 'age' is a required property"),
+        ('{"name": "Ada"}', "content.age", "content.age: 'age' is a required property"),
+    ],
+)
+def test_a_refusal_names_the_path_as_the_answer_was_sent(payload, param, message):
+    with pytest.raises(InvalidAnswer) as info:
+        accept_answer(payload, JSON_SCHEMA_REQUEST)
+    assert (info.value.param, info.value.message) == (param, message)
+
+
+def test_a_refusal_of_the_whole_object_sent_as_itself_names_no_path():
+    closed = {"type": "object", "properties": {}, "additionalProperties": False}
+    request = {
+        **PLAIN_REQUEST,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": closed}},
+    }
+    with pytest.raises(InvalidAnswer) as info:
+        accept_answer({"a": 1, "b": 2}, request)
+    assert info.value.param is None
+    assert info.value.message == "Additional properties are not allowed ('a', 'b' unexpected)"

@@ -170,3 +170,58 @@ def test_the_view_of_images_tool_results_and_thinking():
     assert view["tool_choice"] == {"type": "function", "function": {"name": "look"}}
     assert view["parallel_tool_calls"] is False
     assert "web_search_20250305" in view["notes"][0] and "thinking" in view["notes"][1]
+
+
+@pytest.mark.parametrize(
+    ("field", "lowest"),
+    [("max_tokens", 0), ("top_k", 0)],  # max_tokens 0 warms the prompt cache (decision 0059)
+)
+def test_integer_fields_are_refused_below_their_lowest_value_and_taken_at_it(field, lowest):
+    ANTHROPIC.check({**REQUEST, field: lowest})
+    with pytest.raises(errors.BadRequest) as refused:
+        ANTHROPIC.check({**REQUEST, field: lowest - 1})
+    assert refused.value.message == f"{field}: Input should be greater than or equal to {lowest}"
+    assert refused.value.param == field
+
+
+def test_a_stream_that_carries_an_error_event_is_not_an_answer():
+    """The provider's `error` event mid-stream (overloaded, say): what came before it adds up to a
+    message, but it is not one to save."""
+    events = [
+        {"type": "message_start", "message": {"id": "msg_1", "content": [], "usage": {}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hal"}},
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    ]
+    assert assemble(events)["content"] == [{"type": "text", "text": "Hal"}]
+    with pytest.raises(ValueError, match="error event"):
+        ANTHROPIC.from_stream(events)
+    message, saved = ANTHROPIC.from_stream(events[:3])  # the same stream without it is one
+    assert message["content"] == [{"type": "text", "text": "Hal"}] and len(saved) == 3
+
+
+def test_the_sdk_raises_the_error_event_semula_ends_a_broken_stream_with():
+    """The Anthropic SDK passes over an event with no name: semula's must be the API's `event: error`."""
+    import anthropic
+
+    try:
+        import httpx2 as httpx  # the HTTP client of the SDK installed here
+    except ImportError:  # an SDK that still uses httpx
+        import httpx
+
+    broken = errors.UpstreamError("The upstream provider's stream broke (ValueError); nothing was recorded.")
+    req = ANTHROPIC.check({**REQUEST, "stream": True})
+    _, started = ANTHROPIC.render(req, {"content": [{"type": "text", "text": "Hal"}]}, None, False, 0.0)
+    sent = b"".join(ANTHROPIC.sse(started[:3])) + ANTHROPIC.stream_error(broken, req)
+
+    def semula(request: httpx.Request) -> httpx.Response:  # a stream that broke after its first events
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=sent)
+
+    client = anthropic.Anthropic(
+        api_key="x",
+        base_url="http://semula.test",
+        http_client=httpx.Client(transport=httpx.MockTransport(semula)),
+    )
+    with pytest.raises(anthropic.APIStatusError, match="semula_upstream_error"):
+        for _ in client.messages.create(**REQUEST, stream=True):
+            pass

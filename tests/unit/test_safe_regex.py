@@ -154,3 +154,11 @@ def test_refused_patterns_are_not_logged_by_re2(capfd):
     with pytest.raises(safe_regex.PatternError):
         safe_regex.compile(r"(a)\1 never logged")
     assert "never logged" not in capfd.readouterr().err
+
+
+def test_a_pattern_whose_program_would_pass_the_memory_cap_is_refused():
+    """RE2 is told to refuse a program above 8 MiB: a schema or rule cannot make a worker allocate
+    hundreds of megabytes to compile it (uncapped, this one takes ~130 MB)."""
+    safe_regex.compile(r"\pL{300}")  # a large program within the cap
+    with pytest.raises(safe_regex.PatternError, match="pattern too large"):
+        safe_regex.compile(r"\pL{1000}")

@@ -7,12 +7,14 @@ client is a greenlet beside them.
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 import gevent
 import pytest
 from gevent import socket
 from gevent.pywsgi import WSGIServer
+from gevent.server import StreamServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -114,31 +116,108 @@ def servers():
         server.stop()
 
 
-def exchange(server: WSGIServer, data: bytes) -> bytes:
-    """Send `data` on one connection and read until the server closes it or goes quiet."""
+class Reader:
+    """A connection's bytes as they come, and what has come of them (nothing is lost or skipped)."""
+
+    def __init__(self, conn: socket.socket):
+        self.conn = conn
+        self.received = b""
+        self.at = 0  # how much of it the replies read so far take
+        self.closed = False
+
+    def more(self) -> None:
+        try:
+            chunk = self.conn.recv(65536)
+        except ConnectionResetError:  # closed with our bytes unread: closed all the same
+            chunk = b""
+        if not chunk:
+            self.closed = True
+            raise ConnectionError("closed")
+        self.received += chunk
+
+    def until(self, mark: bytes) -> bytes:
+        while (end := self.received.find(mark, self.at)) == -1:
+            self.more()
+        piece, self.at = self.received[self.at : end], end + len(mark)
+        return piece
+
+    def take(self, n: int) -> None:
+        while len(self.received) < self.at + n:
+            self.more()
+        self.at += n
+
+    def to_close(self) -> None:
+        while not self.closed:
+            with contextlib.suppress(ConnectionError):
+                self.more()
+
+
+def _reply(reader: Reader) -> bool:
+    """Read one reply whole (status line, headers, the body as its headers frame it); whether the
+    connection carries on after it. A 1xx is read as a reply of its own. A reply to HEAD is read as
+    any other: pywsgi sends the body the app gives it (this app's; Flask gives none)."""
+    status_line, *lines = reader.until(b"\r\n\r\n").split(b"\r\n")
+    version, status = status_line.split(b" ", 2)[:2]
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip().lower()
+    keeps = headers.get(b"connection") != b"close" and (
+        version == b"HTTP/1.1" or headers.get(b"connection") == b"keep-alive"
+    )
+    if status.startswith(b"1") or status in (b"204", b"304"):
+        return keeps
+    if headers.get(b"transfer-encoding") == b"chunked":
+        while size := int(reader.until(b"\r\n").split(b";")[0], 16):
+            reader.take(size)
+            assert reader.until(b"\r\n") == b"", "a chunk longer than its size"
+        while reader.until(b"\r\n"):  # trailers, up to the blank line
+            pass
+    elif b"content-length" in headers:
+        reader.take(int(headers[b"content-length"]))
+    else:  # framed by the close of the connection
+        reader.to_close()
+        reader.at = len(reader.received)
+        return False
+    return keeps
+
+
+def exchange(server: StreamServer, data: bytes, replies: int | None = None) -> bytes:
+    """Send `data` on one connection and read the replies whole: `replies` of them (a 1xx not
+    counted), or every one until the server closes the connection. Fails, rather than return what
+    came, when no reply comes, when one is cut short, when bytes follow the last, or after 10 s."""
     conn = socket.create_connection(("127.0.0.1", server.server_port))
+    reader, whole = Reader(conn), 0
     try:
         conn.sendall(data)
-        received = b""
-        while True:
-            try:
-                with gevent.Timeout(0.3):
-                    chunk = conn.recv(65536)
-            except gevent.Timeout:
-                break
-            if not chunk:
-                break
-            received += chunk
-        return received
+        with gevent.Timeout(10, AssertionError("the replies did not come whole within 10 s")):
+            while replies is None or whole < replies:
+                if reader.at == len(reader.received):
+                    try:
+                        reader.more()
+                    except ConnectionError:
+                        break  # closed between replies
+                start = reader.at
+                try:
+                    keeps = _reply(reader)
+                except ConnectionError:
+                    raise AssertionError(f"a reply cut short: {reader.received[start:]!r}") from None
+                whole += reader.received[start + 9 : start + 10] != b"1"
+                if not keeps:
+                    reader.to_close()
+                    break
+        assert whole, f"no reply: {reader.received!r}"
+        assert reader.at == len(reader.received), f"bytes after the replies: {reader.received[reader.at :]!r}"
+        return reader.received
     finally:
         conn.close()
 
 
-def both(servers, data: bytes) -> tuple[bytes, bytes, list, list]:
+def both(servers, data: bytes, replies: int | None = None) -> tuple[bytes, bytes, list, list]:
     answers, seen = [], []
     for cls in (Lean, Pywsgi):
         SEEN.clear()
-        answers.append(DATE.sub(b"Date: -\r\n", exchange(servers[cls], data)))
+        answers.append(DATE.sub(b"Date: -\r\n", exchange(servers[cls], data, replies)))
         seen.append(list(SEEN))
     return answers[0], answers[1], seen[0], seen[1]
 
@@ -185,7 +264,7 @@ def test_each_way_of_answering_is_served_by_the_lean_path(servers, how, monkeypa
     lean = Lean.lean
     monkeypatch.setattr(Lean, "lean", lambda self: taken.append(lean(self)) or taken[-1])
     request = f"POST /v1/{how} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{{}}".encode()
-    a, b, _, _ = both(servers, request)
+    a, b, _, _ = both(servers, request, replies=1)
     assert a == b and a.startswith(b"HTTP/1.1 ")
     assert taken[0] in (True, False)
 
@@ -211,7 +290,7 @@ def test_what_the_lean_path_does_not_take_goes_to_pywsgi_unread(servers, request
     taken = []
     lean = Lean.lean
     monkeypatch.setattr(Lean, "lean", lambda self: taken.append(lean(self)) or taken[-1])
-    a, b, _, _ = both(servers, request_bytes)
+    a, b, _, _ = both(servers, request_bytes, replies=1)
     assert a == b and a.startswith(b"HTTP/1.")
     assert taken[0] is None
 
@@ -263,7 +342,7 @@ def test_a_lean_connection_idle_past_keepalive_is_closed(servers):
 
 
 def test_an_app_failure_is_logged_by_the_lean_path(servers, caplog):
-    exchange(servers[Lean], b"GET /p/raises HTTP/1.1\r\n\r\n")
+    exchange(servers[Lean], b"GET /p/raises HTTP/1.1\r\n\r\n", replies=1)
     assert [r.message for r in caplog.records if r.name == "semula.worker"] == ["the app failed"]
 
 
@@ -288,4 +367,30 @@ def test_a_stopping_worker_closes_its_idle_lean_connections_within_a_sweep():
             assert conn.recv(65536) == b""
     finally:
         conn.close()
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("sent", "says"),
+    [
+        (b"", "no reply"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nabc", "a reply cut short"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", "a reply cut short"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: close\r\n\r\nab", "bytes after the replies"),
+    ],
+)
+def test_the_exchange_fails_on_a_reply_that_is_not_whole(sent, says):
+    """What the comparisons above rest on: an empty or broken reply is no answer to compare."""
+
+    def reply_and_close(conn, address):
+        conn.recv(65536)
+        conn.sendall(sent)
+        conn.close()
+
+    server = StreamServer(("127.0.0.1", 0), reply_and_close)
+    server.start()
+    try:
+        with pytest.raises(AssertionError, match=says):
+            exchange(server, b"GET /p/list HTTP/1.1\r\n\r\n", 1)
+    finally:
         server.stop()
