@@ -180,6 +180,7 @@ SERVICE_CALLS = {
     "projects.get": lambda a, o: projects.get(a, o["project"]),
     "projects.get_row": lambda a, o: projects.get_row(a, o["project"]),
     "projects.update": lambda a, o: projects.update(a, o["project"], {"max_misses": 3}),
+    "projects.refingerprint": lambda a, o: projects.refingerprint(a, o["project"]),
     "tokens.revoke": lambda a, o: tokens.revoke(a, o["token"]),
     "sessions.list_sessions": lambda a, o: sessions.list_sessions(a, o["token"]),
     "sessions.end": lambda a, o: sessions.end(a, o["token"], o["session"]),
@@ -246,6 +247,7 @@ NO_OBJECT = {
     "replay.input_items",
     "entries.save",
     "entries.append",
+    "entries.stored_answer",  # pure: an answer with the server's secrets taken out, before save()
     "entries.decode",
     "entries.meta",
     "entries.parsed_meta",
