@@ -125,3 +125,25 @@ def test_malformed_framing_is_a_400_and_nothing_is_smuggled(start_server, token)
     assert answer.count(b"HTTP/1.1 ") == 1 and b'"code":"invalid_body"' in answer, answer
     server.stop()
     assert "Traceback" not in server.log()
+
+
+def test_heads_nginx_refuses_get_their_status_and_never_a_reset(start_server):
+    """Through the real worker: each refused form gets its status (raw_exchange raises on a reset),
+    even when the client has sent far more than was read (a 100 KB target, a 1 MB header)."""
+    server = start_server()
+    for request, status in (
+        (b"GET /healthz HTTP/1.1\r\n\r\n", 400),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n", 400),
+        (b"get /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (b"GET\t/healthz HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-A: 1\r\n" * 5000 + b"\r\n", 431),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 1_000_000 + b"\r\n\r\n", 431),
+    ):
+        answer = raw_exchange(server.url, request)
+        assert answer.startswith(b"HTTP/1.1 %d " % status), (request[:60], answer[:200])
+        assert answer.count(b"\r\n\r\n") == 1, answer
+    assert raw_exchange(server.url, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 ")
+    server.stop()
+    assert "Traceback" not in server.log()

@@ -115,20 +115,15 @@ def servers():
 
 
 def exchange(server: WSGIServer, data: bytes) -> bytes:
-    """Send `data` on one connection and read until the server closes it or goes quiet."""
+    """Send `data` on one connection and read until the server closes it, which every exchange here
+    asks for (a last request with `Connection: close`, or one it refuses): silence is no reply."""
     conn = socket.create_connection(("127.0.0.1", server.server_port))
     try:
         conn.sendall(data)
         received = b""
-        while True:
-            try:
-                with gevent.Timeout(0.3):
-                    chunk = conn.recv(65536)
-            except gevent.Timeout:
-                break
-            if not chunk:
-                break
-            received += chunk
+        with gevent.Timeout(10, AssertionError(f"the server did not end the exchange: {received[:300]!r}")):
+            while chunk := conn.recv(65536):
+                received += chunk
         return received
     finally:
         conn.close()
@@ -143,9 +138,7 @@ def both(servers, data: bytes) -> tuple[bytes, bytes, list, list]:
     return answers[0], answers[1], seen[0], seen[1]
 
 
-HEADER_NAMES = st.sampled_from(
-    ["Host", "X-Semula-Project", "Accept", "User-Agent", "X-Thing", "Cookie", "x_under"]
-)
+HEADER_NAMES = st.sampled_from(["X-Semula-Project", "Accept", "User-Agent", "X-Thing", "Cookie", "x_under"])
 HEADER_VALUES = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=12)
 
 
@@ -158,6 +151,7 @@ def requests(draw) -> bytes:
     lines = [f"{method} {path}{how}{query} HTTP/1.1"]
     for name, value in draw(st.lists(st.tuples(HEADER_NAMES, HEADER_VALUES), max_size=5)):
         lines.append(f"{name}: {value}")
+    lines.insert(draw(st.integers(1, len(lines))), "Host: x")
     body = draw(st.binary(max_size=40))
     if body or draw(st.booleans()):
         lines.append(f"Content-Length: {len(body)}")
@@ -172,10 +166,84 @@ def requests(draw) -> bytes:
 @given(st.lists(requests(), min_size=1, max_size=3))
 def test_the_lean_path_answers_what_pywsgi_answers(servers, sequence):
     """Pipelined on one connection: the same bytes back, the app given the same environ."""
-    last = b"GET /p/list HTTP/1.1\r\nConnection: close\r\n\r\n"  # so that the server ends the exchange
-    lean, pywsgi, lean_seen, pywsgi_seen = both(servers, b"".join(sequence) + last)
+    lean, pywsgi, lean_seen, pywsgi_seen = both(servers, b"".join(sequence) + LAST)
+    assert lean == pywsgi and lean.startswith(b"HTTP/1.1 ") and b" 400 Bad Request" not in lean
+    assert lean_seen == pywsgi_seen
+
+
+LAST = b"GET /p/list HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"  # the server ends the exchange
+# Header values as clients send them, and as they should not: spaces and tabs around, control bytes,
+# bytes past ASCII (latin-1 on the wire), UTF-8.
+ODD_VALUES = st.text(
+    alphabet=st.sampled_from(
+        [
+            " ",
+            "\t",
+            "a",
+            "1",
+            ",",
+            "\x00",
+            "\x01",
+            "\x0b",
+            "\x1f",
+            "\x7f",
+            "\x80",
+            "\x85",
+            "\xa0",
+            "\xff",
+            "é",
+        ]
+    ),
+    max_size=6,
+)
+FRAMING_NAMES = st.sampled_from(
+    ["Content-Length", "content-length", "CONTENT-LENGTH", "cOnTeNt-LeNgTh", "Content-Type", "content-TYPE"]
+)
+
+
+@st.composite
+def odd_requests(draw) -> bytes:
+    """A request whose header values are odd in one of these ways, some of its framing headers in
+    mixed case with odd spaces, a body of the length it says (or, when its length is not a number,
+    of any length)."""
+    method = draw(st.sampled_from(["GET", "POST", "HEAD"]))
+    lines = [f"{method} /p/list HTTP/1.1"]
+    for name in draw(st.lists(st.sampled_from(["X-Odd", "x-odd", "Accept", "Cookie"]), max_size=3)):
+        lines.append(f"{name}:{draw(ODD_VALUES)}")
+    body = draw(st.binary(max_size=8))
+    for name in draw(st.lists(FRAMING_NAMES, max_size=2)):
+        before = draw(st.sampled_from(["", " ", "  ", "\t"]))
+        value = str(len(body)) if "length" in name.lower() else "application/json"
+        lines.append(f"{name}:{before}{value}{draw(ODD_VALUES)}")
+    lines.insert(draw(st.integers(1, len(lines))), "Host: x")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(odd_requests())
+def test_odd_bytes_and_framing_get_the_same_reply_on_both_paths(servers, request_bytes):
+    """Whitespace, control bytes, bytes >= 0x80 and mixed-case framing headers: both paths reply (a
+    status line arrives and the server ends the exchange), with the same bytes, and the app sees the
+    same environ; a request with a control byte in a value is refused with a 400 by both."""
+    lean, pywsgi, lean_seen, pywsgi_seen = both(servers, request_bytes + LAST)
+    assert lean.startswith(b"HTTP/1.1 ") and pywsgi.startswith(b"HTTP/1.1 ")
     assert lean == pywsgi
     assert lean_seen == pywsgi_seen
+    head = request_bytes.split(b"\r\n\r\n", 1)[0].replace(b"\r\n", b"")
+    if worker.CONTROL.search(head.decode("latin-1")):
+        assert lean.startswith(b"HTTP/1.1 400 ") and lean_seen == []
+    for seen in lean_seen:  # a value reaches the app without the spaces and tabs around it, only those
+        for key in ("CONTENT_LENGTH", "CONTENT_TYPE", "HTTP_X_ODD"):
+            assert key not in seen or seen[key] == seen[key].strip(" \t")
+
+
+def test_a_content_length_with_spaces_reaches_the_app_as_its_digits_on_both_paths(servers):
+    """`Content-Length:  2 ` was '2' on the lean path and '2 ' on pywsgi's."""
+    request = b"POST /p/list HTTP/1.1\r\nHost: x\r\nContent-Length:  2 \r\nX-A: \xa0b\xa0\r\n\r\n{}" + LAST
+    lean, pywsgi, lean_seen, pywsgi_seen = both(servers, request)
+    assert lean == pywsgi and lean_seen == pywsgi_seen
+    assert lean_seen[0]["CONTENT_LENGTH"] == "2" and lean_seen[0]["body"] == b"{}"
+    assert lean_seen[0]["HTTP_X_A"] == "\xa0b\xa0"  # latin-1 text, only spaces and tabs stripped
 
 
 @pytest.mark.parametrize("how", HOWS)
@@ -185,7 +253,7 @@ def test_each_way_of_answering_is_served_by_the_lean_path(servers, how, monkeypa
     lean = Lean.lean
     monkeypatch.setattr(Lean, "lean", lambda self: taken.append(lean(self)) or taken[-1])
     request = f"POST /v1/{how} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{{}}".encode()
-    a, b, _, _ = both(servers, request)
+    a, b, _, _ = both(servers, request + LAST)
     assert a == b and a.startswith(b"HTTP/1.1 ")
     assert taken[0] in (True, False)
 
@@ -195,14 +263,14 @@ def test_each_way_of_answering_is_served_by_the_lean_path(servers, how, monkeypa
     [
         b"HEAD /p/list HTTP/1.1\r\nHost: x\r\n\r\n",
         b"GET /p/list HTTP/1.0\r\n\r\n",
-        b"POST /p/list HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
-        b"POST /p/list HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}",
-        b"POST /p/list HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
-        b"POST /p/list HTTP/1.1\r\nContent-Length: 1_0\r\n\r\n{}",
-        b"GET http://x/p/list HTTP/1.1\r\n\r\n",
-        b"GET /p/list HTTP/1.1\r\nFolded: a\r\n b\r\n\r\n",
+        b"POST /p/list HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        b"POST /p/list HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /p/list HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /p/list HTTP/1.1\r\nHost: x\r\nContent-Length: 1_0\r\n\r\n{}",
+        b"GET http://x/p/list HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /p/list HTTP/1.1\r\nHost: x\r\nFolded: a\r\n b\r\n\r\n",
         b"GET /p/list HTTP/1.1\nHost: x\n\n",
-        b"GET  /p/list HTTP/1.1\r\n\r\n",
+        b"GET  /p/list HTTP/1.1\r\nHost: x\r\n\r\n",
     ],
 )
 def test_what_the_lean_path_does_not_take_goes_to_pywsgi_unread(servers, request_bytes, monkeypatch):
@@ -211,7 +279,7 @@ def test_what_the_lean_path_does_not_take_goes_to_pywsgi_unread(servers, request
     taken = []
     lean = Lean.lean
     monkeypatch.setattr(Lean, "lean", lambda self: taken.append(lean(self)) or taken[-1])
-    a, b, _, _ = both(servers, request_bytes)
+    a, b, _, _ = both(servers, request_bytes + LAST)
     assert a == b and a.startswith(b"HTTP/1.")
     assert taken[0] is None
 
@@ -228,7 +296,7 @@ def test_a_header_line_that_is_not_a_header_is_refused_on_both_paths(servers, he
     """A proxy in front that reads such a line as a header frames the body otherwise than a server
     that drops it (request smuggling): the request gets a 400 and its connection closes, and the app
     sees neither it nor the request hidden in its body."""
-    a, b, seen_a, seen_b = both(servers, head + b"\r\nhelloGET /p/list HTTP/1.1\r\n\r\n")
+    a, b, seen_a, seen_b = both(servers, head + b"\r\nhelloGET /p/list HTTP/1.1\r\nHost: x\r\n\r\n")
     assert a == b and a.startswith(b"HTTP/1.1 400 ") and a.count(b"HTTP/1.1") == 1
     assert seen_a == seen_b == []
 
@@ -239,7 +307,7 @@ def test_a_request_in_pieces_is_read_whole(servers):
         SEEN.clear()
         conn = socket.create_connection(("127.0.0.1", servers[cls].server_port))
         try:
-            conn.sendall(b"POST /p/list HTTP/1.1\r\nContent-")
+            conn.sendall(b"POST /p/list HTTP/1.1\r\nHost: x\r\nContent-")
             gevent.sleep(0.05)
             conn.sendall(b"Length: 6\r\n\r\nabc")
             gevent.sleep(0.05)
@@ -254,7 +322,7 @@ def test_a_request_in_pieces_is_read_whole(servers):
 def test_a_lean_connection_idle_past_keepalive_is_closed(servers):
     conn = socket.create_connection(("127.0.0.1", servers[Lean].server_port))
     try:
-        conn.sendall(b"GET /p/list HTTP/1.1\r\n\r\n")
+        conn.sendall(b"GET /p/list HTTP/1.1\r\nHost: x\r\n\r\n")
         with gevent.Timeout(5):
             assert conn.recv(65536).startswith(b"HTTP/1.1 200 OK")
             assert conn.recv(65536) == b""  # closed after keep-alive's 2 s
@@ -263,7 +331,7 @@ def test_a_lean_connection_idle_past_keepalive_is_closed(servers):
 
 
 def test_an_app_failure_is_logged_by_the_lean_path(servers, caplog):
-    exchange(servers[Lean], b"GET /p/raises HTTP/1.1\r\n\r\n")
+    exchange(servers[Lean], b"GET /p/raises HTTP/1.1\r\nHost: x\r\n\r\n")
     assert [r.message for r in caplog.records if r.name == "semula.worker"] == ["the app failed"]
 
 
@@ -280,7 +348,7 @@ def test_a_stopping_worker_closes_its_idle_lean_connections_within_a_sweep():
     server.start()
     conn = socket.create_connection(("127.0.0.1", server.server_port))
     try:
-        conn.sendall(b"GET /p/list HTTP/1.1\r\n\r\n")
+        conn.sendall(b"GET /p/list HTTP/1.1\r\nHost: x\r\n\r\n")
         with gevent.Timeout(5):
             assert conn.recv(65536).startswith(b"HTTP/1.1 200 OK")
         server.close()  # stops accepting, as a stopping worker's server does
@@ -289,3 +357,61 @@ def test_a_stopping_worker_closes_its_idle_lean_connections_within_a_sweep():
     finally:
         conn.close()
         server.stop()
+
+
+HOST = b"Host: x\r\n"
+
+
+@pytest.mark.parametrize(
+    "request_bytes, status, reason",
+    [
+        (b"GET /p/list HTTP/1.1\r\n\r\n", 400, b"without a Host header"),
+        (b"GET /p/list HTTP/1.1\r\nHost: x\r\nhost: y\r\n\r\n", 400, b"more than one Host header"),
+        (b"GET /p/list HTTP/1.0\r\nHost: x\r\nHost: y\r\n\r\n", 400, b"more than one Host header"),
+        (b"GET /p/list HTTP/1.1\r\n" + HOST + b"X-A: a\x00b\r\n\r\n", 400, b"control character"),
+        (b"GET /p/list HTTP/1.1\r\n" + HOST + b"X-A: a\x1bb\r\n\r\n", 400, b"control character"),
+        (b"GET /p/list HTTP/1.1\r\n" + HOST + b"X-A: a\r\n b\r\n\r\n", 400, b"folded"),
+        (b"GET /p/list HTTP/1.1\r\n" + HOST + b"X\x00A: 1\r\n\r\n", 400, b"name"),
+        (b"GET /p/list HTTP/1.1\r\n" + HOST + b"X(A): 1\r\n\r\n", 400, b"a token"),
+        (b"GET\t/p/list HTTP/1.1\r\n" + HOST + b"\r\n", 400, b"request line"),
+        (b"GET /p/list\tHTTP/1.1\r\n" + HOST + b"\r\n", 400, b"request line"),
+        (b"GET /p/\x01list HTTP/1.1\r\n" + HOST + b"\r\n", 400, b"request line"),
+        (b"GET /p/list HTTP/1.1 \r\n" + HOST + b"\r\n", 400, b"request line"),
+        (b"get /p/list HTTP/1.1\r\n" + HOST + b"\r\n", 400, b"not in capitals"),
+        (b"Post /p/list HTTP/1.1\r\n" + HOST + b"\r\n", 400, b"not in capitals"),
+        (b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\n" + HOST + b"\r\n", 414, b"longer than 8192"),
+        (
+            b"GET /p/list HTTP/1.1\r\n" + HOST + b"".join(b"X-%d: 1\r\n" % i for i in range(5000)) + b"\r\n",
+            431,
+            b"",
+        ),
+        (
+            b"GET /p/list HTTP/1.1\r\n" + HOST + b"X-Big: " + b"a" * 1_000_000 + b"\r\n\r\n",
+            431,
+            b"longer than",
+        ),
+    ],
+)
+def test_each_refused_form_gets_its_status_on_both_paths(servers, request_bytes, status, reason):
+    """What gunicorn's parser and nginx refuse, refused alike by both paths with a status and why, and
+    never a TCP reset (exchange fails on one): a refused request's unread bytes are read off before
+    the connection closes. The app sees none of them."""
+    lean, pywsgi, lean_seen, pywsgi_seen = both(servers, request_bytes)
+    assert lean == pywsgi and lean.startswith(b"HTTP/1.1 %d " % status) and reason in lean
+    assert b"Connection: close\r\n" in lean and lean.count(b"HTTP/1.1 ") == 1
+    assert lean_seen == pywsgi_seen == []
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /p/list HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",  # HTTP/1.0 needs no Host
+        b"GET /p/list HTTP/1.1\r\nHost: x\r\nX-A: a\tb\r\n\r\n",  # a tab is no control character here
+        b"GET /caf\xc3\xa9/list HTTP/1.1\r\nHost: x\r\nX-A: caf\xc3\xa9 \xff\r\n\r\n",  # bytes past ASCII
+        b"GET /p/list HTTP/1.1\r\nhOsT: x\r\nX_Under: 1\r\n\r\n",
+    ],
+)
+def test_heads_that_are_allowed_are_served_on_both_paths(servers, request_bytes):
+    lean, pywsgi, lean_seen, pywsgi_seen = both(servers, request_bytes + LAST)
+    assert lean == pywsgi and lean.startswith(b"HTTP/1.1 200 ") and lean.count(b"HTTP/1.1 200 ") == 2
+    assert len(lean_seen) == 2 and lean_seen == pywsgi_seen
