@@ -40,6 +40,9 @@ of gunicorn's `gevent` worker.
   lingering close so that what the client still sends does not turn the close into a reset that
   destroys the response. One environ builder (`make_environ`) for both paths: a value loses the
   spaces and tabs around it, nothing else.
+- Deadlines on the way in (decision 0054): a request's head must arrive within `header_timeout`
+  of its first bytes (a table swept as keep-alive's is, `HEADS`), and a body may go `body_timeout`
+  without a byte (`Body`); past either the connection gets a 408 and is closed.
 - And smaller ones, each a percent or two of a replay hit: the Date header formatted once a second,
   the common HTTP versions accepted without parsing, gunicorn's access-log switch read once per
   connection, no getsockopt before each send.
@@ -55,7 +58,7 @@ import logging
 import re
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from http import client
 from typing import Any, BinaryIO
 from urllib.parse import unquote
@@ -335,6 +338,11 @@ def framing_problem(headers: OldMessage) -> str | None:
 
 class Handler(PyWSGIHandler):
     _framing: str | None = None
+    # How long a request's head may take to arrive from its first bytes, and a body's client between
+    # two reads (SEMULA_HEADER_TIMEOUT, SEMULA_BODY_TIMEOUT; Worker.init_process sets them).
+    header_timeout = 60.0
+    body_timeout = 60.0
+    late = False  # the head did not arrive in time
 
     @functools.cached_property
     def keepalive(self) -> float | None:
@@ -353,16 +361,34 @@ class Handler(PyWSGIHandler):
         return max(self.server.log.cfg.timeout or 0, self.keepalive or 0) or None
 
     def read_requestline(self) -> str:
-        # Only the wait for a request line is bounded: a held call never reads from its socket.
+        # The wait for a request's first bytes is bounded as keep-alive's (or a first request's)
+        # wait; from them on, the whole head has header_timeout to arrive (HEADS). A held call never
+        # reads from its socket.
         ready, timeout = self._request_wait()
         if not ready:
             return ""  # nothing in time, or the worker is stopping: the connection closes
         self.socket.settimeout(timeout)
         try:
-            return super().read_requestline()
+            if not self.rfile.peek(1):
+                return ""
+        except OSError:
+            return ""  # nothing in time (a timeout), or the client went
         finally:
             if self.socket is not None:
                 self.socket.settimeout(None)
+        HEADS.waiting[self] = time.monotonic() + self.header_timeout
+        HEADS.start()
+        return super().read_requestline()
+
+    def head_late(self) -> None:
+        """The head did not arrive within header_timeout: end its reads (gevent fails a read waiting
+        on a socket whose read side is shut), so that handle_one_request answers a 408 on a
+        connection that can still send it."""
+        self.late = True
+        sock = self.socket
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RD)
 
     def _request_wait(self) -> tuple[bool, float | None]:
         """Whether the connection's next request may be waited for, and up to how long: a new
@@ -395,6 +421,12 @@ class Handler(PyWSGIHandler):
         served = self.lean() if self.lean_enabled else None
         if served is None:  # not a request the lean path takes, or it is off: pywsgi's path
             result = super().handle_one_request()
+            HEADS.waiting.pop(self, None)  # a head that ended before read_request (a 414, a client gone)
+            if self.late:  # its reads ended by head_late, wherever they were
+                result = (
+                    "408",
+                    refusal(408, f"the request head did not arrive within {self.header_timeout:g} s"),
+                )
             if isinstance(result, tuple):  # a request refused before the app saw it
                 self.refuse(*result)
                 return None
@@ -468,7 +500,8 @@ class Handler(PyWSGIHandler):
                 return None
         rfile.read(end)  # the head, from the buffer: committed to this path from here
         self.requestline = requestline
-        self.wsgi_input = Input(rfile, int(length) if length else None)
+        self.wsgi_input = Body(rfile, int(length) if length else None)
+        self.wsgi_input.start(self.socket, self.body_timeout)
         env["wsgi.input"] = self.wsgi_input
         env["wsgi.input_terminated"] = True
         self.response_length, self.code = 0, 0
@@ -520,15 +553,19 @@ class Handler(PyWSGIHandler):
         expects = env.get("HTTP_EXPECT") == "100-continue"
         chunked = env.get("HTTP_TRANSFER_ENCODING", "").lower() == "chunked"
         reads = not self._connection_upgrade_requested()
-        self.wsgi_input = Input(
+        self.wsgi_input = Body(
             self.rfile, self.content_length, socket=self.socket if expects else None, chunked_input=chunked
         )
+        self.wsgi_input.start(self.socket, self.body_timeout)
         env["wsgi.input"] = self.wsgi_input if reads else self.rfile
         env["wsgi.input_terminated"] = reads
         return env
 
     def read_request(self, raw_requestline: str) -> Any:
-        result = super().read_request(raw_requestline)
+        try:
+            result = super().read_request(raw_requestline)
+        finally:
+            HEADS.waiting.pop(self, None)
         if self._framing is not None:
             raise Refused(400, self._framing)
         line = (
@@ -637,7 +674,8 @@ class Idle:
 
     SWEEP = 0.5  # seconds between looks
 
-    def __init__(self) -> None:
+    def __init__(self, action: Callable[[Handler], None]) -> None:
+        self.action = action  # what is done to a connection past its time
         self.waiting: dict[Handler, float] = {}
         self.sweeper: gevent.Greenlet | None = None
 
@@ -657,10 +695,41 @@ class Idle:
         for handler, until in list(self.waiting.items()):
             if until <= now or handler.server.closed:
                 self.waiting.pop(handler, None)
-                handler.wake()
+                self.action(handler)
 
 
-IDLE = Idle()
+IDLE = Idle(Handler.wake)
+# The connections whose request head is being read on pywsgi's path, each with the time its head must
+# have come by (header_timeout from its first bytes, as nginx's client_header_timeout): a head sent
+# in part, or a byte at a time, is cut off with a 408 instead of holding its connection for ever.
+HEADS = Idle(Handler.head_late)
+
+
+class Body(Input):
+    """pywsgi's Input whose reads each wait at most `wait` seconds for the client's next bytes (as
+    nginx's client_body_timeout): a body that stops coming (a Content-Length larger than what is
+    sent) fails its read with TimeoutError, which the app answers with a 408 and a close. The
+    socket's timeout is set for the read only: a held call never reads, and a response's sends are
+    not bounded by it."""
+
+    __slots__ = ("conn", "wait")
+
+    def start(self, conn: Any, wait: float) -> None:
+        self.conn, self.wait = conn, wait
+
+    def read(self, length: int | None = None) -> bytes:
+        return self._waiting(super().read, length)
+
+    def readline(self, size: int | None = None) -> bytes:
+        return self._waiting(super().readline, size)
+
+    def _waiting(self, read: Callable[[int | None], bytes], size: int | None) -> bytes:
+        conn = self.conn
+        conn.settimeout(self.wait)
+        try:
+            return read(size)
+        finally:
+            conn.settimeout(None)
 
 
 class Reply:
@@ -800,3 +869,10 @@ class Reply:
 
 class Worker(GeventPyWSGIWorker):
     wsgi_handler = Handler
+
+    def init_process(self) -> None:
+        from semula.config import Settings  # read as gunicorn_conf read it; valid, or it did not start
+
+        settings = Settings.from_env()
+        Handler.header_timeout, Handler.body_timeout = settings.header_timeout, settings.body_timeout
+        super().init_process()

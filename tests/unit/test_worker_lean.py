@@ -415,3 +415,85 @@ def test_heads_that_are_allowed_are_served_on_both_paths(servers, request_bytes)
     lean, pywsgi, lean_seen, pywsgi_seen = both(servers, request_bytes + LAST)
     assert lean == pywsgi and lean.startswith(b"HTTP/1.1 200 ") and lean.count(b"HTTP/1.1 200 ") == 2
     assert len(lean_seen) == 2 and lean_seen == pywsgi_seen
+
+
+class QuickLean(Lean):
+    header_timeout = body_timeout = 1.0
+
+
+class QuickPywsgi(Pywsgi):
+    header_timeout = body_timeout = 1.0
+
+
+@pytest.fixture(scope="module")
+def quick():
+    servers = [_serve(cls) for cls in (QuickLean, QuickPywsgi)]
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def _until_closed(conn, within: float = 15) -> bytes:
+    """What the server sends until it closes the connection, which it must do `within` seconds."""
+    received = b""
+    with gevent.Timeout(within, AssertionError(f"still open after {within} s: {received[:200]!r}")):
+        while chunk := conn.recv(65536):
+            received += chunk
+    return received
+
+
+def _trickle(conn, data: bytes) -> None:
+    """Send a byte at a time, a tenth of a second apart, until the server closes the connection."""
+    try:
+        for byte in data:
+            conn.sendall(bytes([byte]))
+            gevent.sleep(0.1)
+    except OSError:
+        pass
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["part of a head", "a head a byte at a time", "a body shorter than its Content-Length"],
+)
+def test_a_slow_request_is_cut_off_by_its_deadline_while_others_are_served(quick, how):
+    """With the deadlines at 1 s: a head sent in part and then nothing, or a byte at a time (each
+    byte well within any per-read wait), gets a 408 and a close; so does a body that stops (on this
+    app, which fails on the read, a close with the 500 it answers). Other clients are served in the
+    meantime. Waited for with a generous bound, not timed."""
+    head = b"POST /p/list HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+    for server in quick:
+        SEEN.clear()
+        slow = socket.create_connection(("127.0.0.1", server.server_port))
+        trickler = None
+        try:
+            if how == "part of a head":
+                slow.sendall(head[:30])
+            elif how == "a head a byte at a time":
+                trickler = gevent.spawn(_trickle, slow, head * 10)
+            else:
+                slow.sendall(head + b"abc")
+            answer = exchange(server, b"GET /p/list HTTP/1.1\r\nHost: y\r\nConnection: close\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"answer to GET")
+            cut = _until_closed(slow)
+        finally:
+            slow.close()
+            if trickler is not None:
+                trickler.kill()
+        if how == "a body shorter than its Content-Length":
+            assert cut.startswith(b"HTTP/1.1 500 ")  # semula's app answers its 408 (acceptance test)
+        else:
+            assert cut.startswith(b"HTTP/1.1 408 ") and b"did not arrive within 1 s" in cut
+            assert [seen["HTTP_HOST"] for seen in SEEN] == ["y"]  # the slow request never reached the app
+
+
+def test_a_connection_idle_between_requests_keeps_its_keepalive_time(quick):
+    """The head deadline starts at a request's first bytes: a connection waiting for its next
+    request is closed by keep-alive's idle time (2 s here), with no 408."""
+    conn = socket.create_connection(("127.0.0.1", quick[1].server_port))
+    try:
+        conn.sendall(b"GET /p/list HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = _until_closed(conn)
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"answer to GET")
+    finally:
+        conn.close()
