@@ -258,6 +258,14 @@ class Refused(_InvalidClientRequest):
         self.status, self.reason = status, reason
 
 
+class Cut(Refused):
+    """The stream ended inside a request's head: its client closed the connection (or shut its
+    sending side). There is no one to answer and nothing to log: the connection closes."""
+
+    def __init__(self) -> None:
+        super().__init__(400, "the stream ended inside the request head")
+
+
 def refusal(status: int, reason: str) -> bytes:
     """The response to a request refused before the app saw it; the connection closes after it."""
     body = reason.encode() + b"\n"
@@ -563,9 +571,14 @@ class Handler(PyWSGIHandler):
 
     def read_request(self, raw_requestline: str) -> Any:
         try:
+            if not raw_requestline.endswith("\n"):
+                raise Cut()
             result = super().read_request(raw_requestline)
         finally:
             HEADS.waiting.pop(self, None)
+        block = self.headers.block
+        if not (block in ("\r\n", "\n") or block.endswith(("\n\r\n", "\n\n"))):
+            raise Cut()
         if self._framing is not None:
             raise Refused(400, self._framing)
         line = (
@@ -586,8 +599,10 @@ class Handler(PyWSGIHandler):
         self._framing = framing_problem(message)
         return message
 
-    def _handle_client_error(self, ex: Exception) -> tuple[str, bytes]:
+    def _handle_client_error(self, ex: Exception) -> tuple[str, bytes] | None:
         # pywsgi's answers an empty 400 (and prints a traceback for more than 100 headers).
+        if isinstance(ex, Cut | OSError):
+            return None  # the client went (or head_late ended its reads: handle_one_request's 408)
         if not isinstance(ex, Refused):
             ex = Refused(400, "a malformed request")
         self.log_error("(from %s) %s", self.client_address, ex.reason)
@@ -667,10 +682,11 @@ class Handler(PyWSGIHandler):
 
 
 class Idle:
-    """The connections of a worker that wait on the lean path for their next request, each with the
-    time it may wait until. One greenlet looks twice a second and closes those past their time, and
-    every one once the worker is stopping: a gevent timer for each wait cost a request ~12 us of its
-    ~90 in process. A connection so closes within half a second after keep-alive's idle time."""
+    """The connections of a worker that wait on the lean path for their next request (IDLE), or for
+    the rest of a request's head (HEADS), each with the time it may wait until. One greenlet per
+    table looks twice a second and acts on those past their time (`action`), and on every one once
+    the worker is stopping: a gevent timer for each wait cost a request ~12 us of its ~90 in process.
+    A connection so closes within half a second after keep-alive's idle time."""
 
     SWEEP = 0.5  # seconds between looks
 

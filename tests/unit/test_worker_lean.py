@@ -497,3 +497,22 @@ def test_a_connection_idle_between_requests_keeps_its_keepalive_time(quick):
         assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"answer to GET")
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("part", [b"GET /p/list HT", b"GET /p/list HTTP/1.1\r\nHost: x\r\nX-A: 1"])
+def test_a_client_that_closes_inside_its_head_gets_no_answer_and_no_log_line(servers, part, monkeypatch):
+    """As nginx: a head cut off by its client's close is no request to refuse (a slow client
+    pool closing 10,000 connections would otherwise log 10,000 refusals)."""
+    logged = []
+    monkeypatch.setattr(worker.Handler, "log_error", lambda self, *args: logged.append(args))
+    for cls in (Lean, Pywsgi):
+        SEEN.clear()
+        conn = socket.create_connection(("127.0.0.1", servers[cls].server_port))
+        try:
+            conn.sendall(part)
+            conn.shutdown(socket.SHUT_WR)
+            assert _until_closed(conn) == b""
+        finally:
+            conn.close()
+        assert SEEN == []
+    assert logged == []
