@@ -196,6 +196,10 @@ class Settings:
     workers: int = setting("SEMULA_WORKERS", 2, _number(int, 1, 64))
     worker_connections: int = setting("SEMULA_WORKER_CONNECTIONS", 10000, _number(int, 10, 100000))
     keepalive: int = setting("SEMULA_KEEPALIVE", 5, _number(int, 0, 300))
+    # Seconds a request's head may take from its first bytes, and a body's client between two reads,
+    # before the connection is cut off with a 408 (nginx's client_header_timeout, client_body_timeout).
+    header_timeout: float = setting("SEMULA_HEADER_TIMEOUT", 60.0, _number(float, 0.5, 3600))
+    body_timeout: float = setting("SEMULA_BODY_TIMEOUT", 60.0, _number(float, 0.5, 3600))
     poll_interval: float = setting("SEMULA_POLL_INTERVAL", 0.2, _number(float, 0.01, 10))
     max_body_bytes: int = setting("SEMULA_MAX_BODY_BYTES", 8 * 1024 * 1024, _number(int, 1024, 1 << 30))
     # Bundles are read as a stream, so this bounds disk and time, not memory: an import checks

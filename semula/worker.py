@@ -33,6 +33,16 @@ of gunicorn's `gevent` worker.
   reads nothing the lean path looked at. In process 102 -> 71 µs CPU a request of the floor app
   with its client (`python -m bench.worker_cpu`); through HTTP the floor served 1.3-1.7 times as
   many small requests in alternated runs on a noisy machine (bench/RESULTS.md session 22, decision 0049).
+- Strict HTTP, in one place for both paths (`head_problem`, decision 0054): what gunicorn's parser
+  and nginx refuse is refused before the app sees it, with a status and a line saying why (400 for
+  a missing or repeated Host, control bytes in a header, a malformed request line or a lowercase
+  method; 414 past 8192 bytes of request line; 431 past 100 header lines or 64 KiB in one), and a
+  lingering close so that what the client still sends does not turn the close into a reset that
+  destroys the response. One environ builder (`make_environ`) for both paths: a value loses the
+  spaces and tabs around it, nothing else.
+- Deadlines on the way in (decision 0054): a request's head must arrive within `header_timeout`
+  of its first bytes (a table swept as keep-alive's is, `HEADS`), and a body may go `body_timeout`
+  without a byte (`Body`); past either the connection gets a 408 and is closed.
 - And smaller ones, each a percent or two of a replay hit: the Date header formatted once a second,
   the common HTTP versions accepted without parsing, gunicorn's access-log switch read once per
   connection, no getsockopt before each send.
@@ -71,6 +81,7 @@ PLAIN_BLOCK = re.compile(rf"(?:{_NAME}:[ \t]*[^\r\n]*\r\n)*\r\n")
 PLAIN_PAIR = re.compile(rf"({_NAME}):[ \t]*([^\r\n]*)\r\n")
 ONE_SEND = 64 * 1024  # a header block and a body up to this size go out in one send
 FIRST_BYTES_SLICE = 1.0  # s: how soon a stopping worker closes a new connection that sent nothing
+LINGER = 5.0  # s: how long a refused request's connection reads what its client still sends
 
 
 _date: tuple[int, bytes] = (0, b"")
@@ -146,6 +157,7 @@ def parse_headers(fp: BinaryIO) -> OldMessage:
                 fp.read(len(block))
                 message = Headers()
                 message._headers = PLAIN_PAIR.findall(block)
+                message.block = block
                 return message
     lines = []
     while True:
@@ -160,10 +172,13 @@ def parse_headers(fp: BinaryIO) -> OldMessage:
         if line in (b"\r\n", b"\n", b""):
             break
     message = Headers()
+    message.block = b"".join(lines).decode("iso-8859-1")
     for line in lines[:-1]:
         match = PLAIN_HEADER.fullmatch(line)
         if match is None:
-            message = email.parser.Parser(_class=OldMessage).parsestr(b"".join(lines).decode("iso-8859-1"))
+            block = message.block
+            message = email.parser.Parser(_class=OldMessage).parsestr(block)
+            message.block = block
             if any(b"\r" in each.removesuffix(b"\r\n") for each in lines):
                 # The email parser splits a line at a bare CR, where a proxy in front may read one line
                 # (`X: a<CR>Content-Length: 5`): refused (framing_problem).
@@ -178,63 +193,120 @@ ENVIRON_KEYS_MAX = 4096  # names whose key is remembered: a client making up nam
 
 
 def environ_key(name: str) -> str:
-    """The environ key pywsgi gives a request header's value, or "" for a header it leaves out: a name
-    with an underscore (a client must not pass for CONTENT_TYPE with Content_Type), and the two
-    headers it sets as CONTENT_TYPE and CONTENT_LENGTH itself."""
-    if "_" in name:
-        key = ""
-    else:
-        key = name.replace("-", "_").upper()
-        key = "" if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else "HTTP_" + key
+    """The environ key of a request header's value, or "" for a header left out: a name with an
+    underscore, as pywsgi leaves it out (a client must not pass for CONTENT_TYPE with Content_Type)."""
+    key = "" if "_" in name else name.replace("-", "_").upper()
+    if key and key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        key = "HTTP_" + key
     if len(_ENVIRON_KEYS) < ENVIRON_KEYS_MAX:
         _ENVIRON_KEYS[name] = key
     return key
 
 
-def put_headers(
-    env: dict[str, Any],
-    pairs: Iterable[tuple[str, str]],
-    keys: dict[str, str],
-    make_key: Callable[[str], str],
-) -> bool:
-    """Put each request header's value, stripped, into the environ under its key (from `keys`, the
-    remembered ones, or `make_key`; none for a header left out), a repeated header's values joined
-    as pywsgi joins them. False, with the environ half made, at a second CONTENT_LENGTH or
-    CONTENT_TYPE, which pywsgi refuses or takes the first of."""
+def put_headers(env: dict[str, Any], pairs: Iterable[tuple[str, str]]) -> bool:
+    """Put each request header's value into the environ under its key (none for a header left out),
+    without the spaces and tabs around it (RFC 9110 5.5; not the other characters Python's strip()
+    takes, such as 0xA0), a repeated header's values joined as pywsgi joins them, the first of two
+    Content-Types kept as pywsgi keeps it. False, with the environ half made, at a second
+    Content-Length (framing_problem refuses it)."""
+    keys = _ENVIRON_KEYS
     for name, value in pairs:
         key = keys.get(name)
         if key is None:
-            key = make_key(name)
+            key = environ_key(name)
         if not key:
             continue
         if key not in env:
-            env[key] = value.strip()
-        elif key in ("CONTENT_LENGTH", "CONTENT_TYPE"):
+            env[key] = value.strip(" \t")
+        elif key == "CONTENT_LENGTH":
             return False
-        else:
-            env[key] += ("; " if "COOKIE" in key else ",") + value.strip()
+        elif key != "CONTENT_TYPE":
+            env[key] += ("; " if "COOKIE" in key else ",") + value.strip(" \t")
     return True
 
 
 CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")
-_LEAN_KEYS: dict[str, str] = {}
+
+# What a request head may be (RFC 9112 3 and 5, RFC 9110 5.6.2), as gunicorn's parser and nginx take
+# it: a request line of three parts split by single spaces, a method of capitals (gunicorn and
+# nginx refuse `get`), a target with no control bytes, an HTTP/d.d version; header names that are
+# tokens, values with no control byte but the tab (a NUL, a CR or LF of a folded line, an ESC).
+REQUEST_LINE = re.compile(r"[A-Z][A-Z_-]{0,19} [^\x00-\x20\x7f]+ HTTP/[0-9]\.[0-9]")
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_VALUE = r"[^\x00-\x08\x0a-\x1f\x7f]*"  # no control character but the tab
+# A header block of such lines (line ends CRLF, or a bare LF as pywsgi and nginx take it).
+STRICT_BLOCK = re.compile(rf"(?:{_TOKEN}:{_VALUE}\r?\n)*\r?\n")
+HEADER_LINE = re.compile(rf"({_TOKEN}:)?({_VALUE})\r?\n")
+LINES = re.compile(r"[^\n]*\n")
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+REQUEST_LINE_MAX = 8192  # pywsgi's MAX_REQUEST_LINE: a longer line is a 414
+HEADERS_MAX = client._MAXHEADERS  # header lines of a request (100), as pywsgi's: more is a 431
+HEADER_LINE_MAX = client._MAXLINE  # bytes of a header line (64 KiB), as pywsgi's: more is a 431
+REASONS = {
+    400: "Bad Request",
+    408: "Request Timeout",
+    414: "URI Too Long",
+    431: "Request Header Fields Too Large",
+}
 
 
-def lean_key(name: str) -> str:
-    """A request header's environ key on the lean path: environ_key's, but CONTENT_TYPE and
-    CONTENT_LENGTH for those two headers, which get_environ takes from the headers by name."""
-    key = environ_key(name)
-    if not key and "_" not in name:
-        key = name.replace("-", "_").upper()
-    if len(_LEAN_KEYS) < ENVIRON_KEYS_MAX:
-        _LEAN_KEYS[name] = key
-    return key
+class Refused(_InvalidClientRequest):
+    """A request refused before the app sees it, with its status and why (sent as the body)."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+class Cut(Refused):
+    """The stream ended inside a request's head: its client closed the connection (or shut its
+    sending side). There is no one to answer and nothing to log: the connection closes."""
+
+    def __init__(self) -> None:
+        super().__init__(400, "the stream ended inside the request head")
+
+
+def refusal(status: int, reason: str) -> bytes:
+    """The response to a request refused before the app saw it; the connection closes after it."""
+    body = reason.encode() + b"\n"
+    return (
+        b"HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (status, REASONS[status].encode(), http_date(), len(body), body)
+    )
+
+
+def head_problem(line: str, block: str) -> Refused | None:
+    """Why a request head is refused, or None: the one check of both paths (the lean path hands a
+    head it refuses to pywsgi's path, which reads it and answers the refusal). `line` is the request
+    line without its line end, `block` the header lines as received (latin-1 text) with the empty
+    line that ends them. Missing or repeated Host on HTTP/1.1 (RFC 9112 3.2) and a repeated one on
+    HTTP/1.0 are refused: two readers could take different hosts. A folded line (obs-fold) is a
+    line without a name. Framing (Content-Length, Transfer-Encoding) is framing_problem's.
+    One regular expression and a count over the block; the reason is looked for only for a refusal."""
+    if REQUEST_LINE.fullmatch(line) is None:
+        method = line.split(" ", 1)[0]
+        if method.isalpha() and not method.isupper():
+            return Refused(400, "a method that is not in capitals")
+        return Refused(400, "a request line that is not METHOD SP target SP HTTP/x.y")
+    if STRICT_BLOCK.fullmatch(block) is None:
+        for each in LINES.findall(block)[:-1]:
+            match = HEADER_LINE.fullmatch(each)
+            if match is None:
+                return Refused(400, "a control character in a header value")
+            if match[1] is None:
+                return Refused(400, "a header line without a name that is a token (or a folded one)")
+        return Refused(400, "a header block that does not end in an empty line")
+    hosts = f"\n{block}".lower().count("\nhost:")
+    if hosts > 1:
+        return Refused(400, "more than one Host header")
+    if hosts == 0 and line.endswith("HTTP/1.1"):
+        return Refused(400, "a request without a Host header")
+    return None
 
 
 # The request line the lean path takes: a method other than HEAD (no body on the wire, by its own
 # rules), an origin-form target of printable ASCII, HTTP/1.1. Anything else goes to pywsgi.
 LEAN_LINE = re.compile(rb"(GET|POST|PUT|PATCH|DELETE|OPTIONS) (/[!-~]*) HTTP/1\.1")
-LEAN_LINE_MAX = 8192  # pywsgi's MAX_REQUEST_LINE: a longer line gets its 414 there
 # Request headers that ask for what only pywsgi's path does: a chunked body, a 100 Continue, an upgrade.
 NOT_LEAN = ("HTTP_TRANSFER_ENCODING", "HTTP_EXPECT", "HTTP_UPGRADE")
 # pywsgi's answer to an app that raised before it sent anything.
@@ -263,17 +335,22 @@ def framing_problem(headers: OldMessage) -> str | None:
     codings = headers.get_all("Transfer-Encoding") or []
     if len(lengths) > 1:
         return "more than one Content-Length header"
-    if lengths and CONTENT_LENGTH.fullmatch(lengths[0].strip()) is None:
+    if lengths and CONTENT_LENGTH.fullmatch(lengths[0].strip(" \t")) is None:
         return "a Content-Length that is not a number"
     if codings and lengths:
         return "both Transfer-Encoding and Content-Length"
-    if codings and (len(codings) > 1 or codings[0].strip().lower() != "chunked"):
+    if codings and (len(codings) > 1 or codings[0].strip(" \t").lower() != "chunked"):
         return "a Transfer-Encoding other than chunked"
     return None
 
 
 class Handler(PyWSGIHandler):
     _framing: str | None = None
+    # How long a request's head may take to arrive from its first bytes, and a body's client between
+    # two reads (SEMULA_HEADER_TIMEOUT, SEMULA_BODY_TIMEOUT; Worker.init_process sets them).
+    header_timeout = 60.0
+    body_timeout = 60.0
+    late = False  # the head did not arrive in time
 
     @functools.cached_property
     def keepalive(self) -> float | None:
@@ -292,16 +369,34 @@ class Handler(PyWSGIHandler):
         return max(self.server.log.cfg.timeout or 0, self.keepalive or 0) or None
 
     def read_requestline(self) -> str:
-        # Only the wait for a request line is bounded: a held call never reads from its socket.
+        # The wait for a request's first bytes is bounded as keep-alive's (or a first request's)
+        # wait; from them on, the whole head has header_timeout to arrive (HEADS). A held call never
+        # reads from its socket.
         ready, timeout = self._request_wait()
         if not ready:
             return ""  # nothing in time, or the worker is stopping: the connection closes
         self.socket.settimeout(timeout)
         try:
-            return super().read_requestline()
+            if not self.rfile.peek(1):
+                return ""
+        except OSError:
+            return ""  # nothing in time (a timeout), or the client went
         finally:
             if self.socket is not None:
                 self.socket.settimeout(None)
+        HEADS.waiting[self] = time.monotonic() + self.header_timeout
+        HEADS.start()
+        return super().read_requestline()
+
+    def head_late(self) -> None:
+        """The head did not arrive within header_timeout: end its reads (gevent fails a read waiting
+        on a socket whose read side is shut), so that handle_one_request answers a 408 on a
+        connection that can still send it."""
+        self.late = True
+        sock = self.socket
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RD)
 
     def _request_wait(self) -> tuple[bool, float | None]:
         """Whether the connection's next request may be waited for, and up to how long: a new
@@ -334,6 +429,15 @@ class Handler(PyWSGIHandler):
         served = self.lean() if self.lean_enabled else None
         if served is None:  # not a request the lean path takes, or it is off: pywsgi's path
             result = super().handle_one_request()
+            HEADS.waiting.pop(self, None)  # a head that ended before read_request (a 414, a client gone)
+            if self.late:  # its reads ended by head_late, wherever they were
+                result = (
+                    "408",
+                    refusal(408, f"the request head did not arrive within {self.header_timeout:g} s"),
+                )
+            if isinstance(result, tuple):  # a request refused before the app saw it
+                self.refuse(*result)
+                return None
             if result is not True:
                 return result
         elif not served:
@@ -375,33 +479,37 @@ class Handler(PyWSGIHandler):
         if not buffered:
             return False
         self.requestline = ""  # no longer the connection's first request, whichever path reads it
-        line_end = buffered.find(b"\r\n", 0, LEAN_LINE_MAX)
+        line_end = buffered.find(b"\r\n", 0, REQUEST_LINE_MAX)
         line = LEAN_LINE.fullmatch(buffered, 0, line_end) if line_end > 0 else None
         end = buffered.find(b"\r\n\r\n", line_end) + 4 if line is not None else 3
         if end == 3:  # no plain request line, or its head is not all in the buffer
             return None
-        if buffered[line_end : line_end + 4] == b"\r\n\r\n":
-            pairs: list[tuple[str, str]] = []
-        else:
-            block = buffered[line_end + 2 : end].decode("iso-8859-1")
-            if block.count("\n") > client._MAXHEADERS or not PLAIN_BLOCK.fullmatch(block):
-                return None
-            pairs = PLAIN_PAIR.findall(block)
-        env = self.server.get_environ()
-        if not put_headers(env, pairs, _LEAN_KEYS, lean_key):
-            return None  # pywsgi refuses two lengths, and takes the first type of two
+        block = buffered[line_end + 2 : end].decode("iso-8859-1")  # the header lines and the empty one
+        lines = block.count("\n")
+        if lines > client._MAXHEADERS or block.count("\r\n") != lines:  # pywsgi's path: a 431, bare LFs
+            return None
+        requestline = buffered[:line_end].decode("ascii")
+        if head_problem(requestline, block) is not None:
+            return None  # pywsgi's path reads it and answers the refusal
+        pairs = PLAIN_PAIR.findall(block) if lines > 1 else []
+        self.command, self.path, self.request_version = (
+            line[1].decode("ascii"),
+            line[2].decode("ascii"),
+            "HTTP/1.1",
+        )
+        env = self.make_environ(pairs)
+        if env is None:
+            return None  # two lengths: pywsgi's path refuses them
         length = env.get("CONTENT_LENGTH")
         if length is not None and CONTENT_LENGTH.fullmatch(length) is None:
             return None
         for name in NOT_LEAN:
             if name in env:
                 return None
-        method, target = line[1].decode("ascii"), line[2].decode("ascii")
         rfile.read(end)  # the head, from the buffer: committed to this path from here
-        self.requestline = buffered[:line_end].decode("ascii")
-        self.command, self.path, self.request_version = method, target, "HTTP/1.1"
-        self._request_environ(env)
-        self.wsgi_input = Input(rfile, int(length) if length else None)
+        self.requestline = requestline
+        self.wsgi_input = Body(rfile, int(length) if length else None)
+        self.wsgi_input.start(self.socket, self.body_timeout)
         env["wsgi.input"] = self.wsgi_input
         env["wsgi.input_terminated"] = True
         self.response_length, self.code = 0, 0
@@ -436,40 +544,89 @@ class Handler(PyWSGIHandler):
         env["gunicorn.sock"] = self.socket
         env["RAW_URI"] = target
 
-    def get_environ(self) -> dict[str, Any]:
-        # pywsgi's and gunicorn's own in one method, the headers taken in one loop, each name's
-        # environ key made once per process (tests/unit/test_worker.py compares the two environs).
-        headers = self.headers
+    def make_environ(self, pairs: list[tuple[str, str]]) -> dict[str, Any] | None:
+        """The environ of a request, the one builder of both paths: pywsgi's and gunicorn's keys, the
+        headers taken in one loop, each name's environ key made once per process
+        (tests/unit/test_worker.py compares it with pywsgi's and gunicorn's own). None at a second
+        Content-Length."""
         env = self.server.get_environ()
+        if not put_headers(env, pairs):
+            return None
         self._request_environ(env)
-        content_type = headers.get("content-type")
-        if content_type is not None:
-            env["CONTENT_TYPE"] = content_type
-        length = headers.get("content-length")
-        if length:
-            env["CONTENT_LENGTH"] = length
-        # environ_key leaves the two out (they are set above): put_headers cannot refuse them here.
-        put_headers(env, headers._headers, _ENVIRON_KEYS, environ_key)
+        return env
+
+    def get_environ(self) -> dict[str, Any]:
+        env = self.make_environ(self.headers._headers)
+        assert env is not None  # read_request refused a second Content-Length (framing_problem)
         expects = env.get("HTTP_EXPECT") == "100-continue"
         chunked = env.get("HTTP_TRANSFER_ENCODING", "").lower() == "chunked"
         reads = not self._connection_upgrade_requested()
-        self.wsgi_input = Input(
+        self.wsgi_input = Body(
             self.rfile, self.content_length, socket=self.socket if expects else None, chunked_input=chunked
         )
+        self.wsgi_input.start(self.socket, self.body_timeout)
         env["wsgi.input"] = self.wsgi_input if reads else self.rfile
         env["wsgi.input_terminated"] = reads
         return env
 
     def read_request(self, raw_requestline: str) -> Any:
-        result = super().read_request(raw_requestline)
+        try:
+            if not raw_requestline.endswith("\n"):
+                raise Cut()
+            result = super().read_request(raw_requestline)
+        finally:
+            HEADS.waiting.pop(self, None)
+        block = self.headers.block
+        if not (block in ("\r\n", "\n") or block.endswith(("\n\r\n", "\n\n"))):
+            raise Cut()
         if self._framing is not None:
-            raise _InvalidClientRequest(self._framing)
+            raise Refused(400, self._framing)
+        line = (
+            raw_requestline[:-2] if raw_requestline.endswith("\r\n") else raw_requestline.removesuffix("\n")
+        )
+        problem = head_problem(line, self.headers.block)
+        if problem is not None:
+            raise problem
         return result
 
     def MessageClass(self, fp: BinaryIO, *args: Any) -> OldMessage:  # noqa: N802 - pywsgi's name
-        message = parse_headers(fp)
+        try:
+            message = parse_headers(fp)
+        except client.HTTPException:
+            raise Refused(431, f"more than {HEADERS_MAX} header lines") from None
+        if message.status:  # "Line too long"
+            raise Refused(431, f"a header line longer than {HEADER_LINE_MAX} bytes")
         self._framing = framing_problem(message)
         return message
+
+    def _handle_client_error(self, ex: Exception) -> tuple[str, bytes] | None:
+        # pywsgi's answers an empty 400 (and prints a traceback for more than 100 headers).
+        if isinstance(ex, Cut | OSError):
+            return None  # the client went (or head_late ended its reads: handle_one_request's 408)
+        if not isinstance(ex, Refused):
+            ex = Refused(400, "a malformed request")
+        self.log_error("(from %s) %s", self.client_address, ex.reason)
+        return str(ex.status), refusal(ex.status, ex.reason)
+
+    def refuse(self, status: str, response: bytes) -> None:
+        """Send a refusal and close the connection as nginx's lingering close does: the write side
+        first, then what the client still sends is read and dropped (for up to LINGER seconds), so
+        that its unread bytes do not make the close a TCP reset, which can destroy the response
+        before the client reads it (a 100 KB target, a 1 MB header)."""
+        if status == "414":  # pywsgi's own, before any of the request was parsed
+            response = refusal(414, f"a request line longer than {REQUEST_LINE_MAX} bytes")
+        self.status = status
+        sock = self.socket
+        try:
+            sock.sendall(response)
+            sock.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + LINGER
+            while (left := deadline - time.monotonic()) > 0:
+                sock.settimeout(left)
+                if not sock.recv(65536):
+                    break
+        except OSError:  # the client is gone, or the time is up
+            pass
 
     def _write_with_headers(self, data: bytes) -> None:
         # pywsgi's own sends the header block and the body in two sends (two packets with TCP_NODELAY).
@@ -525,14 +682,16 @@ class Handler(PyWSGIHandler):
 
 
 class Idle:
-    """The connections of a worker that wait on the lean path for their next request, each with the
-    time it may wait until. One greenlet looks twice a second and closes those past their time, and
-    every one once the worker is stopping: a gevent timer for each wait cost a request ~12 us of its
-    ~90 in process. A connection so closes within half a second after keep-alive's idle time."""
+    """The connections of a worker that wait on the lean path for their next request (IDLE), or for
+    the rest of a request's head (HEADS), each with the time it may wait until. One greenlet per
+    table looks twice a second and acts on those past their time (`action`), and on every one once
+    the worker is stopping: a gevent timer for each wait cost a request ~12 us of its ~90 in process.
+    A connection so closes within half a second after keep-alive's idle time."""
 
     SWEEP = 0.5  # seconds between looks
 
-    def __init__(self) -> None:
+    def __init__(self, action: Callable[[Handler], None]) -> None:
+        self.action = action  # what is done to a connection past its time
         self.waiting: dict[Handler, float] = {}
         self.sweeper: gevent.Greenlet | None = None
 
@@ -552,10 +711,41 @@ class Idle:
         for handler, until in list(self.waiting.items()):
             if until <= now or handler.server.closed:
                 self.waiting.pop(handler, None)
-                handler.wake()
+                self.action(handler)
 
 
-IDLE = Idle()
+IDLE = Idle(Handler.wake)
+# The connections whose request head is being read on pywsgi's path, each with the time its head must
+# have come by (header_timeout from its first bytes, as nginx's client_header_timeout): a head sent
+# in part, or a byte at a time, is cut off with a 408 instead of holding its connection for ever.
+HEADS = Idle(Handler.head_late)
+
+
+class Body(Input):
+    """pywsgi's Input whose reads each wait at most `wait` seconds for the client's next bytes (as
+    nginx's client_body_timeout): a body that stops coming (a Content-Length larger than what is
+    sent) fails its read with TimeoutError, which the app answers with a 408 and a close. The
+    socket's timeout is set for the read only: a held call never reads, and a response's sends are
+    not bounded by it."""
+
+    __slots__ = ("conn", "wait")
+
+    def start(self, conn: Any, wait: float) -> None:
+        self.conn, self.wait = conn, wait
+
+    def read(self, length: int | None = None) -> bytes:
+        return self._waiting(super().read, length)
+
+    def readline(self, size: int | None = None) -> bytes:
+        return self._waiting(super().readline, size)
+
+    def _waiting(self, read: Callable[[int | None], bytes], size: int | None) -> bytes:
+        conn = self.conn
+        conn.settimeout(self.wait)
+        try:
+            return read(size)
+        finally:
+            conn.settimeout(None)
 
 
 class Reply:
@@ -695,3 +885,10 @@ class Reply:
 
 class Worker(GeventPyWSGIWorker):
     wsgi_handler = Handler
+
+    def init_process(self) -> None:
+        from semula.config import Settings  # read as gunicorn_conf read it; valid, or it did not start
+
+        settings = Settings.from_env()
+        Handler.header_timeout, Handler.body_timeout = settings.header_timeout, settings.body_timeout
+        super().init_process()

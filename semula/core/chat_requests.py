@@ -25,6 +25,10 @@ _KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean
 # tools with every request, and checking a schema against the metaschema costs about a millisecond.
 _VALID_SCHEMAS: dict[bytes, None] = {}
 _VALID_SCHEMAS_SIZE = 4096
+# OpenAI's caps on arrays, checked before their items so that a request far past one is refused for
+# the cost of a len() (decision 0054): 128 tools, 128 tool calls in an assistant message.
+MAX_TOOLS = 128
+MAX_TOOL_CALLS = 128
 
 
 def check(body: dict[str, Any]) -> None:
@@ -35,6 +39,7 @@ def check(body: dict[str, Any]) -> None:
     if tools is not None:
         if not isinstance(tools, list):
             raise _type("tools", "an array", tools)
+        check_length("tools", tools, MAX_TOOLS)
         # An agent sends the same tools with every request: one digest for all of them.
         digest = _digest(tools)
         if digest is None or digest not in _VALID_SCHEMAS:
@@ -77,6 +82,7 @@ def _tool_calls(calls: Any, param: str) -> None:
     """An assistant message's earlier tool calls, as OpenAI requires them: id, type, function."""
     if not isinstance(calls, list):
         raise _type(param, "an array of objects", calls)
+    check_length(param, calls, MAX_TOOL_CALLS)
     for index, call in enumerate(calls):
         where = f"{param}[{index}]"
         if not isinstance(call, dict):
@@ -198,6 +204,17 @@ def _value(param: str, value: Any, supported: tuple[str, ...]) -> BadRequest:
         param=param,
         code="invalid_value",
     )
+
+
+def check_length(param: str, items: list[Any], most: int) -> None:
+    """OpenAI's 400 for an array longer than it takes (also the Responses API's)."""
+    if len(items) > most:
+        raise BadRequest(
+            f"Invalid '{param}': array too long. Expected an array with maximum length {most}, but got "
+            f"an array with length {len(items)} instead.",
+            param=param,
+            code="array_above_max_length",
+        )
 
 
 def _missing(param: str) -> BadRequest:

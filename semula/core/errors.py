@@ -81,6 +81,13 @@ class UnreadableBody(BadRequest):
     headers = (("Connection", "close"),)
 
 
+class BodyTimeout(UnreadableBody):
+    """The request body stopped coming: no byte of it within SEMULA_BODY_TIMEOUT seconds."""
+
+    status = 408
+    code = "request_timeout"
+
+
 class PayloadTooLarge(SemulaError):
     """The request body is larger than SEMULA_MAX_BODY_BYTES allows."""
 

@@ -14,12 +14,12 @@ from typing import Any
 from semula.core.errors import BadRequest
 
 ROLES = ("user", "assistant", "system")
-MAX_MESSAGES = 100_000  # "a limit of 100,000 messages in a single request"
 TOOL_CHOICES = ("auto", "any", "tool", "none")
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}\Z")
 IMAGE_SOURCES = ("base64", "url", "file")
 # Request keys that are HTTP headers of the app's request, kept in the stored request by semula.
 HEADER_FIELDS = ("anthropic-beta", "anthropic-version")
+MAX_MESSAGES = 100_000  # the API's limit on messages in one request
 
 
 def bad(message: str, param: str | None = None) -> BadRequest:
@@ -39,8 +39,8 @@ def check(body: Any, *, counting: bool = False) -> None:
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise bad("Field required" if messages is None else "Input should be a valid list", "messages")
-    if len(messages) > MAX_MESSAGES:
-        raise bad(f"List should have at most {MAX_MESSAGES} items", "messages")
+    if len(messages) > MAX_MESSAGES:  # before they are looked at (decision 0054)
+        raise bad(f"too many messages: {len(messages)}; at most {MAX_MESSAGES} in a request", "messages")
     _check_system(body.get("system"))
     # The tool_use ids of the assistant turn before the current user turn: what a tool_result may
     # answer. Consecutive messages of one role are one turn; a system message ends no turn.

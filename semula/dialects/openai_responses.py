@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from semula.core import answers, stream, templates
+from semula.core.chat_requests import MAX_TOOLS, check_length
 from semula.core.errors import BadRequest, InvalidAnswer
 from semula.dialects import RESPONSES, Dialect, Request, typed_sse
 
@@ -643,6 +644,7 @@ def _check_tools(tools: Any) -> None:
         return
     if not isinstance(tools, list):
         raise _bad("tools must be an array.", "tools", "invalid_type")
+    check_length("tools", tools, MAX_TOOLS)
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
             raise _bad("A tool must be an object with a type.", f"tools[{i}]", "invalid_type")

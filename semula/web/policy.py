@@ -145,6 +145,10 @@ def read_body(stream: IO[bytes], content_length: str | None, limit: int) -> byte
         raise errors.PayloadTooLarge()
     try:
         raw = stream.read(int(length) if length.isdigit() else limit + 1)
+    except TimeoutError:  # the worker's wait for the client's next bytes (SEMULA_BODY_TIMEOUT)
+        raise errors.BodyTimeout(
+            "The request body stopped coming before its end; the connection is closed."
+        ) from None
     except (OSError, ValueError):  # pywsgi's reading of a broken chunk size or a body cut short
         raise errors.UnreadableBody(
             "The request body could not be read: its chunked encoding is malformed or it ends before "

@@ -152,3 +152,56 @@ def test_malformed_framing_is_a_400_and_nothing_is_smuggled(start_server, token)
     assert answer.count(b"HTTP/1.1 ") == 1 and b'"code":"invalid_body"' in answer, answer
     server.stop()
     assert "Traceback" not in server.log()
+
+
+def test_heads_nginx_refuses_get_their_status_and_never_a_reset(start_server):
+    """Through the real worker: each refused form gets its status (raw_exchange raises on a reset),
+    even when the client has sent far more than was read (a 100 KB target, a 1 MB header)."""
+    server = start_server()
+    for request, status in (
+        (b"GET /healthz HTTP/1.1\r\n\r\n", 400),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n", 400),
+        (b"get /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (b"GET\t/healthz HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-A: 1\r\n" * 5000 + b"\r\n", 431),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 1_000_000 + b"\r\n\r\n", 431),
+    ):
+        answer = raw_exchange(server.url, request)
+        assert answer.startswith(b"HTTP/1.1 %d " % status), (request[:60], answer[:200])
+        assert answer.count(b"\r\n\r\n") == 1, answer
+    assert raw_exchange(server.url, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 ")
+    server.stop()
+    assert "Traceback" not in server.log()
+
+
+def _until_closed(conn: socket.socket) -> bytes:
+    received = b""
+    while chunk := conn.recv(65536):
+        received += chunk
+    return received
+
+
+def test_a_slow_head_and_a_short_body_are_cut_off_by_their_deadlines(start_server):
+    """With SEMULA_HEADER_TIMEOUT and SEMULA_BODY_TIMEOUT at 1 s: a head sent in part gets a 408, a
+    body shorter than its Content-Length gets the API's 408 (request_timeout), each with a close,
+    while /healthz is served. The socket timeout (30 s) is only a bound on the wait for the close."""
+    server = start_server(dev=True, SEMULA_HEADER_TIMEOUT="1", SEMULA_BODY_TIMEOUT="1")
+    host, port = server.url.removeprefix("http://").split(":")
+    with (
+        socket.create_connection((host, int(port)), timeout=30) as head,
+        socket.create_connection((host, int(port)), timeout=30) as body,
+    ):
+        head.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-")
+        body.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"model": '
+        )
+        assert requests.get(server.url + "/healthz", timeout=5).status_code == 200
+        late_head, late_body = _until_closed(head), _until_closed(body)
+    assert late_head.startswith(b"HTTP/1.1 408 ") and b"did not arrive within 1 s" in late_head
+    assert late_body.startswith(b"HTTP/1.1 408 ") and b'"code":"request_timeout"' in late_body
+    assert b"Connection: close" in late_body
+    server.stop()
+    assert "Traceback" not in server.log()

@@ -229,3 +229,28 @@ def test_record_through_forwards_to_embeddings_and_counts_prompt_tokens(store, s
     made = client.post(URL, json={"model": SMALL, "input": "never forwarded"}, headers=admin)
     assert made.status_code == 200 and len(made.json["data"][0]["embedding"]) == 1536
     assert len(fake.calls) == 1
+
+
+def test_a_million_token_ids_are_refused_before_any_work_on_them(ctx, shop, client, admin, monkeypatch):
+    """Issue #49: 1,000 arrays of 1,000 token ids (4.9 MB, under the body limit) took 3.35 s of CPU to
+    fail as a replay miss. Refused now with the API's 400 from the check, before fingerprinting, for
+    about the cost of parsing the body (a generous bound: the machine may be loaded)."""
+    import time
+
+    from semula.core import fingerprint
+
+    def never(*args, **kwargs):
+        raise AssertionError("fingerprinted a request the API refuses")
+
+    monkeypatch.setattr(fingerprint, "fingerprint", never)
+    monkeypatch.setattr(fingerprint, "canonical_request", never)
+    projects.update(ctx, "shop", {"mode": "replay"})
+    data = json.dumps({"model": SMALL, "input": [[i % 50_000 for i in range(1000)] for _ in range(1000)]})
+    started = time.process_time()
+    response = client.post(URL, data=data, headers={**admin, "Content-Type": "application/json"})
+    spent = time.process_time() - started
+    assert response.status_code == 400, response.json
+    assert response.json["error"]["code"] == "max_tokens_per_request"
+    assert "Requested 1000000 tokens" in response.json["error"]["message"]
+    assert spent < 1.0, spent
+    assert ctx.store.all("parked_in_project", project_id=shop["id"]) == []

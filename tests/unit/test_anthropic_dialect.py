@@ -225,3 +225,15 @@ def test_the_sdk_raises_the_error_event_semula_ends_a_broken_stream_with():
     with pytest.raises(anthropic.APIStatusError, match="semula_upstream_error"):
         for _ in client.messages.create(**REQUEST, stream=True):
             pass
+
+
+def test_more_messages_than_the_api_takes_are_refused_before_they_are_checked(monkeypatch):
+    from semula.dialects import anthropic_checks
+
+    monkeypatch.setattr(anthropic_checks, "MAX_MESSAGES", 3)  # the API's 100,000, made small
+    turns = [{"role": role, "content": "hi"} for role in ("user", "assistant", "user", "assistant")]
+    ANTHROPIC.check({"model": "m", "max_tokens": 5, "messages": turns[:3]})
+    monkeypatch.setattr(anthropic_checks, "_check_message", lambda *a: pytest.fail("a message checked"))
+    with pytest.raises(errors.BadRequest) as info:
+        ANTHROPIC.check({"model": "m", "max_tokens": 5, "messages": turns})
+    assert info.value.param == "messages" and "at most 3" in info.value.message

@@ -204,3 +204,17 @@ def test_redaction_leaves_the_vectors_alone():
     out = EMBEDDINGS.redact_response(response, redact.redact_obj)
     assert out["data"][0]["embedding"] == lookalike and list(out["data"][0]) == list(response["data"][0])
     assert "sk-abc123" not in json.dumps(out)
+
+
+def test_token_ids_past_the_apis_300k_a_request_are_refused_as_it_refuses_them():
+    at_most = [[7] * 1000] * 300
+    assert EMBEDDINGS.check(body(at_most)).model == SMALL
+    with pytest.raises(BadRequest) as info:
+        EMBEDDINGS.check(body(at_most + [[7]]))
+    error = info.value.to_dict()["error"]
+    assert error == {
+        "message": "Requested 300001 tokens, max 300000 tokens per request",
+        "type": "max_tokens_per_request",
+        "param": None,
+        "code": "max_tokens_per_request",
+    }

@@ -7,14 +7,12 @@ client is a greenlet beside them.
 
 from __future__ import annotations
 
-import contextlib
 import re
 
 import gevent
 import pytest
 from gevent import socket
 from gevent.pywsgi import WSGIServer
-from gevent.server import StreamServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -116,115 +114,31 @@ def servers():
         server.stop()
 
 
-class Reader:
-    """A connection's bytes as they come, and what has come of them (nothing is lost or skipped)."""
-
-    def __init__(self, conn: socket.socket):
-        self.conn = conn
-        self.received = b""
-        self.at = 0  # how much of it the replies read so far take
-        self.closed = False
-
-    def more(self) -> None:
-        try:
-            chunk = self.conn.recv(65536)
-        except ConnectionResetError:  # closed with our bytes unread: closed all the same
-            chunk = b""
-        if not chunk:
-            self.closed = True
-            raise ConnectionError("closed")
-        self.received += chunk
-
-    def until(self, mark: bytes) -> bytes:
-        while (end := self.received.find(mark, self.at)) == -1:
-            self.more()
-        piece, self.at = self.received[self.at : end], end + len(mark)
-        return piece
-
-    def take(self, n: int) -> None:
-        while len(self.received) < self.at + n:
-            self.more()
-        self.at += n
-
-    def to_close(self) -> None:
-        while not self.closed:
-            with contextlib.suppress(ConnectionError):
-                self.more()
-
-
-def _reply(reader: Reader) -> bool:
-    """Read one reply whole (status line, headers, the body as its headers frame it); whether the
-    connection carries on after it. A 1xx is read as a reply of its own. A reply to HEAD is read as
-    any other: pywsgi sends the body the app gives it (this app's; Flask gives none)."""
-    status_line, *lines = reader.until(b"\r\n\r\n").split(b"\r\n")
-    version, status = status_line.split(b" ", 2)[:2]
-    headers = {}
-    for line in lines:
-        name, _, value = line.partition(b":")
-        headers[name.strip().lower()] = value.strip().lower()
-    keeps = headers.get(b"connection") != b"close" and (
-        version == b"HTTP/1.1" or headers.get(b"connection") == b"keep-alive"
-    )
-    if status.startswith(b"1") or status in (b"204", b"304"):
-        return keeps
-    if headers.get(b"transfer-encoding") == b"chunked":
-        while size := int(reader.until(b"\r\n").split(b";")[0], 16):
-            reader.take(size)
-            assert reader.until(b"\r\n") == b"", "a chunk longer than its size"
-        while reader.until(b"\r\n"):  # trailers, up to the blank line
-            pass
-    elif b"content-length" in headers:
-        reader.take(int(headers[b"content-length"]))
-    else:  # framed by the close of the connection
-        reader.to_close()
-        reader.at = len(reader.received)
-        return False
-    return keeps
-
-
-def exchange(server: StreamServer, data: bytes, replies: int | None = None) -> bytes:
-    """Send `data` on one connection and read the replies whole: `replies` of them (a 1xx not
-    counted), or every one until the server closes the connection. Fails, rather than return what
-    came, when no reply comes, when one is cut short, when bytes follow the last, or after 10 s."""
+def exchange(server: WSGIServer, data: bytes) -> bytes:
+    """Send `data` on one connection and read until the server closes it, which every exchange here
+    asks for (a last request with `Connection: close`, or one it refuses): silence is no reply."""
     conn = socket.create_connection(("127.0.0.1", server.server_port))
-    reader, whole = Reader(conn), 0
     try:
         conn.sendall(data)
-        with gevent.Timeout(10, AssertionError("the replies did not come whole within 10 s")):
-            while replies is None or whole < replies:
-                if reader.at == len(reader.received):
-                    try:
-                        reader.more()
-                    except ConnectionError:
-                        break  # closed between replies
-                start = reader.at
-                try:
-                    keeps = _reply(reader)
-                except ConnectionError:
-                    raise AssertionError(f"a reply cut short: {reader.received[start:]!r}") from None
-                whole += reader.received[start + 9 : start + 10] != b"1"
-                if not keeps:
-                    reader.to_close()
-                    break
-        assert whole, f"no reply: {reader.received!r}"
-        assert reader.at == len(reader.received), f"bytes after the replies: {reader.received[reader.at :]!r}"
-        return reader.received
+        received = b""
+        with gevent.Timeout(10, AssertionError(f"the server did not end the exchange: {received[:300]!r}")):
+            while chunk := conn.recv(65536):
+                received += chunk
+        return received
     finally:
         conn.close()
 
 
-def both(servers, data: bytes, replies: int | None = None) -> tuple[bytes, bytes, list, list]:
+def both(servers, data: bytes) -> tuple[bytes, bytes, list, list]:
     answers, seen = [], []
     for cls in (Lean, Pywsgi):
         SEEN.clear()
-        answers.append(DATE.sub(b"Date: -\r\n", exchange(servers[cls], data, replies)))
+        answers.append(DATE.sub(b"Date: -\r\n", exchange(servers[cls], data)))
         seen.append(list(SEEN))
     return answers[0], answers[1], seen[0], seen[1]
 
 
-HEADER_NAMES = st.sampled_from(
-    ["Host", "X-Semula-Project", "Accept", "User-Agent", "X-Thing", "Cookie", "x_under"]
-)
+HEADER_NAMES = st.sampled_from(["X-Semula-Project", "Accept", "User-Agent", "X-Thing", "Cookie", "x_under"])
 HEADER_VALUES = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=12)
 
 
@@ -237,6 +151,7 @@ def requests(draw) -> bytes:
     lines = [f"{method} {path}{how}{query} HTTP/1.1"]
     for name, value in draw(st.lists(st.tuples(HEADER_NAMES, HEADER_VALUES), max_size=5)):
         lines.append(f"{name}: {value}")
+    lines.insert(draw(st.integers(1, len(lines))), "Host: x")
     body = draw(st.binary(max_size=40))
     if body or draw(st.booleans()):
         lines.append(f"Content-Length: {len(body)}")
@@ -251,10 +166,84 @@ def requests(draw) -> bytes:
 @given(st.lists(requests(), min_size=1, max_size=3))
 def test_the_lean_path_answers_what_pywsgi_answers(servers, sequence):
     """Pipelined on one connection: the same bytes back, the app given the same environ."""
-    last = b"GET /p/list HTTP/1.1\r\nConnection: close\r\n\r\n"  # so that the server ends the exchange
-    lean, pywsgi, lean_seen, pywsgi_seen = both(servers, b"".join(sequence) + last)
+    lean, pywsgi, lean_seen, pywsgi_seen = both(servers, b"".join(sequence) + LAST)
+    assert lean == pywsgi and lean.startswith(b"HTTP/1.1 ") and b" 400 Bad Request" not in lean
+    assert lean_seen == pywsgi_seen
+
+
+LAST = b"GET /p/list HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"  # the server ends the exchange
+# Header values as clients send them, and as they should not: spaces and tabs around, control bytes,
+# bytes past ASCII (latin-1 on the wire), UTF-8.
+ODD_VALUES = st.text(
+    alphabet=st.sampled_from(
+        [
+            " ",
+            "\t",
+            "a",
+            "1",
+            ",",
+            "\x00",
+            "\x01",
+            "\x0b",
+            "\x1f",
+            "\x7f",
+            "\x80",
+            "\x85",
+            "\xa0",
+            "\xff",
+            "é",
+        ]
+    ),
+    max_size=6,
+)
+FRAMING_NAMES = st.sampled_from(
+    ["Content-Length", "content-length", "CONTENT-LENGTH", "cOnTeNt-LeNgTh", "Content-Type", "content-TYPE"]
+)
+
+
+@st.composite
+def odd_requests(draw) -> bytes:
+    """A request whose header values are odd in one of these ways, some of its framing headers in
+    mixed case with odd spaces, a body of the length it says (or, when its length is not a number,
+    of any length)."""
+    method = draw(st.sampled_from(["GET", "POST", "HEAD"]))
+    lines = [f"{method} /p/list HTTP/1.1"]
+    for name in draw(st.lists(st.sampled_from(["X-Odd", "x-odd", "Accept", "Cookie"]), max_size=3)):
+        lines.append(f"{name}:{draw(ODD_VALUES)}")
+    body = draw(st.binary(max_size=8))
+    for name in draw(st.lists(FRAMING_NAMES, max_size=2)):
+        before = draw(st.sampled_from(["", " ", "  ", "\t"]))
+        value = str(len(body)) if "length" in name.lower() else "application/json"
+        lines.append(f"{name}:{before}{value}{draw(ODD_VALUES)}")
+    lines.insert(draw(st.integers(1, len(lines))), "Host: x")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(odd_requests())
+def test_odd_bytes_and_framing_get_the_same_reply_on_both_paths(servers, request_bytes):
+    """Whitespace, control bytes, bytes >= 0x80 and mixed-case framing headers: both paths reply (a
+    status line arrives and the server ends the exchange), with the same bytes, and the app sees the
+    same environ; a request with a control byte in a value is refused with a 400 by both."""
+    lean, pywsgi, lean_seen, pywsgi_seen = both(servers, request_bytes + LAST)
+    assert lean.startswith(b"HTTP/1.1 ") and pywsgi.startswith(b"HTTP/1.1 ")
     assert lean == pywsgi
     assert lean_seen == pywsgi_seen
+    head = request_bytes.split(b"\r\n\r\n", 1)[0].replace(b"\r\n", b"")
+    if worker.CONTROL.search(head.decode("latin-1")):
+        assert lean.startswith(b"HTTP/1.1 400 ") and lean_seen == []
+    for seen in lean_seen:  # a value reaches the app without the spaces and tabs around it, only those
+        for key in ("CONTENT_LENGTH", "CONTENT_TYPE", "HTTP_X_ODD"):
+            assert key not in seen or seen[key] == seen[key].strip(" \t")
+
+
+def test_a_content_length_with_spaces_reaches_the_app_as_its_digits_on_both_paths(servers):
+    """`Content-Length:  2 ` was '2' on the lean path and '2 ' on pywsgi's."""
+    request = b"POST /p/list HTTP/1.1\r\nHost: x\r\nContent-Length:  2 \r\nX-A: \xa0b\xa0\r\n\r\n{}" + LAST
+    lean, pywsgi, lean_seen, pywsgi_seen = both(servers, request)
+    assert lean == pywsgi and lean_seen == pywsgi_seen
+    assert lean_seen[0]["CONTENT_LENGTH"] == "2" and lean_seen[0]["body"] == b"{}"
+    assert lean_seen[0]["HTTP_X_A"] == "\xa0b\xa0"  # latin-1 text, only spaces and tabs stripped
 
 
 @pytest.mark.parametrize("how", HOWS)
@@ -264,7 +253,7 @@ def test_each_way_of_answering_is_served_by_the_lean_path(servers, how, monkeypa
     lean = Lean.lean
     monkeypatch.setattr(Lean, "lean", lambda self: taken.append(lean(self)) or taken[-1])
     request = f"POST /v1/{how} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{{}}".encode()
-    a, b, _, _ = both(servers, request, replies=1)
+    a, b, _, _ = both(servers, request + LAST)
     assert a == b and a.startswith(b"HTTP/1.1 ")
     assert taken[0] in (True, False)
 
@@ -274,14 +263,14 @@ def test_each_way_of_answering_is_served_by_the_lean_path(servers, how, monkeypa
     [
         b"HEAD /p/list HTTP/1.1\r\nHost: x\r\n\r\n",
         b"GET /p/list HTTP/1.0\r\n\r\n",
-        b"POST /p/list HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
-        b"POST /p/list HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}",
-        b"POST /p/list HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
-        b"POST /p/list HTTP/1.1\r\nContent-Length: 1_0\r\n\r\n{}",
-        b"GET http://x/p/list HTTP/1.1\r\n\r\n",
-        b"GET /p/list HTTP/1.1\r\nFolded: a\r\n b\r\n\r\n",
+        b"POST /p/list HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        b"POST /p/list HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /p/list HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /p/list HTTP/1.1\r\nHost: x\r\nContent-Length: 1_0\r\n\r\n{}",
+        b"GET http://x/p/list HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /p/list HTTP/1.1\r\nHost: x\r\nFolded: a\r\n b\r\n\r\n",
         b"GET /p/list HTTP/1.1\nHost: x\n\n",
-        b"GET  /p/list HTTP/1.1\r\n\r\n",
+        b"GET  /p/list HTTP/1.1\r\nHost: x\r\n\r\n",
     ],
 )
 def test_what_the_lean_path_does_not_take_goes_to_pywsgi_unread(servers, request_bytes, monkeypatch):
@@ -290,7 +279,7 @@ def test_what_the_lean_path_does_not_take_goes_to_pywsgi_unread(servers, request
     taken = []
     lean = Lean.lean
     monkeypatch.setattr(Lean, "lean", lambda self: taken.append(lean(self)) or taken[-1])
-    a, b, _, _ = both(servers, request_bytes, replies=1)
+    a, b, _, _ = both(servers, request_bytes + LAST)
     assert a == b and a.startswith(b"HTTP/1.")
     assert taken[0] is None
 
@@ -307,7 +296,7 @@ def test_a_header_line_that_is_not_a_header_is_refused_on_both_paths(servers, he
     """A proxy in front that reads such a line as a header frames the body otherwise than a server
     that drops it (request smuggling): the request gets a 400 and its connection closes, and the app
     sees neither it nor the request hidden in its body."""
-    a, b, seen_a, seen_b = both(servers, head + b"\r\nhelloGET /p/list HTTP/1.1\r\n\r\n")
+    a, b, seen_a, seen_b = both(servers, head + b"\r\nhelloGET /p/list HTTP/1.1\r\nHost: x\r\n\r\n")
     assert a == b and a.startswith(b"HTTP/1.1 400 ") and a.count(b"HTTP/1.1") == 1
     assert seen_a == seen_b == []
 
@@ -318,7 +307,7 @@ def test_a_request_in_pieces_is_read_whole(servers):
         SEEN.clear()
         conn = socket.create_connection(("127.0.0.1", servers[cls].server_port))
         try:
-            conn.sendall(b"POST /p/list HTTP/1.1\r\nContent-")
+            conn.sendall(b"POST /p/list HTTP/1.1\r\nHost: x\r\nContent-")
             gevent.sleep(0.05)
             conn.sendall(b"Length: 6\r\n\r\nabc")
             gevent.sleep(0.05)
@@ -333,7 +322,7 @@ def test_a_request_in_pieces_is_read_whole(servers):
 def test_a_lean_connection_idle_past_keepalive_is_closed(servers):
     conn = socket.create_connection(("127.0.0.1", servers[Lean].server_port))
     try:
-        conn.sendall(b"GET /p/list HTTP/1.1\r\n\r\n")
+        conn.sendall(b"GET /p/list HTTP/1.1\r\nHost: x\r\n\r\n")
         with gevent.Timeout(5):
             assert conn.recv(65536).startswith(b"HTTP/1.1 200 OK")
             assert conn.recv(65536) == b""  # closed after keep-alive's 2 s
@@ -342,7 +331,7 @@ def test_a_lean_connection_idle_past_keepalive_is_closed(servers):
 
 
 def test_an_app_failure_is_logged_by_the_lean_path(servers, caplog):
-    exchange(servers[Lean], b"GET /p/raises HTTP/1.1\r\n\r\n", replies=1)
+    exchange(servers[Lean], b"GET /p/raises HTTP/1.1\r\nHost: x\r\n\r\n")
     assert [r.message for r in caplog.records if r.name == "semula.worker"] == ["the app failed"]
 
 
@@ -359,7 +348,7 @@ def test_a_stopping_worker_closes_its_idle_lean_connections_within_a_sweep():
     server.start()
     conn = socket.create_connection(("127.0.0.1", server.server_port))
     try:
-        conn.sendall(b"GET /p/list HTTP/1.1\r\n\r\n")
+        conn.sendall(b"GET /p/list HTTP/1.1\r\nHost: x\r\n\r\n")
         with gevent.Timeout(5):
             assert conn.recv(65536).startswith(b"HTTP/1.1 200 OK")
         server.close()  # stops accepting, as a stopping worker's server does
@@ -370,27 +359,160 @@ def test_a_stopping_worker_closes_its_idle_lean_connections_within_a_sweep():
         server.stop()
 
 
+HOST = b"Host: x\r\n"
+
+
 @pytest.mark.parametrize(
-    ("sent", "says"),
+    "request_bytes, status, reason",
     [
-        (b"", "no reply"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nabc", "a reply cut short"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", "a reply cut short"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: close\r\n\r\nab", "bytes after the replies"),
+        (b"GET /p/list HTTP/1.1\r\n\r\n", 400, b"without a Host header"),
+        (b"GET /p/list HTTP/1.1\r\nHost: x\r\nhost: y\r\n\r\n", 400, b"more than one Host header"),
+        (b"GET /p/list HTTP/1.0\r\nHost: x\r\nHost: y\r\n\r\n", 400, b"more than one Host header"),
+        (b"GET /p/list HTTP/1.1\r\n" + HOST + b"X-A: a\x00b\r\n\r\n", 400, b"control character"),
+        (b"GET /p/list HTTP/1.1\r\n" + HOST + b"X-A: a\x1bb\r\n\r\n", 400, b"control character"),
+        (b"GET /p/list HTTP/1.1\r\n" + HOST + b"X-A: a\r\n b\r\n\r\n", 400, b"folded"),
+        (b"GET /p/list HTTP/1.1\r\n" + HOST + b"X\x00A: 1\r\n\r\n", 400, b"name"),
+        (b"GET /p/list HTTP/1.1\r\n" + HOST + b"X(A): 1\r\n\r\n", 400, b"a token"),
+        (b"GET\t/p/list HTTP/1.1\r\n" + HOST + b"\r\n", 400, b"request line"),
+        (b"GET /p/list\tHTTP/1.1\r\n" + HOST + b"\r\n", 400, b"request line"),
+        (b"GET /p/\x01list HTTP/1.1\r\n" + HOST + b"\r\n", 400, b"request line"),
+        (b"GET /p/list HTTP/1.1 \r\n" + HOST + b"\r\n", 400, b"request line"),
+        (b"get /p/list HTTP/1.1\r\n" + HOST + b"\r\n", 400, b"not in capitals"),
+        (b"Post /p/list HTTP/1.1\r\n" + HOST + b"\r\n", 400, b"not in capitals"),
+        (b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\n" + HOST + b"\r\n", 414, b"longer than 8192"),
+        (
+            b"GET /p/list HTTP/1.1\r\n" + HOST + b"".join(b"X-%d: 1\r\n" % i for i in range(5000)) + b"\r\n",
+            431,
+            b"",
+        ),
+        (
+            b"GET /p/list HTTP/1.1\r\n" + HOST + b"X-Big: " + b"a" * 1_000_000 + b"\r\n\r\n",
+            431,
+            b"longer than",
+        ),
     ],
 )
-def test_the_exchange_fails_on_a_reply_that_is_not_whole(sent, says):
-    """What the comparisons above rest on: an empty or broken reply is no answer to compare."""
+def test_each_refused_form_gets_its_status_on_both_paths(servers, request_bytes, status, reason):
+    """What gunicorn's parser and nginx refuse, refused alike by both paths with a status and why, and
+    never a TCP reset (exchange fails on one): a refused request's unread bytes are read off before
+    the connection closes. The app sees none of them."""
+    lean, pywsgi, lean_seen, pywsgi_seen = both(servers, request_bytes)
+    assert lean == pywsgi and lean.startswith(b"HTTP/1.1 %d " % status) and reason in lean
+    assert b"Connection: close\r\n" in lean and lean.count(b"HTTP/1.1 ") == 1
+    assert lean_seen == pywsgi_seen == []
 
-    def reply_and_close(conn, address):
-        conn.recv(65536)
-        conn.sendall(sent)
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /p/list HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",  # HTTP/1.0 needs no Host
+        b"GET /p/list HTTP/1.1\r\nHost: x\r\nX-A: a\tb\r\n\r\n",  # a tab is no control character here
+        b"GET /caf\xc3\xa9/list HTTP/1.1\r\nHost: x\r\nX-A: caf\xc3\xa9 \xff\r\n\r\n",  # bytes past ASCII
+        b"GET /p/list HTTP/1.1\r\nhOsT: x\r\nX_Under: 1\r\n\r\n",
+    ],
+)
+def test_heads_that_are_allowed_are_served_on_both_paths(servers, request_bytes):
+    lean, pywsgi, lean_seen, pywsgi_seen = both(servers, request_bytes + LAST)
+    assert lean == pywsgi and lean.startswith(b"HTTP/1.1 200 ") and lean.count(b"HTTP/1.1 200 ") == 2
+    assert len(lean_seen) == 2 and lean_seen == pywsgi_seen
+
+
+class QuickLean(Lean):
+    header_timeout = body_timeout = 1.0
+
+
+class QuickPywsgi(Pywsgi):
+    header_timeout = body_timeout = 1.0
+
+
+@pytest.fixture(scope="module")
+def quick():
+    servers = [_serve(cls) for cls in (QuickLean, QuickPywsgi)]
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def _until_closed(conn, within: float = 15) -> bytes:
+    """What the server sends until it closes the connection, which it must do `within` seconds."""
+    received = b""
+    with gevent.Timeout(within, AssertionError(f"still open after {within} s: {received[:200]!r}")):
+        while chunk := conn.recv(65536):
+            received += chunk
+    return received
+
+
+def _trickle(conn, data: bytes) -> None:
+    """Send a byte at a time, a tenth of a second apart, until the server closes the connection."""
+    try:
+        for byte in data:
+            conn.sendall(bytes([byte]))
+            gevent.sleep(0.1)
+    except OSError:
+        pass
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["part of a head", "a head a byte at a time", "a body shorter than its Content-Length"],
+)
+def test_a_slow_request_is_cut_off_by_its_deadline_while_others_are_served(quick, how):
+    """With the deadlines at 1 s: a head sent in part and then nothing, or a byte at a time (each
+    byte well within any per-read wait), gets a 408 and a close; so does a body that stops (on this
+    app, which fails on the read, a close with the 500 it answers). Other clients are served in the
+    meantime. Waited for with a generous bound, not timed."""
+    head = b"POST /p/list HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+    for server in quick:
+        SEEN.clear()
+        slow = socket.create_connection(("127.0.0.1", server.server_port))
+        trickler = None
+        try:
+            if how == "part of a head":
+                slow.sendall(head[:30])
+            elif how == "a head a byte at a time":
+                trickler = gevent.spawn(_trickle, slow, head * 10)
+            else:
+                slow.sendall(head + b"abc")
+            answer = exchange(server, b"GET /p/list HTTP/1.1\r\nHost: y\r\nConnection: close\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"answer to GET")
+            cut = _until_closed(slow)
+        finally:
+            slow.close()
+            if trickler is not None:
+                trickler.kill()
+        if how == "a body shorter than its Content-Length":
+            assert cut.startswith(b"HTTP/1.1 500 ")  # semula's app answers its 408 (acceptance test)
+        else:
+            assert cut.startswith(b"HTTP/1.1 408 ") and b"did not arrive within 1 s" in cut
+            assert [seen["HTTP_HOST"] for seen in SEEN] == ["y"]  # the slow request never reached the app
+
+
+def test_a_connection_idle_between_requests_keeps_its_keepalive_time(quick):
+    """The head deadline starts at a request's first bytes: a connection waiting for its next
+    request is closed by keep-alive's idle time (2 s here), with no 408."""
+    conn = socket.create_connection(("127.0.0.1", quick[1].server_port))
+    try:
+        conn.sendall(b"GET /p/list HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = _until_closed(conn)
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"answer to GET")
+    finally:
         conn.close()
 
-    server = StreamServer(("127.0.0.1", 0), reply_and_close)
-    server.start()
-    try:
-        with pytest.raises(AssertionError, match=says):
-            exchange(server, b"GET /p/list HTTP/1.1\r\n\r\n", 1)
-    finally:
-        server.stop()
+
+@pytest.mark.parametrize("part", [b"GET /p/list HT", b"GET /p/list HTTP/1.1\r\nHost: x\r\nX-A: 1"])
+def test_a_client_that_closes_inside_its_head_gets_no_answer_and_no_log_line(servers, part, monkeypatch):
+    """As nginx: a head cut off by its client's close is no request to refuse (a slow client
+    pool closing 10,000 connections would otherwise log 10,000 refusals)."""
+    logged = []
+    monkeypatch.setattr(worker.Handler, "log_error", lambda self, *args: logged.append(args))
+    for cls in (Lean, Pywsgi):
+        SEEN.clear()
+        conn = socket.create_connection(("127.0.0.1", servers[cls].server_port))
+        try:
+            conn.sendall(part)
+            conn.shutdown(socket.SHUT_WR)
+            assert _until_closed(conn) == b""
+        finally:
+            conn.close()
+        assert SEEN == []
+    assert logged == []
