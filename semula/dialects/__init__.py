@@ -24,6 +24,8 @@ CHAT = "openai.chat"
 RESPONSES = "openai.responses"
 EMBEDDINGS = "openai.embeddings"
 ANTHROPIC = "anthropic.messages"
+GEMINI = "gemini.generate_content"
+GEMINI_EMBEDDINGS = "gemini.embed_content"
 
 
 @dataclass(frozen=True)
@@ -259,13 +261,48 @@ def typed_sse(events: list[dict[str, Any]]) -> Iterator[bytes]:
         yield b"event: " + kind + b"\ndata: " + data + b"\n\n"
 
 
+def tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    """A common answer's tool call for a call whose arguments an API gives as an object."""
+    text = json.dumps(arguments or {}, separators=(",", ":"), ensure_ascii=False)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+
+
+def common_answer(
+    model: Any, texts: list[str], calls: list[dict[str, Any]], finish: str, prompt: int, produced: int
+) -> dict[str, Any]:
+    """The common answer (a chat.completion) of a response's texts and tool calls, with its usage."""
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": produced, "total_tokens": prompt + produced},
+    }
+
+
+def answer_of(completion: dict[str, Any]) -> tuple[str | None, str | None, list[tuple[str, str, Any]]]:
+    """A validated common answer's finish reason, text (or refusal) and tool calls as (id, name,
+    arguments as an object): what each API's respond() renders in its own shape."""
+    choice = completion["choices"][0]
+    message = choice["message"]
+    calls = [
+        (call["id"], call["function"]["name"], json.loads(call["function"]["arguments"] or "{}"))
+        for call in message.get("tool_calls") or ()
+    ]
+    return choice.get("finish_reason"), message.get("content") or message.get("refusal"), calls
+
+
 def _registry() -> dict[str, Dialect]:
     from semula.dialects.anthropic_messages import AnthropicMessages
+    from semula.dialects.gemini import Gemini
     from semula.dialects.openai_chat import OpenAIChat
     from semula.dialects.openai_embeddings import OpenAIEmbeddings
     from semula.dialects.openai_responses import OpenAIResponses
 
-    return {d.name: d for d in (OpenAIChat(), OpenAIResponses(), OpenAIEmbeddings(), AnthropicMessages())}
+    speaks = (OpenAIChat(), OpenAIResponses(), OpenAIEmbeddings(), AnthropicMessages(), Gemini())
+    return {d.name: d for d in speaks}
 
 
 DIALECTS: dict[str, Dialect] = {}

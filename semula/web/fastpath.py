@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -25,13 +26,17 @@ from semula.web import access, policy
 logger = logging.getLogger("semula.web")
 ROUTE = re.compile(
     r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62})(?:/s/(?P<session>[A-Za-z0-9_.-]{1,64}))?)?"
-    r"/v1/(?P<what>chat/completions|responses|models|messages|messages/count_tokens"
+    # The Gemini API: a method of a model, under /v1beta (and /v1, where google-genai 1.x+ calls it).
+    r"(?:/(?P<gemini_version>v1|v1beta)/models/(?P<gemini_model>[^/:?#]{1,200})"
+    r":(?P<gemini>generateContent|streamGenerateContent|countTokens|embedContent|batchEmbedContents)"
+    r"|/v1beta/(?P<gemini_models>models)(?:/(?P<gemini_model_id>[^/:?#]{1,200}))?"
+    r"|/v1/(?P<what>chat/completions|responses|models|messages|messages/count_tokens"
     r"|responses/(?P<response_id>[A-Za-z0-9_.:-]{1,200})(?P<items>/input_items)?"
     r"|embeddings"
-    r"|models/(?P<model_id>[^?#]{1,200}))$"
+    r"|models/(?P<model_id>[^?#]{1,200})))$"
 )
 # Any other path under /v1 is an API this server does not speak: say so, in the API's error shape.
-API_PREFIX = re.compile(r"^(?:/p/[^/]*(?:/s/[^/]*)?)?/v1(?:/|$)")
+API_PREFIX = re.compile(r"^(?:/p/[^/]*(?:/s/[^/]*)?)?/v1(?P<beta>beta)?(?:/|$)")
 # The POST routes that replay or record, by their path under /v1: the dialect that speaks each.
 APIS = {
     "chat/completions": dialects.CHAT,
@@ -39,8 +44,23 @@ APIS = {
     "embeddings": dialects.EMBEDDINGS,
     "messages": dialects.ANTHROPIC,
 }
+# The Gemini API's methods: the model is in the path (`what` is `models/{model}:METHOD`).
+APIS.update(
+    {
+        "models/{model}:generateContent": dialects.GEMINI,
+        "models/{model}:streamGenerateContent": dialects.GEMINI,
+    }
+)
 # Every route's errors are in its API's envelope, from the first (a 401) on.
-ERRORS_IN = {**APIS, "messages/count_tokens": dialects.ANTHROPIC}
+ERRORS_IN = {
+    **APIS,
+    "messages/count_tokens": dialects.ANTHROPIC,
+    "models/{model}:countTokens": dialects.GEMINI,
+    "models/{model}:embedContent": dialects.GEMINI,
+    "models/{model}:batchEmbedContents": dialects.GEMINI,
+    "gemini/models": dialects.GEMINI,
+    "gemini/models/{model}": dialects.GEMINI,
+}
 JSON_HEADERS = [("Content-Type", "application/json")]
 SSE_HEADERS = [
     ("Content-Type", "text/event-stream"),
@@ -108,20 +128,32 @@ class ProxyApp:
         req = logs.begin_request(environ.get("HTTP_X_REQUEST_ID"), environ.get("REQUEST_METHOD", ""))
         match = ROUTE.match(path)
         if match is None:
-            if API_PREFIX.match(path):
-                return self._json(start_response, 404, unknown_path(environ).to_dict())
+            prefix = API_PREFIX.match(path)
+            if prefix:
+                speaks = dialects.get(dialects.GEMINI if prefix["beta"] else None)
+                return self._json(start_response, 404, speaks.error_body(unknown_path(environ)))
             return self.fallback(environ, start_response)
-        req.route = access.proxy_route(
-            match["what"], bool(match["project"]), bool(match["response_id"]), bool(match["items"])
-        )
+        what = _what(match, environ)
+        if what.startswith(GEMINI_WHAT):
+            project_part = "/p/{project}" if match["project"] else ""
+            version = match["gemini_version"] or ("v1beta" if match["gemini_models"] else "v1")
+            req.route = f"{project_part}/{version}/{what.removeprefix('gemini/')}"
+        else:
+            req.route = access.proxy_route(
+                what, bool(match["project"]), bool(match["response_id"]), bool(match["items"])
+            )
         started = time.monotonic()
         ctx: Context | None = None
         call: replay_service.Call | None = None
-        what = match["what"]
         speaks = dialects.get(ERRORS_IN.get(what))
         try:
-            # On the Anthropic routes an `x-api-key` token stands for the Authorization header.
-            api_key = environ.get("HTTP_X_API_KEY") if speaks.name == dialects.ANTHROPIC else None
+            # On the Anthropic routes an `x-api-key` token stands for the Authorization header, on the
+            # Gemini routes `x-goog-api-key` or `?key=`.
+            api_key = None
+            if speaks.name == dialects.ANTHROPIC:
+                api_key = environ.get("HTTP_X_API_KEY")
+            elif speaks.name == dialects.GEMINI:
+                api_key = _google_key(environ)
             authorization = policy.authorization(environ.get("HTTP_AUTHORIZATION"), api_key)
             ctx = self.base.as_(self.principals.authenticate(self.base, authorization))
             header_project = environ.get("HTTP_X_SEMULA_PROJECT")
@@ -130,6 +162,8 @@ class ProxyApp:
             session = sequences.check_session(path_session) if path_session else self._session(environ)
             if api is not None and environ.get("REQUEST_METHOD") == "POST":
                 headers = tuple(environ.get(name) for name in speaks.answer_headers)
+                if match["gemini"]:  # the model and the method are in the path, not the body
+                    headers += (match["gemini_model"], match["gemini"])
                 raw = self._read(environ)
                 key = hits.key(ctx, api, match["project"], header_project, raw, session, headers)
                 kept = self.hits.find(ctx, key, raw)
@@ -141,6 +175,8 @@ class ProxyApp:
                     return self._bytes(start_response, 200, data, kept.headers)
                 parsed, plain = policy.read_json(raw)
                 body = speaks.with_headers(parsed, _header(environ))
+                if match["gemini"]:
+                    body = speaks.with_route(body, match["gemini_model"], match["gemini"])  # type: ignore[attr-defined]
                 project, version = self.projects.get(ctx, match["project"], header_project)
                 call = replay_service.start(
                     ctx,
@@ -154,6 +190,8 @@ class ProxyApp:
                 )
                 return self._replay(ctx, call, key, raw, started, start_response)
             project = replay_service.resolve_project(ctx, match["project"], header_project)
+            if what.startswith(GEMINI_WHAT):
+                return self._gemini(ctx, project, match, what, environ, start_response)
             if what == "models":
                 self._method(environ, "GET")
                 return self._json(start_response, 200, replay_service.models(ctx, project))
@@ -222,6 +260,26 @@ class ProxyApp:
             self.hits.keep(key, call, body, *rest)
         except Exception as exc:
             logger.error("a replay hit was not kept", exc_info=exc)
+
+    def _gemini(
+        self,
+        ctx: Context,
+        project: dict[str, Any],
+        match: re.Match[str],
+        what: str,
+        environ: dict[str, Any],
+        start_response: Callable[..., Any],
+    ) -> list[bytes]:
+        """The Gemini API's routes that neither replay nor record: :countTokens and the model list."""
+        if what == "models/{model}:countTokens":
+            self._method(environ, "POST")
+            body = policy.parse_json(self._read(environ))
+            return self._json(start_response, 200, replay_service.count_tokens(ctx, body, dialects.GEMINI))
+        self._method(environ, "GET")
+        model_id = match["gemini_model_id"] or match["model_id"]
+        if model_id:
+            return self._json(start_response, 200, replay_service.gemini_model(ctx, project, model_id))
+        return self._json(start_response, 200, replay_service.gemini_models(ctx, project))
 
     def _stored_response(
         self,
@@ -321,6 +379,8 @@ class ProxyApp:
         extra: Sequence[tuple[str, str]] = (),
     ) -> list[bytes]:
         code = body.get("error", {}).get("code") if status >= 400 else None
+        if not isinstance(code, str):  # Google's envelope has the HTTP status there
+            code = None
         return cls._bytes(start_response, status, jsonio.compact(body), extra, code)
 
     @staticmethod
@@ -361,6 +421,33 @@ class ProxyApp:
         if req is not None:
             req.outcome, req.token_id, req.pending_id = outcome, row["token_id"], row["pending_id"]
             req.project = call.project["name"] if call is not None else None
+
+
+GEMINI_WHAT = ("models/{model}:", "gemini/")
+
+
+def _what(match: re.Match[str], environ: dict[str, Any]) -> str:
+    """The route's key in APIS and ERRORS_IN. GET /v1/models from a Google client (it sends its key as
+    `x-goog-api-key` or `?key=`) is the Gemini API's model list, which google-genai calls under /v1."""
+    if match["gemini"]:
+        return "models/{model}:" + match["gemini"]
+    if match["gemini_models"]:
+        return "gemini/models/{model}" if match["gemini_model_id"] else "gemini/models"
+    if match["what"] in ("models", f"models/{match['model_id']}") and _google_key(environ) is not None:
+        return "gemini/models/{model}" if match["model_id"] else "gemini/models"
+    return match["what"]
+
+
+def _google_key(environ: dict[str, Any]) -> str | None:
+    """The key a Google client sends: the `x-goog-api-key` header, else the `key` query parameter."""
+    header = environ.get("HTTP_X_GOOG_API_KEY")
+    if header is not None:
+        return header
+    for pair in environ.get("QUERY_STRING", "").split("&"):
+        name, _, value = pair.partition("=")
+        if name == "key":
+            return urllib.parse.unquote_plus(value)
+    return None
 
 
 def _header(environ: dict[str, Any]) -> Callable[[str], str | None]:

@@ -1,0 +1,214 @@
+"""The Gemini API dialect through Flask's test client, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from semula.service import Context, entries, pending, projects
+from tests.helpers import WEATHER_FUNCTION, answered_post, parked
+
+MODEL = "gemini-2.5-flash"
+URL = f"/p/shop/v1beta/models/{MODEL}:generateContent"
+STREAM_URL = f"/p/shop/v1beta/models/{MODEL}:streamGenerateContent?alt=sse"
+WEATHER = {
+    "name": "get_weather",
+    "description": WEATHER_FUNCTION["description"],
+    "parameters": {
+        "type": "OBJECT",
+        "properties": {"city": {"type": "STRING"}},
+        "required": ["city"],
+    },
+}
+
+
+def body(text: str = "Say hi", **extra) -> dict:
+    return {"contents": [{"role": "user", "parts": [{"text": text}]}], **extra}
+
+
+@pytest.fixture
+def shop(ctx):
+    return projects.create(ctx, {"name": "shop", "record_timeout": 30})
+
+
+@pytest.fixture
+def key(make_token):
+    """The token as google-genai sends it: x-goog-api-key."""
+    return {"x-goog-api-key": make_token("admin")["Authorization"].split()[1]}
+
+
+def record(ctx, shop, client, headers, request, payload, url=URL):
+    return answered_post(ctx, shop, lambda: client.post(url, json=request, headers=headers), payload)
+
+
+def sse_chunks(text: str) -> list[dict]:
+    blocks = [block for block in text.split("\r\n\r\n") if block.strip()]
+    assert all(block.startswith("data: ") for block in blocks), text
+    return [json.loads(block[len("data: ") :]) for block in blocks]
+
+
+def test_text_recorded_then_replayed_with_the_model_from_the_path(ctx, shop, client, key):
+    request = body(systemInstruction={"parts": [{"text": "Be terse."}]}, generationConfig={"temperature": 0})
+    first = record(ctx, shop, client, key, request, "Hi!")
+    assert first.status_code == 200, first.json
+    response = first.json
+    candidate = response["candidates"][0]
+    assert candidate["content"] == {"parts": [{"text": "Hi!"}], "role": "model"}
+    assert candidate["finishReason"] == "STOP" and response["modelVersion"] == MODEL
+    assert response["usageMetadata"]["totalTokenCount"] >= 1 and response["responseId"]
+    [entry] = entries.list_entries(ctx, "shop")["data"]
+    assert entry["api"] == "gemini.generate_content" and entry["model"] == MODEL
+
+    projects.update(ctx, "shop", {"mode": "replay"})
+    again = client.post(URL, json=request, headers=key)
+    assert again.status_code == 200
+    assert again.json["candidates"] == response["candidates"]
+    assert again.json["responseId"] != response["responseId"]
+    # The same body to another model is another request; so is it under /v1 (where google-genai calls).
+    other = client.post(URL.replace(MODEL, "gemini-2.5-pro"), json=request, headers=key)
+    assert other.status_code == 424
+    v1 = client.post(URL.replace("/v1beta/", "/v1/"), json=request, headers=key)
+    assert v1.status_code == 200 and v1.json["candidates"] == response["candidates"]
+    # ?key= carries the token too; x-goog-api-key is a token on the Gemini routes only.
+    token = key["x-goog-api-key"]
+    assert client.post(f"{URL}?key={token}", json=request).status_code == 200
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi"}]}
+    assert client.post("/p/shop/v1/chat/completions", json=chat, headers=key).status_code == 401
+
+
+def test_the_view_and_a_function_call_follow_up(ctx, shop, client, key):
+    tools = [{"functionDeclarations": [WEATHER]}]
+    config = {"functionCallingConfig": {"mode": "ANY"}}
+    ask = body("Weather in Paris?", tools=tools, toolConfig=config)
+
+    def answer_with_call():
+        [row] = parked(ctx, shop)
+        view = pending.get(ctx, row["id"])["conversation"]
+        assert view["messages"] == [{"role": "user", "content": "Weather in Paris?"}]
+        assert view["tools"][0]["function"]["parameters"]["properties"]["city"] == {"type": "string"}
+        assert view["tool_choice"] == "required"
+        return row
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(lambda: client.post(URL, json=ask, headers=key))
+        row = answer_with_call()
+        # The function's schema is checked: a call without the required city is refused.
+        with pytest.raises(Exception, match="city"):
+            pending.answer(ctx, row["id"], {"tool_calls": [{"name": "get_weather", "arguments": {}}]})
+        pending.answer(
+            ctx, row["id"], {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
+        )
+        called = future.result(10)
+    assert called.status_code == 200, called.json
+    parts = called.json["candidates"][0]["content"]["parts"]
+    assert parts == [{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}]
+
+    follow = body("Weather in Paris?", tools=tools)
+    follow["contents"] += [
+        {"role": "model", "parts": parts},
+        {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"temp": 21}}}]},
+    ]
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(lambda: client.post(URL, json=follow, headers=key))
+        [row] = [r for r in parked(ctx, shop)]
+        view = pending.get(ctx, row["id"])["conversation"]
+        call = view["messages"][1]["tool_calls"][0]
+        assert view["messages"][2] == {"role": "tool", "tool_call_id": call["id"], "content": '{"temp": 21}'}
+        pending.answer(ctx, row["id"], "21 degrees.")
+        final = future.result(10)
+    assert final.json["candidates"][0]["content"]["parts"] == [{"text": "21 degrees."}]
+
+    projects.update(ctx, "shop", {"mode": "replay"})
+    assert client.post(URL, json=ask, headers=key).json["candidates"][0]["content"]["parts"] == parts
+    assert client.post(URL, json=follow, headers=key).status_code == 200
+
+
+def test_a_stream_replays_as_sse_chunks_of_one_recording(ctx, shop, client, key):
+    request = body("Tell a story")
+    words = "Once upon a time there was a small server that answered every call."
+    first = record(ctx, shop, client, key, request, words, url=STREAM_URL)
+    assert first.status_code == 200 and first.headers["Content-Type"].startswith("text/event-stream")
+    chunks = sse_chunks(first.get_data(as_text=True))
+    assert len(chunks) > 1
+    text = "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in chunks)
+    assert text == words
+    assert chunks[-1]["candidates"][0]["finishReason"] == "STOP" and "usageMetadata" in chunks[-1]
+    assert len({c["responseId"] for c in chunks}) == 1
+
+    projects.update(ctx, "shop", {"mode": "replay"})
+    # One recording answers the stream and the plain call (stream is transport).
+    plain = client.post(URL, json=request, headers=key)
+    assert plain.json["candidates"][0]["content"]["parts"] == [{"text": words}]
+    again = sse_chunks(client.post(STREAM_URL, json=request, headers=key).get_data(as_text=True))
+    assert "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in again) == words
+
+
+def test_errors_are_in_googles_envelope_with_semulas_code(ctx, shop, client, key):
+    record(ctx, shop, client, key, body("How are you?"), "Fine.")
+    projects.update(ctx, "shop", {"mode": "replay"})
+    miss = client.post(URL, json=body("How are you!"), headers=key)
+    assert miss.status_code == 424
+    error = miss.json["error"]
+    assert error["code"] == 424 and error["status"] == "FAILED_PRECONDITION"
+    assert (
+        error["message"].startswith("semula_replay_miss: ")
+        and "contents[0].parts[0].text" in error["message"]
+    )
+    assert error["details"][0]["reason"] == "semula_replay_miss"
+
+    unauthenticated = client.post(URL, json=body(), headers={"x-goog-api-key": "smt_wrong"})
+    assert unauthenticated.status_code == 401
+    assert unauthenticated.json["error"]["status"] == "UNAUTHENTICATED"
+
+    refused = client.post(URL, json={"contents": [{"role": "user", "parts": []}]}, headers=key)
+    assert refused.status_code == 400
+    assert refused.json["error"] == {
+        "code": 400,
+        "status": "INVALID_ARGUMENT",
+        "message": "* GenerateContentRequest.contents[0].parts: contents.parts must not be empty.",
+        "details": [
+            {
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [
+                    {
+                        "field": "contents[0].parts",
+                        "description": "* GenerateContentRequest.contents[0].parts: contents.parts must not "
+                        "be empty.",
+                    }
+                ],
+            }
+        ],
+    }
+    unknown = client.post("/p/shop/v1beta/models/x:predict", json={}, headers=key)
+    assert unknown.status_code == 404 and unknown.json["error"]["status"] == "NOT_FOUND"
+    missing = client.post("/p/nosuch/v1beta/models/x:generateContent", json=body(), headers=key)
+    assert missing.status_code == 404 and missing.json["error"]["status"] == "NOT_FOUND"
+
+
+def test_unknown_fields_are_kept_and_fingerprinted(ctx, shop, client, key):
+    request = body(someFutureField={"on": True}, generationConfig={"newKnob": 3})
+    assert record(ctx, shop, client, key, request, "ok").status_code == 200
+    [entry] = entries.list_entries(ctx, "shop")["data"]
+    stored = entries.get(ctx, entry["id"])["request"]
+    assert stored["someFutureField"] == {"on": True} and stored["generationConfig"] == {"newKnob": 3}
+    projects.update(ctx, "shop", {"mode": "replay"})
+    assert client.post(URL, json=request, headers=key).status_code == 200
+    assert client.post(URL, json=body(someFutureField={"on": False}), headers=key).status_code == 424
+
+
+def test_count_tokens_and_models(ctx: Context, shop, client, key):
+    counted = client.post(f"/p/shop/v1beta/models/{MODEL}:countTokens", json=body("Hello there"), headers=key)
+    assert counted.status_code == 200 and counted.json["totalTokens"] >= 1
+    assert client.get("/p/shop/v1beta/models", headers=key).json == {"models": []}
+    record(ctx, shop, client, key, body(), "Hi")
+    listed = client.get("/p/shop/v1beta/models", headers=key).json["models"]
+    assert [m["name"] for m in listed] == [f"models/{MODEL}"]
+    # google-genai asks under /v1: a Google client's key makes it the Gemini API's list.
+    assert client.get("/p/shop/v1/models", headers=key).json["models"] == listed
+    one = client.get(f"/p/shop/v1beta/models/{MODEL}", headers=key)
+    assert one.status_code == 200 and one.json["baseModelId"] == MODEL
+    absent = client.get("/p/shop/v1beta/models/gemini-0", headers=key)
+    assert absent.status_code == 404 and absent.json["error"]["status"] == "NOT_FOUND"
