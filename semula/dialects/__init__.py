@@ -56,6 +56,15 @@ class Dialect:
     answer_headers: ClassVar[tuple[str, ...]] = ()
     # The top-level members of a response body that restamp() renews for each reply (ids, times).
     stamped: ClassVar[tuple[str, ...]] = ()
+    # An embeddings API: with the project setting `embeddings: synthetic` a miss is answered with
+    # synthetic_response() (semula/service/synthetic.py), refused past synthetic_bytes().
+    makes_vectors: ClassVar[bool] = False
+
+    def synthetic_bytes(self, request: Mapping[str, Any]) -> int:
+        raise NotImplementedError
+
+    def synthetic_response(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
 
     def with_headers(self, body: Any, header: Callable[[str], str | None]) -> Any:
         """The body with what the API carries in headers and a recording must keep (Anthropic's betas)."""
@@ -297,11 +306,19 @@ def answer_of(completion: dict[str, Any]) -> tuple[str | None, str | None, list[
 def _registry() -> dict[str, Dialect]:
     from semula.dialects.anthropic_messages import AnthropicMessages
     from semula.dialects.gemini import Gemini
+    from semula.dialects.gemini_embeddings import GeminiEmbeddings
     from semula.dialects.openai_chat import OpenAIChat
     from semula.dialects.openai_embeddings import OpenAIEmbeddings
     from semula.dialects.openai_responses import OpenAIResponses
 
-    speaks = (OpenAIChat(), OpenAIResponses(), OpenAIEmbeddings(), AnthropicMessages(), Gemini())
+    speaks = (
+        OpenAIChat(),
+        OpenAIResponses(),
+        OpenAIEmbeddings(),
+        AnthropicMessages(),
+        Gemini(),
+        GeminiEmbeddings(),
+    )
     return {d.name: d for d in speaks}
 
 

@@ -49,6 +49,8 @@ APIS.update(
     {
         "models/{model}:generateContent": dialects.GEMINI,
         "models/{model}:streamGenerateContent": dialects.GEMINI,
+        "models/{model}:embedContent": dialects.GEMINI_EMBEDDINGS,
+        "models/{model}:batchEmbedContents": dialects.GEMINI_EMBEDDINGS,
     }
 )
 # Every route's errors are in its API's envelope, from the first (a 401) on.
@@ -56,8 +58,6 @@ ERRORS_IN = {
     **APIS,
     "messages/count_tokens": dialects.ANTHROPIC,
     "models/{model}:countTokens": dialects.GEMINI,
-    "models/{model}:embedContent": dialects.GEMINI,
-    "models/{model}:batchEmbedContents": dialects.GEMINI,
     "gemini/models": dialects.GEMINI,
     "gemini/models/{model}": dialects.GEMINI,
 }
@@ -152,7 +152,7 @@ class ProxyApp:
             api_key = None
             if speaks.name == dialects.ANTHROPIC:
                 api_key = environ.get("HTTP_X_API_KEY")
-            elif speaks.name == dialects.GEMINI:
+            elif speaks.name in (dialects.GEMINI, dialects.GEMINI_EMBEDDINGS):
                 api_key = _google_key(environ)
             authorization = policy.authorization(environ.get("HTTP_AUTHORIZATION"), api_key)
             ctx = self.base.as_(self.principals.authenticate(self.base, authorization))

@@ -212,3 +212,62 @@ def test_count_tokens_and_models(ctx: Context, shop, client, key):
     assert one.status_code == 200 and one.json["baseModelId"] == MODEL
     absent = client.get("/p/shop/v1beta/models/gemini-0", headers=key)
     assert absent.status_code == 404 and absent.json["error"]["status"] == "NOT_FOUND"
+
+
+EMBED_MODEL = "gemini-embedding-001"
+EMBED = f"/p/shop/v1beta/models/{EMBED_MODEL}:embedContent"
+BATCH = f"/p/shop/v1beta/models/{EMBED_MODEL}:batchEmbedContents"
+
+
+def embed_one(text: str, **extra) -> dict:
+    return {"content": {"parts": [{"text": text}]}, **extra}
+
+
+def batch(*texts: str) -> dict:
+    return {"requests": [{"model": f"models/{EMBED_MODEL}", **embed_one(t)} for t in texts]}
+
+
+def test_embeddings_answered_then_replayed(ctx, shop, client, key):
+    one = embed_one("hello", outputDimensionality=3)
+    first = record(ctx, shop, client, key, one, {"embeddings": [[0.5, 0.25, 0.125]]}, url=EMBED)
+    assert first.status_code == 200, first.json
+    assert first.json == {"embedding": {"values": [0.5, 0.25, 0.125]}}
+
+    def answer_batch():
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(lambda: client.post(BATCH, json=batch("a", "b"), headers=key))
+            [row] = parked(ctx, shop)
+            view = pending.get(ctx, row["id"])["conversation"]
+            assert [m["content"] for m in view["messages"]] == ["a", "b"]
+            assert view["embeddings"] == {"inputs": 2, "dimensions": 3072}
+            with pytest.raises(Exception, match="2 inputs"):
+                pending.answer(ctx, row["id"], {"embeddings": [[0.1] * 3072]})
+            pending.answer(ctx, row["id"], {"embeddings": [[0.1] * 3072, [0.2] * 3072]})
+            return future.result(10)
+
+    answered = answer_batch()
+    assert [len(e["values"]) for e in answered.json["embeddings"]] == [3072, 3072]
+
+    projects.update(ctx, "shop", {"mode": "replay"})
+    assert client.post(EMBED, json=one, headers=key).json == first.json
+    assert client.post(BATCH, json=batch("a", "b"), headers=key).json == answered.json
+    miss = client.post(BATCH, json=batch("a", "c"), headers=key)
+    assert miss.status_code == 424 and miss.json["error"]["status"] == "FAILED_PRECONDITION"
+    refused = client.post(EMBED, json={"content": {"parts": []}}, headers=key)
+    assert refused.status_code == 400 and refused.json["error"]["status"] == "INVALID_ARGUMENT"
+
+
+def test_synthetic_embeddings_are_made_at_once(ctx, shop, client, key):
+    projects.update(ctx, "shop", {"embeddings": "synthetic"})
+    made = client.post(BATCH, json=batch("a", "b"), headers=key)
+    assert made.status_code == 200, made.json
+    first, second = (e["values"] for e in made.json["embeddings"])
+    assert len(first) == len(second) == 3072 and first != second
+    single = client.post(EMBED, json=embed_one("a", outputDimensionality=8), headers=key)
+    assert len(single.json["embedding"]["values"]) == 8
+    # Saved as entries at once, nothing parked.
+    assert len(entries.list_entries(ctx, "shop")["data"]) == 2
+    projects.update(ctx, "shop", {"mode": "replay"})
+    assert client.post(BATCH, json=batch("a", "b"), headers=key).json == made.json

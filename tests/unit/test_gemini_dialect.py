@@ -321,3 +321,66 @@ def test_count_tokens_is_an_estimate():
     assert G.count_tokens({})["totalTokens"] == 0
     with pytest.raises(BadRequest):
         G.count_tokens({"contents": [{"parts": []}]})
+
+
+E = dialects.get(dialects.GEMINI_EMBEDDINGS)
+
+
+def embed(*texts, **extra):
+    if len(texts) == 1:
+        body = {"content": {"parts": [{"text": texts[0]}]}, **extra}
+    else:
+        body = {"requests": [{"content": {"parts": [{"text": t}]}, **extra} for t in texts]}
+    return E.with_route(body, "models/gemini-embedding-001", "embedContent")
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"model": "m"}, "content is not specified"),
+        ({"model": "m", "content": {"parts": []}}, "content.parts must not be empty"),
+        ({"model": "m", "requests": []}, "requests must not be empty"),
+        (
+            {"model": "m", "requests": [{"content": {"parts": [{"text": 1}]}}]},
+            "requests[0].content.parts[0].text",
+        ),
+        ({"model": "m", "content": {"parts": [{"text": "x"}]}, "taskType": "GUESS"}, "(TYPE_ENUM)"),
+        (
+            {"model": "m", "content": {"parts": [{"text": "x"}]}, "outputDimensionality": 0},
+            "must be positive",
+        ),
+    ],
+)
+def test_refused_embeddings(body, message):
+    with pytest.raises(BadRequest) as refused:
+        E.check(body)
+    assert message in refused.value.message
+
+
+def test_embeddings_answers_pasted_responses_and_synthetic_vectors():
+    one = embed("hello", outputDimensionality=2, taskType="RETRIEVAL_QUERY")
+    assert E.check(one).model == "gemini-embedding-001"
+    view = E.conversation(one)
+    assert (
+        view["messages"] == [{"role": "user", "content": "hello"}] and view["embeddings"]["dimensions"] == 2
+    )
+    assert E.accept({"embeddings": [[1, 0.5]]}, one, view)[0] == {"embedding": {"values": [1, 0.5]}}
+    pasted = {"embedding": {"values": [0.0, 1.0]}, "metadata": {"x": 1}}
+    assert E.accept(pasted, one, view)[0] == pasted
+    for wrong in (
+        {"embeddings": [[1.0]]},
+        {"embeddings": [[1, 2], [3, 4]]},
+        {"embeddings": ["AACAPw=="]},
+        {"v": 1},
+    ):
+        with pytest.raises(InvalidAnswer):
+            E.accept(wrong, one, view)
+
+    two = embed("a", "b")
+    made = E.synthetic_response(two)
+    assert [len(item["values"]) for item in made["embeddings"]] == [3072, 3072]
+    assert made == E.synthetic_response(two) and made["embeddings"][0] != made["embeddings"][1]
+    assert E.common(made, None)["choices"][0]["message"]["content"] == "2 embeddings of 3072 numbers"
+    assert E.upstream_target(two) == "/models/gemini-embedding-001:batchEmbedContents"
+    assert E.upstream_target(one) == "/models/gemini-embedding-001:embedContent"
+    assert E.error_body(BadRequest("x"))["error"]["status"] == "INVALID_ARGUMENT"
