@@ -237,6 +237,10 @@ class Dialect:
         """The provider's base URL and key for this API (server configuration only)."""
         return settings.upstream_url, settings.upstream_key
 
+    def upstream_target(self, body: dict[str, Any]) -> str:
+        """The provider's path for this request, under its base URL (the Gemini API's names the model)."""
+        return self.upstream_path
+
     def upstream_headers(self, key: str, body: dict[str, Any]) -> dict[str, str]:
         """The headers of the provider request: the server's key, never anything of the app's."""
         return {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}

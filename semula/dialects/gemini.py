@@ -18,6 +18,7 @@ import binascii
 import hashlib
 import json
 import secrets
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -126,9 +127,10 @@ class Gemini(Dialect):
 
     def upstream_target(self, body: dict[str, Any]) -> str:
         """The provider's path for this request, under its base URL."""
+        model = urllib.parse.quote(str(body["model"]), safe="")
         if body.get("stream") is True:
-            return f"/models/{body['model']}:streamGenerateContent?alt=sse"
-        return f"/models/{body['model']}:generateContent"
+            return f"/models/{model}:streamGenerateContent?alt=sse"
+        return f"/models/{model}:generateContent"
 
     def error_body(self, exc: SemulaError) -> dict[str, Any]:
         return google_error(exc)

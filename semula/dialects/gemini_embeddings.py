@@ -10,6 +10,7 @@ The view, the answer forms and synthetic vectors are those of OpenAI embeddings
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -78,7 +79,7 @@ class GeminiEmbeddings(Dialect):
 
     def upstream_target(self, body: dict[str, Any]) -> str:
         method = "batchEmbedContents" if "requests" in body else "embedContent"
-        return f"/models/{body['model']}:{method}"
+        return f"/models/{urllib.parse.quote(str(body['model']), safe='')}:{method}"
 
     def error_body(self, exc):
         return google_error(exc)

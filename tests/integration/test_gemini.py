@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from semula.service import Context, entries, pending, projects
+from semula.service import Context, entries, pending, projects, record_through, tokens
+from semula.web import create_app
+from tests.fake_upstream import FakeUpstream
 from tests.helpers import WEATHER_FUNCTION, answered_post, parked
 
 MODEL = "gemini-2.5-flash"
@@ -271,3 +274,56 @@ def test_synthetic_embeddings_are_made_at_once(ctx, shop, client, key):
     assert len(entries.list_entries(ctx, "shop")["data"]) == 2
     projects.update(ctx, "shop", {"mode": "replay"})
     assert client.post(BATCH, json=batch("a", "b"), headers=key).json == made.json
+
+
+CANARY = "AIzaSyCANARY-integration-0123456789abcde"
+
+
+def test_record_through_posts_to_google_with_its_key_only(ctx, store, settings):
+    fake = FakeUpstream()
+    try:
+        operator = replace(settings, gemini_key=CANARY, gemini_url=fake.url.removesuffix("/v1") + "/v1beta")
+        octx = Context(store, operator, ctx.principal)
+        projects.create(octx, {"name": "shop", "record_through": True})
+        client = create_app(operator, store).test_client()
+        secret = tokens.create(ctx, {"role": "admin", "scope": "full"})["token"]
+        headers = {"x-goog-api-key": secret}
+        first = client.post(URL, json=body("Hello"), headers=headers)
+        assert first.status_code == 200, first.json
+        assert first.json["candidates"][0]["content"]["parts"] == [{"text": "upstream says: Hello"}]
+        assert first.json["modelVersion"] == "gemini-2.5-flash-001" and first.json["providerExtra"] == 1
+        streamed = client.post(STREAM_URL, json=body("Stream"), headers=headers)
+        chunks = sse_chunks(streamed.get_data(as_text=True))
+        assert (
+            "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in chunks)
+            == "upstream says: Stream"
+        )
+        vectors = client.post(BATCH, json=batch("a", "b"), headers=headers)
+        assert vectors.json == {"embeddings": [{"values": [0.25, -0.5, 0.0]}, {"values": [0.25, -0.5, 1.0]}]}
+        call, stream_call, embed_call = fake.calls
+        assert call["path"] == f"/v1beta/models/{MODEL}:generateContent"
+        assert stream_call["path"] == f"/v1beta/models/{MODEL}:streamGenerateContent?alt=sse"
+        assert embed_call["path"] == f"/v1beta/models/{EMBED_MODEL}:batchEmbedContents"
+        assert call["headers"]["x-goog-api-key"] == CANARY and "Authorization" not in call["headers"]
+        assert secret not in json.dumps(fake.calls)
+        # The provider gets the app's own body: no model or stream semula keeps in the stored request.
+        assert call["body"] == body("Hello") and stream_call["body"] == body("Stream")
+        usage = record_through.usage(octx, "shop")
+        assert usage["calls"] == 3 and usage["prompt_tokens"] == 24 and usage["completion_tokens"] == 12
+
+        projects.update(ctx, "shop", {"mode": "replay"})
+        again = client.post(URL, json=body("Hello"), headers=headers).json
+        assert again["candidates"] == first.json["candidates"] and again["responseId"] != "upstream-id"
+        replayed = sse_chunks(
+            client.post(STREAM_URL, json=body("Stream"), headers=headers).get_data(as_text=True)
+        )
+        assert [c["candidates"] for c in replayed] == [c["candidates"] for c in chunks]
+        assert len(fake.calls) == 3
+
+        projects.update(ctx, "shop", {"mode": "record"})
+        fake.mode = "error"
+        failed = client.post(URL, json=body("Bad key"), headers=headers)
+        assert failed.status_code == 502 and failed.json["error"]["status"] == "UNAVAILABLE"
+        assert CANARY not in failed.get_data(as_text=True)
+    finally:
+        fake.close()
