@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from semula.service import Context, entries, pending, projects, record_through, tokens
 from semula.web import create_app
 from tests.fake_upstream import FakeUpstream
-from tests.helpers import WEATHER_FUNCTION, answered_post, parked
+from tests.helpers import WEATHER_FUNCTION, answered_post, dashboard_text_answer, parked
 
 MODEL = "gemini-2.5-flash"
 URL = f"/p/shop/v1beta/models/{MODEL}:generateContent"
@@ -93,8 +94,6 @@ def test_the_view_and_a_function_call_follow_up(ctx, shop, client, key):
         assert view["tool_choice"] == "required"
         return row
 
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(lambda: client.post(URL, json=ask, headers=key))
         row = answer_with_call()
@@ -120,7 +119,14 @@ def test_the_view_and_a_function_call_follow_up(ctx, shop, client, key):
         view = pending.get(ctx, row["id"])["conversation"]
         call = view["messages"][1]["tool_calls"][0]
         assert view["messages"][2] == {"role": "tool", "tool_call_id": call["id"], "content": '{"temp": 21}'}
-        pending.answer(ctx, row["id"], "21 degrees.")
+        # Answered over REST, as an agent or the answerer daemon does.
+        rest = {"Authorization": f"Bearer {key['x-goog-api-key']}"}
+        shown = client.get(f"/api/v1/pending/{row['id']}", headers=rest).json
+        assert shown["api"] == "gemini.generate_content" and shown["conversation"] == view
+        answered = client.post(
+            f"/api/v1/pending/{row['id']}/answer", json={"content": "21 degrees."}, headers=rest
+        )
+        assert answered.status_code == 200, answered.json
         final = future.result(10)
     assert final.json["candidates"][0]["content"]["parts"] == [{"text": "21 degrees."}]
 
@@ -237,8 +243,6 @@ def test_embeddings_answered_then_replayed(ctx, shop, client, key):
     assert first.json == {"embedding": {"values": [0.5, 0.25, 0.125]}}
 
     def answer_batch():
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(1) as pool:
             future = pool.submit(lambda: client.post(BATCH, json=batch("a", "b"), headers=key))
             [row] = parked(ctx, shop)
@@ -327,3 +331,37 @@ def test_record_through_posts_to_google_with_its_key_only(ctx, store, settings):
         assert CANARY not in failed.get_data(as_text=True)
     finally:
         fake.close()
+
+
+def test_a_session_records_and_replays_a_sequence(ctx, shop, client, key):
+    projects.update(ctx, "shop", {"sequences": "record"})
+
+    def text(response):
+        assert response.status_code == 200, response.json
+        return response.json["candidates"][0]["content"]["parts"][0]["text"]
+
+    def url(session):
+        return f"/p/shop/s/{session}/v1beta/models/{MODEL}:generateContent"
+
+    recorded = [
+        text(record(ctx, shop, client, key, body("Next?"), answer, url=url("run-1"))) for answer in "AB"
+    ]
+    assert recorded == ["A", "B"]
+    projects.update(ctx, "shop", {"mode": "replay"})
+    replayed = [text(client.post(url("run-2"), json=body("Next?"), headers=key)) for _ in range(2)]
+    assert replayed == ["A", "B"]
+
+
+def test_the_dashboard_answers_a_gemini_call_as_text(ctx, shop, client, key):
+    request = body("Greet me", systemInstruction={"parts": [{"text": "Be kind."}]})
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(client.post, URL, json=request, headers=key)
+        [row] = parked(ctx, shop)
+        shown = dashboard_text_answer(client, key["x-goog-api-key"], row["id"], "Hello, you.")
+        assert "Greet me" in shown and "Be kind." in shown
+        response = future.result(10).json
+    assert response["candidates"][0]["content"]["parts"] == [{"text": "Hello, you."}]
+    [entry] = entries.list_entries(ctx, "shop")["data"]
+    page = client.get(f"/ui/entries/{entry['id']}")
+    assert page.status_code == 200 and "Hello, you." in page.get_data(as_text=True)
+    assert entry["preview"]["answer"] == "Hello, you."
