@@ -87,7 +87,9 @@ def unknown_path(environ: dict[str, Any]) -> errors.NotFound:
         f"semula does not serve {method} {path[:200]}. It speaks: POST /v1/chat/completions (Chat "
         "Completions), POST /v1/responses and GET /v1/responses/{id} (Responses), POST /v1/embeddings "
         "(Embeddings), POST /v1/messages and POST /v1/messages/count_tokens (Anthropic Messages), "
-        "GET /v1/models; each also under /p/<project>/v1/.",
+        "GET /v1/models, POST /v1beta/models/{model}:generateContent, :streamGenerateContent, "
+        ":countTokens, :embedContent and :batchEmbedContents and GET /v1beta/models (Gemini); each "
+        "also under /p/<project>/.",
         code="unknown_path",
     )
 
