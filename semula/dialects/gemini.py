@@ -403,8 +403,11 @@ def synthesize_chunks(response: dict[str, Any]) -> list[dict[str, Any]]:
     pieces: list[dict[str, Any]] = []
     for part in _parts(candidate.get("content")):
         if isinstance(part.get("text"), str) and part["text"]:
-            extra = {k: v for k, v in part.items() if k != "text"}
-            pieces.extend({**extra, "text": text} for text in stream.pieces(part["text"], words=True))
+            # Every piece of a thought is a thought; a signature and the like go with the first.
+            first = {k: v for k, v in part.items() if k != "text"}
+            rest = {"thought": part["thought"]} if "thought" in part else {}
+            for number, text in enumerate(stream.pieces(part["text"], words=True)):
+                pieces.append({**(rest if number else first), "text": text})
         else:
             pieces.append(part)
     pieces = pieces or [{"text": ""}]

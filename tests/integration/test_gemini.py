@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
 
-from semula.service import Context, entries, pending, projects, record_through, tokens
+from semula.service import Context, bundles, entries, pending, projects, record_through, tokens
 from semula.web import create_app
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import WEATHER_FUNCTION, answered_post, dashboard_text_answer, parked
@@ -365,3 +366,40 @@ def test_the_dashboard_answers_a_gemini_call_as_text(ctx, shop, client, key):
     page = client.get(f"/ui/entries/{entry['id']}")
     assert page.status_code == 200 and "Hello, you." in page.get_data(as_text=True)
     assert entry["preview"]["answer"] == "Hello, you."
+
+
+def test_a_pasted_response_with_thoughts_exports_imports_and_replays(ctx, shop, client, key):
+    request = body("Think, then greet", generationConfig={"thinkingConfig": {"includeThoughts": True}})
+    pasted = {
+        "candidates": [
+            {
+                "content": {
+                    "parts": [
+                        {"text": "The user wants a greeting.", "thought": True},
+                        {"text": "Hello there.", "thoughtSignature": "c2lnbmF0dXJl"},
+                    ],
+                    "role": "model",
+                },
+                "finishReason": "STOP",
+            }
+        ],
+        "usageMetadata": {"promptTokenCount": 4, "candidatesTokenCount": 3, "thoughtsTokenCount": 6},
+    }
+    answered = record(ctx, shop, client, key, request, pasted).json
+    assert answered["candidates"][0]["content"] == pasted["candidates"][0]["content"]
+    assert answered["usageMetadata"] == pasted["usageMetadata"] and answered["modelVersion"] == MODEL
+
+    exported = b"".join(bundles.export_bundle(ctx, "shop"))
+    [item] = json.loads(exported)["entries"]
+    assert item["api"] == "gemini.generate_content" and item["request"]["model"] == MODEL
+    projects.create(ctx, {"name": "copy", "mode": "replay"})
+    assert bundles.import_bundle(ctx, "copy", io.BytesIO(exported))["created"] == 1
+    url = f"/p/copy/v1beta/models/{MODEL}:streamGenerateContent?alt=sse"
+    chunks = sse_chunks(client.post(url, json=request, headers=key).get_data(as_text=True))
+    parts = [part for chunk in chunks for part in chunk["candidates"][0]["content"]["parts"]]
+    assert (
+        parts[0]["thought"] is True
+        and "".join(p["text"] for p in parts if not p.get("thought")) == "Hello there."
+    )
+    [listed] = entries.list_entries(ctx, "copy")["data"]
+    assert listed["api"] == "gemini.generate_content" and listed["preview"]["answer"] == "Hello there."

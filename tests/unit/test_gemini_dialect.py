@@ -288,6 +288,19 @@ def test_stream_chunks_add_up_to_the_response():
     assert recorded == response and kept == chunks
     with pytest.raises(ValueError):
         G.from_stream([*chunks, {"error": {"code": 500}}])
+    thinking = [
+        {"text": "weighing it up " * 12, "thought": True},
+        {"text": "The answer is " * 12, "thoughtSignature": "c2ln"},
+        {"text": "and more."},
+    ]
+    pasted = gemini.envelope({"model": MODEL}, thinking, "STOP", 1, 2, "rid")
+    streamed = gemini.synthesize_chunks(pasted)
+    assert sum("thoughtSignature" in c["candidates"][0]["content"]["parts"][0] for c in streamed) == 1
+    # The signature starts a part; text after it joins that part, as the SDK joins a stream's text.
+    assert gemini.assemble(streamed)["candidates"][0]["content"]["parts"] == [
+        thinking[0],
+        {"text": thinking[1]["text"] + "and more.", "thoughtSignature": "c2ln"},
+    ]
 
 
 @pytest.mark.parametrize(
