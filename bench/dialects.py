@@ -66,7 +66,7 @@ def load(db_url: str) -> str:
         for _, api, route, make_body, _ in OTHERS:
             body, dialect = make_body(), dialects.get(api)
             if route == GEMINI_ROUTE:  # the stored request has the path's model
-                body = dialect.with_route(body, pair.GEMINI_MODEL, "generateContent")  # type: ignore[attr-defined]
+                body = dialect.with_route(body, pair.GEMINI_MODEL, "generateContent")
             fingerprint = dialect.fingerprint(body, [], [])
             pending_id = pending.park(ctx, row, fingerprint, body, False, api=dialect.name)
             assert pending_id is not None

@@ -70,6 +70,14 @@ class Dialect:
         """The body with what the API carries in headers and a recording must keep (Anthropic's betas)."""
         return body
 
+    def with_route(self, body: Any, model: str, method: str) -> Any:
+        """The body with what the API carries in its path (the Gemini API's model and method)."""
+        return body
+
+    def count_tokens(self, body: Any) -> dict[str, Any]:
+        """The API's token-counting route, for the APIs that have one (an estimate)."""
+        raise NotImplementedError
+
     def error_body(self, exc: SemulaError) -> dict[str, Any]:
         """The error as this API's envelope."""
         return exc.to_dict()

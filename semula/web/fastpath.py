@@ -178,7 +178,7 @@ class ProxyApp:
                 parsed, plain = policy.read_json(raw)
                 body = speaks.with_headers(parsed, _header(environ))
                 if match["gemini"]:
-                    body = speaks.with_route(body, match["gemini_model"], match["gemini"])  # type: ignore[attr-defined]
+                    body = speaks.with_route(body, match["gemini_model"], match["gemini"])
                 project, version = self.projects.get(ctx, match["project"], header_project)
                 call = replay_service.start(
                     ctx,
@@ -277,6 +277,8 @@ class ProxyApp:
             self._method(environ, "POST")
             body = policy.parse_json(self._read(environ))
             return self._json(start_response, 200, replay_service.count_tokens(ctx, body, dialects.GEMINI))
+        if what.startswith("models/{model}:"):  # a method that replays or records, not POSTed
+            raise errors.MethodNotAllowed()
         self._method(environ, "GET")
         model_id = match["gemini_model_id"] or match["model_id"]
         if model_id:

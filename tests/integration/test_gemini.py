@@ -192,6 +192,8 @@ def test_errors_are_in_googles_envelope_with_semulas_code(ctx, shop, client, key
             }
         ],
     }
+    got = client.get(URL, headers=key)
+    assert got.status_code == 405 and got.json["error"]["code"] == 405
     unknown = client.post("/p/shop/v1beta/models/x:predict", json={}, headers=key)
     assert unknown.status_code == 404 and unknown.json["error"]["status"] == "NOT_FOUND"
     missing = client.post("/p/nosuch/v1beta/models/x:generateContent", json=body(), headers=key)
