@@ -166,8 +166,8 @@ class Gemini(Dialect):
         if system:
             messages.append({"role": "system", "content": system})
         open_calls: list[dict[str, Any]] = []  # the model's calls not yet answered, oldest first
-        for index, content in enumerate(request.get("contents") or ()):
-            messages.extend(_view_messages(content, index, open_calls))
+        for content in request.get("contents") or ():
+            messages.extend(_view_messages(content, open_calls))
         view: dict[str, Any] = {"model": request.get("model"), "messages": messages}
         tools, builtin = [], []
         for tool in request.get("tools") or ():
@@ -478,7 +478,7 @@ def _part_text(part: dict[str, Any]) -> str | None:
     return None
 
 
-def _view_messages(content: Any, index: int, open_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _view_messages(content: Any, open_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One turn as chat messages: function responses become tool messages, function calls tool calls."""
     if not isinstance(content, dict):
         return []

@@ -65,7 +65,7 @@ def check(body: Any, *, counting: bool = False) -> None:
         raise wrong_type("contents", "TYPE_MESSAGE", contents)
     for i, content in enumerate(contents):
         _check_content(content, f"contents[{i}]")
-    system = body.get("systemInstruction", body.get("system_instruction"))
+    system = body.get("systemInstruction")
     if system is not None:
         _check_content(system, "systemInstruction", system=True)
     _check_tools(body.get("tools"))
