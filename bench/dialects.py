@@ -1,11 +1,11 @@
-"""Replay hits per API: the recorded pair as a Chat Completions request and as a Responses API and an
-Anthropic Messages request of the same size, served by one semula process, measured side by side in
-interleaved rounds.
+"""Replay hits per API: the recorded pair as a Chat Completions request and as a Responses API, an
+Anthropic Messages and a Gemini API request of the same size, served by one semula process, measured
+side by side in interleaved rounds.
 
-The targets (issues #17 and #18): a Responses hit and a Messages hit at >= 0.9 x the Chat Completions
-hit rate, on SQLite and PostgreSQL. Beside them, the same Chat Completions request with `"stream": true`
-(a transport field: the same recording answers it as server-sent events), whose target (issue #22) is
->= 0.8 x the non-stream rate. `python -m bench dialects [--db sqlite,postgres]`.
+The targets (issues #17, #18 and #47): a Responses, a Messages and a Gemini hit at >= 0.9 x the Chat
+Completions hit rate, on SQLite and PostgreSQL. Beside them, the same Chat Completions request with
+`"stream": true` (a transport field: the same recording answers it as server-sent events), whose
+target (issue #22) is >= 0.8 x the non-stream rate. `python -m bench dialects [--db sqlite,postgres]`.
 """
 
 from __future__ import annotations
@@ -32,17 +32,25 @@ def stream_text(body: bytes) -> dict[str, str]:
     return {"text": "".join(text)}
 
 
-# The other APIs measured against Chat Completions: label, dialect, route under /v1, the pair's body,
-# where the recorded text is in the response.
+# The other APIs measured against Chat Completions: label, dialect, route (in place of
+# /v1/chat/completions), the pair's body, where the recorded text is in the response.
+GEMINI_ROUTE = f"/v1beta/models/{pair.GEMINI_MODEL}:generateContent"
 OTHERS = (
     (
         "Responses",
         "openai.responses",
-        "/responses",
+        "/v1/responses",
         pair.responses_body,
         lambda d: d["output"][0]["content"][0],
     ),
-    ("Messages", "anthropic.messages", "/messages", pair.messages_body, lambda d: d["content"][0]),
+    ("Messages", "anthropic.messages", "/v1/messages", pair.messages_body, lambda d: d["content"][0]),
+    (
+        "Gemini",
+        "gemini.generate_content",
+        GEMINI_ROUTE,
+        pair.gemini_body,
+        lambda d: d["candidates"][0]["content"]["parts"][0],
+    ),
 )
 
 
@@ -55,8 +63,10 @@ def load(db_url: str) -> str:
     with replay.service(db_url) as ctx:
         projects.update(ctx, replay.PROJECT, {"mode": "record"})
         row = projects.get_row(ctx, replay.PROJECT)
-        for _, api, _, make_body, _ in OTHERS:
+        for _, api, route, make_body, _ in OTHERS:
             body, dialect = make_body(), dialects.get(api)
+            if route == GEMINI_ROUTE:  # the stored request has the path's model
+                body = dialect.with_route(body, pair.GEMINI_MODEL, "generateContent")
             fingerprint = dialect.fingerprint(body, [], [])
             pending_id = pending.park(ctx, row, fingerprint, body, False, api=dialect.name)
             assert pending_id is not None
@@ -93,9 +103,9 @@ def run(
             for label, _, path, make_body, text_of in OTHERS:
                 other = replay.Target(
                     f"{db}: {label}",
-                    chat.url.replace("/chat/completions", path),
+                    chat.url.replace("/v1/chat/completions", path),
                     {**chat.headers, "anthropic-version": "2023-06-01"}
-                    if path == "/messages"
+                    if path == "/v1/messages"
                     else dict(chat.headers),
                     body=json.dumps(make_body()).encode(),
                 )
@@ -147,7 +157,7 @@ def report(targets: list[replay.Target], duration: int, rounds: int) -> str:
             verdict = "met" if ratio >= goal else "NOT met"
             verdicts.append(f"- {db}: {api} at {ratio:.2f} × Chat Completions (target {goal}): {verdict}")
     target = (
-        f"Targets: a Responses and a Messages hit ≥ {TARGET} × a Chat Completions hit; the Chat "
+        f"Targets: a Responses, a Messages and a Gemini hit ≥ {TARGET} × a Chat Completions hit; the Chat "
         f"Completions stream ≥ {STREAM_TARGET} × the same request without stream."
     )
     return "\n".join([*lines, "", target, *verdicts])

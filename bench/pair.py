@@ -76,6 +76,21 @@ def responses_body() -> dict[str, Any]:
     }
 
 
+GEMINI_MODEL = "gemini-2.5-flash"
+
+
+def gemini_body() -> dict[str, Any]:
+    """The same conversation as a Gemini API request (the model is in its path, GEMINI_MODEL)."""
+    return {
+        "systemInstruction": {"parts": [{"text": SYSTEM}]},
+        "contents": [
+            {"role": "model" if role == "assistant" else "user", "parts": [{"text": text}]}
+            for role, text in HISTORY
+        ],
+        "generationConfig": {"temperature": 0.2, "maxOutputTokens": 400, "topP": 1},
+    }
+
+
 def messages_body() -> dict[str, Any]:
     """The same conversation as an Anthropic Messages request (system and messages)."""
     return {

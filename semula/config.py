@@ -244,6 +244,11 @@ class Settings:
     anthropic_url: str = setting(
         "SEMULA_ANTHROPIC_URL", "https://api.anthropic.com/v1", _http_url, secret=True
     )
+    # Record-through for the Gemini API (sent as x-goog-api-key); the model and method follow the URL.
+    gemini_key: str | None = setting("SEMULA_GEMINI_KEY", None, secret=True)
+    gemini_url: str = setting(
+        "SEMULA_GEMINI_URL", "https://generativelanguage.googleapis.com/v1beta", _http_url, secret=True
+    )
     answerer_command: list[str] | None = setting("SEMULA_ANSWERER_COMMAND", None, _argv, secret=True)
     answerer_url: str | None = setting("SEMULA_ANSWERER_URL", None, _http_url, secret=True)
     answerer_bearer: str | None = setting("SEMULA_ANSWERER_BEARER", None, secret=True)
@@ -289,6 +294,7 @@ class Settings:
         values = [
             self.upstream_key,
             self.anthropic_key,
+            self.gemini_key,
             self.answerer_url,
             self.answerer_bearer,
             self.answerer_token,
@@ -303,4 +309,4 @@ class Settings:
     @property
     def upstream_configured(self) -> bool:
         """Whether some provider key is set, so a project may turn record-through on."""
-        return bool(self.upstream_key or self.anthropic_key)
+        return bool(self.upstream_key or self.anthropic_key or self.gemini_key)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import math
@@ -69,6 +70,9 @@ class FakeUpstream:
                     respond, credential = fake.respond_messages, self.headers.get("x-api-key", "")
                 if self.path.endswith("/embeddings"):
                     respond = fake.respond_embeddings
+                if ":" in self.path.rsplit("/", 1)[-1]:  # the Gemini API: /models/{model}:{method}
+                    respond = functools.partial(fake.respond_gemini, path=self.path)
+                    credential = self.headers.get("x-goog-api-key", "")
                 if fake.mode == "rich":
                     respond = fake.respond_rich
                 status, content_type, data = respond(body, credential)
@@ -312,6 +316,36 @@ class FakeUpstream:
             for n, e in enumerate(events)
         )
         return 200, "text/event-stream", data.encode()
+
+    def respond_gemini(self, body: dict[str, Any], key: str, path: str) -> tuple[int, str, bytes]:
+        """The Gemini API's :generateContent (JSON), :streamGenerateContent?alt=sse (data: chunks with
+        CRLF) and :batchEmbedContents, the path telling which; a fixed model version."""
+        if self.mode == "error":
+            error = {
+                "error": {"code": 400, "message": f"API key not valid: {key}", "status": "INVALID_ARGUMENT"}
+            }
+            return 400, "application/json", json.dumps(error).encode()
+        if ":batchEmbedContents" in path:
+            embeddings = [{"values": [0.25, -0.5, float(i)]} for i in range(len(body["requests"]))]
+            return 200, "application/json", json.dumps({"embeddings": embeddings}).encode()
+        text = f"upstream says: {body['contents'][-1]['parts'][0]['text']}"
+        usage = {"promptTokenCount": 12, "candidatesTokenCount": 6, "totalTokenCount": 18}
+        base = {"modelVersion": "gemini-2.5-flash-001", "responseId": "upstream-id"}
+        if ":streamGenerateContent" not in path:
+            candidate = {"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP"}
+            answer = {**base, "candidates": [candidate], "usageMetadata": usage, "providerExtra": 1}
+            return 200, "application/json", json.dumps(answer).encode()
+        chunks = [
+            {**base, "candidates": [{"content": {"parts": [{"text": text[:9]}], "role": "model"}}]},
+            {
+                **base,
+                "candidates": [
+                    {"content": {"parts": [{"text": text[9:]}], "role": "model"}, "finishReason": "STOP"}
+                ],
+                "usageMetadata": usage,
+            },
+        ]
+        return 200, "text/event-stream", "".join(f"data: {json.dumps(c)}\r\n\r\n" for c in chunks).encode()
 
     def respond_embeddings(self, body: dict[str, Any], authorization: str) -> tuple[int, str, bytes]:
         """POST /v1/embeddings: bag-of-words vectors (texts that share words are close), as floats or

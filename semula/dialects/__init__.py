@@ -24,6 +24,8 @@ CHAT = "openai.chat"
 RESPONSES = "openai.responses"
 EMBEDDINGS = "openai.embeddings"
 ANTHROPIC = "anthropic.messages"
+GEMINI = "gemini.generate_content"
+GEMINI_EMBEDDINGS = "gemini.embed_content"
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,27 @@ class Dialect:
     answer_headers: ClassVar[tuple[str, ...]] = ()
     # The top-level members of a response body that restamp() renews for each reply (ids, times).
     stamped: ClassVar[tuple[str, ...]] = ()
+    # An embeddings API: with the project setting `embeddings: synthetic` a miss is answered with
+    # synthetic_response() (semula/service/synthetic.py), refused past synthetic_bytes().
+    makes_vectors: ClassVar[bool] = False
+
+    def synthetic_bytes(self, request: Mapping[str, Any]) -> int:
+        raise NotImplementedError
+
+    def synthetic_response(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
 
     def with_headers(self, body: Any, header: Callable[[str], str | None]) -> Any:
         """The body with what the API carries in headers and a recording must keep (Anthropic's betas)."""
         return body
+
+    def with_route(self, body: Any, model: str, method: str) -> Any:
+        """The body with what the API carries in its path (the Gemini API's model and method)."""
+        return body
+
+    def count_tokens(self, body: Any) -> dict[str, Any]:
+        """The API's token-counting route, for the APIs that have one (an estimate)."""
+        raise NotImplementedError
 
     def error_body(self, exc: SemulaError) -> dict[str, Any]:
         """The error as this API's envelope."""
@@ -242,6 +261,10 @@ class Dialect:
         """The provider's base URL and key for this API (server configuration only)."""
         return settings.upstream_url, settings.upstream_key
 
+    def upstream_target(self, body: dict[str, Any]) -> str:
+        """The provider's path for this request, under its base URL (the Gemini API's names the model)."""
+        return self.upstream_path
+
     def upstream_headers(self, key: str, body: dict[str, Any]) -> dict[str, str]:
         """The headers of the provider request: the server's key, never anything of the app's."""
         return {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
@@ -275,13 +298,56 @@ def typed_sse(events: list[dict[str, Any]]) -> Iterator[bytes]:
         yield b"event: " + kind + b"\ndata: " + data + b"\n\n"
 
 
+def tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    """A common answer's tool call for a call whose arguments an API gives as an object."""
+    text = json.dumps(arguments or {}, separators=(",", ":"), ensure_ascii=False)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+
+
+def common_answer(
+    model: Any, texts: list[str], calls: list[dict[str, Any]], finish: str, prompt: int, produced: int
+) -> dict[str, Any]:
+    """The common answer (a chat.completion) of a response's texts and tool calls, with its usage."""
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": produced, "total_tokens": prompt + produced},
+    }
+
+
+def answer_of(completion: dict[str, Any]) -> tuple[str | None, str | None, list[tuple[str, str, Any]]]:
+    """A validated common answer's finish reason, text (or refusal) and tool calls as (id, name,
+    arguments as an object): what each API's respond() renders in its own shape."""
+    choice = completion["choices"][0]
+    message = choice["message"]
+    calls = [
+        (call["id"], call["function"]["name"], json.loads(call["function"]["arguments"] or "{}"))
+        for call in message.get("tool_calls") or ()
+    ]
+    return choice.get("finish_reason"), message.get("content") or message.get("refusal"), calls
+
+
 def _registry() -> dict[str, Dialect]:
     from semula.dialects.anthropic_messages import AnthropicMessages
+    from semula.dialects.gemini import Gemini
+    from semula.dialects.gemini_embeddings import GeminiEmbeddings
     from semula.dialects.openai_chat import OpenAIChat
     from semula.dialects.openai_embeddings import OpenAIEmbeddings
     from semula.dialects.openai_responses import OpenAIResponses
 
-    return {d.name: d for d in (OpenAIChat(), OpenAIResponses(), OpenAIEmbeddings(), AnthropicMessages())}
+    speaks = (
+        OpenAIChat(),
+        OpenAIResponses(),
+        OpenAIEmbeddings(),
+        AnthropicMessages(),
+        Gemini(),
+        GeminiEmbeddings(),
+    )
+    return {d.name: d for d in speaks}
 
 
 DIALECTS: dict[str, Dialect] = {}

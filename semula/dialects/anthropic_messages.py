@@ -22,7 +22,7 @@ from typing import Any
 
 from semula.core import answers, stream, templates
 from semula.core.errors import InvalidAnswer, SemulaError
-from semula.dialects import ANTHROPIC, Dialect, Request, typed_sse
+from semula.dialects import ANTHROPIC, Dialect, Request, answer_of, common_answer, tool_call, typed_sse
 from semula.dialects.anthropic_checks import HEADER_FIELDS, bad, check
 
 DEFAULT_VERSION = "2023-06-01"
@@ -199,27 +199,15 @@ class AnthropicMessages(Dialect):
     # Answers
 
     def respond(self, completion, request, *, response_id=None):
-        choice = completion["choices"][0]
-        message = choice["message"]
-        content: list[dict[str, Any]] = []
-        text = message.get("content") or message.get("refusal")
-        if text:
-            content.append({"type": "text", "text": text})
-        for call in message.get("tool_calls") or ():
-            function = call["function"]
-            content.append(
-                {
-                    "type": "tool_use",
-                    "id": tool_use_id(call["id"]),
-                    "name": function["name"],
-                    "input": json.loads(function["arguments"] or "{}"),
-                }
-            )
+        finish, text, calls = answer_of(completion)
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        for call_id, name, arguments in calls:
+            content.append({"type": "tool_use", "id": tool_use_id(call_id), "name": name, "input": arguments})
         usage = completion.get("usage") or {}
         return envelope(
             request,
             content,
-            STOP_REASONS.get(choice.get("finish_reason"), "end_turn"),
+            STOP_REASONS.get(finish, "end_turn"),
             {
                 "input_tokens": usage.get("prompt_tokens", 0),
                 "output_tokens": usage.get("completion_tokens", 0),
@@ -237,29 +225,9 @@ class AnthropicMessages(Dialect):
             if block.get("type") == "text":
                 texts.append(str(block.get("text") or ""))
             elif block.get("type") == "tool_use":
-                arguments = json.dumps(block.get("input") or {}, separators=(",", ":"), ensure_ascii=False)
-                calls.append(
-                    {
-                        "id": block.get("id"),
-                        "type": "function",
-                        "function": {"name": block.get("name"), "arguments": arguments},
-                    }
-                )
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
-        if calls:
-            message["tool_calls"] = calls
-        prompt, produced = self.usage(response)
+                calls.append(tool_call(block.get("id"), block.get("name"), block.get("input")))
         finish = FINISH_REASONS.get(response.get("stop_reason"), "tool_calls" if calls else "stop")
-        return {
-            "object": "chat.completion",
-            "model": response.get("model"),
-            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            "usage": {
-                "prompt_tokens": prompt,
-                "completion_tokens": produced,
-                "total_tokens": prompt + produced,
-            },
-        }
+        return common_answer(response.get("model"), texts, calls, finish, *self.usage(response))
 
     def pasted(self, payload):
         return isinstance(payload, dict) and (

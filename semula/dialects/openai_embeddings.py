@@ -126,6 +126,13 @@ class OpenAIEmbeddings(Dialect):
     upstream_path = "/embeddings"
     upstream_model_applies = False  # a project's upstream_model is a chat model: embeddings keep theirs
     transport_fields = frozenset({"encoding_format", "user"})
+    makes_vectors = True
+
+    def synthetic_bytes(self, request: Mapping[str, Any]) -> int:
+        return synthetic_bytes(request)
+
+    def synthetic_response(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return synthetic_response(request)
 
     def check(self, body: Any) -> Request:
         if not isinstance(body, dict):
@@ -173,19 +180,8 @@ class OpenAIEmbeddings(Dialect):
         return super().canonical(_canonical_body(body), ignore_fields, normalize)
 
     def conversation(self, request, history=()):
-        items = inputs(request.get("input"))
-        want = expected_length(request)
-        numbers = f"{want} numbers" if want else "the same number of numbers"
-        return {
-            "model": request.get("model"),
-            "messages": [{"role": "user", "content": input_text(item)} for item in items],
-            "embeddings": {"inputs": len(items), "dimensions": want},
-            "notes": [
-                "An embeddings call: each message is one input. Answer "
-                f'{{"embeddings": [[0.1, …], …]}} with one vector per input ({len(items)}), each of '
-                f"{numbers}, in input order; or set the project's embeddings setting to synthetic."
-            ],
-        }
+        texts = [input_text(item) for item in inputs(request.get("input"))]
+        return embeddings_view(request.get("model"), texts, expected_length(request))
 
     # Answers
 
@@ -291,6 +287,21 @@ class OpenAIEmbeddings(Dialect):
         return body  # an embeddings response has no id or time of its own
 
 
+def embeddings_view(model: Any, texts: list[str], want: int | None) -> dict[str, Any]:
+    """The conversation view of an embeddings call (of any API): one user message per input."""
+    numbers = f"{want} numbers" if want else "the same number of numbers"
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": text} for text in texts],
+        "embeddings": {"inputs": len(texts), "dimensions": want},
+        "notes": [
+            "An embeddings call: each message is one input. Answer "
+            f'{{"embeddings": [[0.1, …], …]}} with one vector per input ({len(texts)}), each of '
+            f"{numbers}, in input order; or set the project's embeddings setting to synthetic."
+        ],
+    }
+
+
 def list_response(request: Mapping[str, Any], encoded: list[str]) -> dict[str, Any]:
     """The list response for vectors already encoded, in input order, with the usage the API reports."""
     prompt = sum(
@@ -338,7 +349,7 @@ def _checked(given: list[tuple[str, Any]], request: Mapping[str, Any], where: st
     encoded, first = [], None
     for param, vector in given:
         try:
-            numbers = _numbers(vector)
+            numbers = vector_numbers(vector)
         except ValueError as exc:
             raise InvalidAnswer(str(exc), param=param) from None
         if first is None:
@@ -353,7 +364,7 @@ def _checked(given: list[tuple[str, Any]], request: Mapping[str, Any], where: st
     return encoded
 
 
-def _numbers(vector: Any) -> list[float]:
+def vector_numbers(vector: Any) -> list[float]:
     if isinstance(vector, str):
         try:
             numbers = vectors.decode(vector)

@@ -65,7 +65,7 @@ class _Direct:
 
     def __init__(self, endpoint: str):
         parts = urllib.parse.urlsplit(endpoint)
-        self.path = parts.path
+        self.path = parts.path + (f"?{parts.query}" if parts.query else "")
         self._connect: Callable[[float], http.client.HTTPConnection]
         if parts.scheme == "https":
             context = ssl.create_default_context(cafile=_ca_bundle())
@@ -227,7 +227,7 @@ def call_provider(
     dialect = dialect or dialects.get(dialects.CHAT)
     url, data, headers = _request(settings, body, model, dialect)
     try:
-        status, raw, received = _provider(url, dialect.upstream_path).post(
+        status, raw, received = _provider(url, dialect.upstream_target(body)).post(
             data, headers, settings.upstream_timeout
         )
     except NotSent as exc:
@@ -287,7 +287,7 @@ def open_stream(settings: Any, body: dict[str, Any], model: str | None, dialect:
     """Send a stream request; its events are read as they arrive (errors as call_provider's)."""
     url, data, headers = _request(settings, body, model, dialect)
     try:
-        status, response, done = _provider(url, dialect.upstream_path).open(
+        status, response, done = _provider(url, dialect.upstream_target(body)).open(
             data, headers, settings.upstream_timeout
         )
     except NotSent as exc:

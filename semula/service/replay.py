@@ -14,7 +14,7 @@ from semula import dialects
 from semula.core import fingerprint as fp
 from semula.core import recorded_meta, redact
 from semula.core.errors import BadRequest, NotFound, ReplayMiss, SequenceExhausted, TooManyMisses
-from semula.dialects import ANTHROPIC, CHAT, RESPONSES, Dialect, Request
+from semula.dialects import ANTHROPIC, CHAT, RESPONSES, Dialect, Request, gemini
 from semula.service import Context, quotas, sequences
 from semula.service import entries as entries_service
 from semula.service import pending as pending_service
@@ -454,10 +454,21 @@ def model(ctx: Context, project: dict[str, Any], model_id: str) -> dict[str, Any
     )
 
 
-def count_tokens(ctx: Context, body: Any) -> dict[str, Any]:
-    """POST /v1/messages/count_tokens: an estimate of the request's input tokens (nothing is recorded)."""
+def count_tokens(ctx: Context, body: Any, api: str = ANTHROPIC) -> dict[str, Any]:
+    """POST /v1/messages/count_tokens (and the Gemini API's :countTokens): an estimate of the request's
+    input tokens (nothing is recorded)."""
     require(ctx, role="viewer", scope="replay")
-    return dialects.get(ANTHROPIC).count_tokens(body)
+    return dialects.get(api).count_tokens(body)
+
+
+def gemini_models(ctx: Context, project: dict[str, Any]) -> dict[str, Any]:
+    """GET /v1beta/models: the models seen in the project's entries, as the Gemini API lists models."""
+    return {"models": [gemini.model_object(item["id"]) for item in models(ctx, project)["data"]]}
+
+
+def gemini_model(ctx: Context, project: dict[str, Any], model_id: str) -> dict[str, Any]:
+    """GET /v1beta/models/{model}: one model seen in the project's entries; else 404."""
+    return gemini.model_object(model(ctx, project, gemini.model_id(model_id))["id"])
 
 
 def models(ctx: Context, project: dict[str, Any]) -> dict[str, Any]:

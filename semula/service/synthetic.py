@@ -8,10 +8,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from semula import dialects
 from semula.core import redact
 from semula.core.errors import BadRequest
-from semula.dialects import openai_embeddings
 from semula.service import Context
 from semula.service import entries as entries_service
 from semula.service.record_through import FLIGHTS
@@ -23,7 +21,7 @@ SUMMARY = "synthetic vectors (embeddings: synthetic)"
 
 
 def applies(call: Call) -> bool:
-    return call.dialect.name == dialects.EMBEDDINGS and call.project.get("embeddings") == "synthetic"
+    return call.dialect.makes_vectors and call.project.get("embeddings") == "synthetic"
 
 
 def answer(ctx: Context, call: Call) -> dict[str, Any]:
@@ -32,7 +30,7 @@ def answer(ctx: Context, call: Call) -> dict[str, Any]:
     An answer longer than SEMULA_MAX_BODY_BYTES is refused before a vector is made: it could not be
     imported again from an export, and a few requests of 2,048 inputs of 65,536 numbers would take
     gigabytes of a worker's memory."""
-    size = openai_embeddings.synthetic_bytes(call.body)
+    size = call.dialect.synthetic_bytes(call.body)
     limit = ctx.settings.max_body_bytes
     if size > limit:
         raise BadRequest(
@@ -54,7 +52,7 @@ def _save(ctx: Context, call: Call, stored: dict[str, Any]) -> dict[str, Any]:
     if entry is not None:
         return entry
     # From the request as sent: a redacted input still gets the vector of its own text.
-    response = openai_embeddings.synthetic_response(call.body)
+    response = call.dialect.synthetic_response(call.body)
     entries_service.check_quota(ctx, project_id, call.fingerprint)
     saved = entries_service.save(
         ctx.store,

@@ -1,14 +1,15 @@
-"""A pytest plugin: replay recorded OpenAI and Anthropic calls from a bundle file, no server to set up.
+"""A pytest plugin: replay recorded OpenAI, Anthropic and Gemini calls from a bundle file, no server to
+set up.
 
     pytest --semula-bundle tests/llm.json          # or `semula_bundle = tests/llm.json` in the ini
     pytest --semula-bundle tests/llm.json --semula-record   # misses park; the bundle is updated
     pytest --semula-record --semula-prune          # ... and entries no test used are dropped
 
-The plugin starts `semula replay` before collection and points OPENAI_BASE_URL and
-ANTHROPIC_BASE_URL (and placeholder OPENAI_API_KEY and ANTHROPIC_API_KEY) at it for the whole
-session; the session fixture `semula_server` yields its URL. A replay miss is the SDK's 424 error,
-whose message names the closest recorded entry and the values that differ; the plugin adds the
-command that records the test's calls.
+The plugin starts `semula replay` before collection and points OPENAI_BASE_URL,
+ANTHROPIC_BASE_URL and GOOGLE_GEMINI_BASE_URL (and placeholder OPENAI_API_KEY, ANTHROPIC_API_KEY and
+GEMINI_API_KEY) at it for the whole session; the session fixture `semula_server` yields its URL. A
+replay miss is the SDK's 424 error, whose message names the closest recorded entry and the values
+that differ; the plugin adds the command that records the test's calls.
 
 Each process of the run (each pytest-xdist worker, or the one process without xdist) replays in a
 replay session of its own, named in its base URL (`/p/default/s/<worker>/v1`), and every test starts
@@ -105,6 +106,9 @@ class ReplayServer:
         # The Anthropic SDK appends /v1/messages to its base URL itself.
         self.patch.setenv("ANTHROPIC_BASE_URL", self.url.removesuffix("/v1"))
         self.patch.setenv("ANTHROPIC_API_KEY", "semula-replay")
+        # The Google SDKs append /v1beta/models/... (or /v1/...) themselves.
+        self.patch.setenv("GOOGLE_GEMINI_BASE_URL", self.url.removesuffix("/v1"))
+        self.patch.setenv("GEMINI_API_KEY", "semula-replay")
 
     def claim_line(self) -> str:
         return f"SEMULA_URL={self.root} semula claim --wait"
@@ -181,8 +185,9 @@ class Session:
         self.reset_url = f"{root}/api/v1/projects/{project}/sessions/{name}/reset"
         self.patch = pytest.MonkeyPatch()
         self.patch.setenv("OPENAI_BASE_URL", self.url)
-        # The Anthropic SDK appends /v1/messages itself.
+        # The Anthropic SDK appends /v1/messages itself, the Google SDKs /v1beta/models/...
         self.patch.setenv("ANTHROPIC_BASE_URL", self.url.removesuffix("/v1"))
+        self.patch.setenv("GOOGLE_GEMINI_BASE_URL", self.url.removesuffix("/v1"))
 
     def reset(self) -> None:
         response = requests.post(self.reset_url, timeout=30)

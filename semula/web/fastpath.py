@@ -11,6 +11,7 @@ import logging
 import re
 import socket
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -27,13 +28,17 @@ from semula.web import access, policy
 logger = logging.getLogger("semula.web")
 ROUTE = re.compile(
     r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62})(?:/s/(?P<session>[A-Za-z0-9_.-]{1,64}))?)?"
-    r"/v1/(?P<what>chat/completions|responses|models|messages|messages/count_tokens"
+    # The Gemini API: a method of a model, under /v1beta (and /v1, where google-genai 1.x+ calls it).
+    r"(?:/(?P<gemini_version>v1|v1beta)/models/(?P<gemini_model>[^/:?#]{1,200})"
+    r":(?P<gemini>generateContent|streamGenerateContent|countTokens|embedContent|batchEmbedContents)"
+    r"|/v1beta/(?P<gemini_models>models)(?:/(?P<gemini_model_id>[^/:?#]{1,200}))?"
+    r"|/v1/(?P<what>chat/completions|responses|models|messages|messages/count_tokens"
     r"|responses/(?P<response_id>[A-Za-z0-9_.:-]{1,200})(?P<items>/input_items)?"
     r"|embeddings"
-    r"|models/(?P<model_id>[^?#]{1,200}))$"
+    r"|models/(?P<model_id>[^?#]{1,200})))$"
 )
 # Any other path under /v1 is an API this server does not speak: say so, in the API's error shape.
-API_PREFIX = re.compile(r"^(?:/p/[^/]*(?:/s/[^/]*)?)?/v1(?:/|$)")
+API_PREFIX = re.compile(r"^(?:/p/[^/]*(?:/s/[^/]*)?)?/v1(?P<beta>beta)?(?:/|$)")
 # The POST routes that replay or record, by their path under /v1: the dialect that speaks each.
 APIS = {
     "chat/completions": dialects.CHAT,
@@ -41,8 +46,23 @@ APIS = {
     "embeddings": dialects.EMBEDDINGS,
     "messages": dialects.ANTHROPIC,
 }
+# The Gemini API's methods: the model is in the path (`what` is `models/{model}:METHOD`).
+APIS.update(
+    {
+        "models/{model}:generateContent": dialects.GEMINI,
+        "models/{model}:streamGenerateContent": dialects.GEMINI,
+        "models/{model}:embedContent": dialects.GEMINI_EMBEDDINGS,
+        "models/{model}:batchEmbedContents": dialects.GEMINI_EMBEDDINGS,
+    }
+)
 # Every route's errors are in its API's envelope, from the first (a 401) on.
-ERRORS_IN = {**APIS, "messages/count_tokens": dialects.ANTHROPIC}
+ERRORS_IN = {
+    **APIS,
+    "messages/count_tokens": dialects.ANTHROPIC,
+    "models/{model}:countTokens": dialects.GEMINI,
+    "gemini/models": dialects.GEMINI,
+    "gemini/models/{model}": dialects.GEMINI,
+}
 JSON_HEADERS = [("Content-Type", "application/json")]
 SSE_HEADERS = [
     ("Content-Type", "text/event-stream"),
@@ -69,7 +89,9 @@ def unknown_path(environ: dict[str, Any]) -> errors.NotFound:
         f"semula does not serve {method} {path[:200]}. It speaks: POST /v1/chat/completions (Chat "
         "Completions), POST /v1/responses and GET /v1/responses/{id} (Responses), POST /v1/embeddings "
         "(Embeddings), POST /v1/messages and POST /v1/messages/count_tokens (Anthropic Messages), "
-        "GET /v1/models; each also under /p/<project>/v1/.",
+        "GET /v1/models, POST /v1beta/models/{model}:generateContent, :streamGenerateContent, "
+        ":countTokens, :embedContent and :batchEmbedContents and GET /v1beta/models (Gemini); each "
+        "also under /p/<project>/.",
         code="unknown_path",
     )
 
@@ -110,20 +132,32 @@ class ProxyApp:
         req = logs.begin_request(environ.get("HTTP_X_REQUEST_ID"), environ.get("REQUEST_METHOD", ""))
         match = ROUTE.match(path)
         if match is None:
-            if API_PREFIX.match(path):
-                return self._json(start_response, 404, unknown_path(environ).to_dict())
+            prefix = API_PREFIX.match(path)
+            if prefix:
+                speaks = dialects.get(dialects.GEMINI if prefix["beta"] else None)
+                return self._json(start_response, 404, speaks.error_body(unknown_path(environ)))
             return self.fallback(environ, start_response)
-        req.route = access.proxy_route(
-            match["what"], bool(match["project"]), bool(match["response_id"]), bool(match["items"])
-        )
+        what = _what(match, environ)
+        if what.startswith(GEMINI_WHAT):
+            project_part = "/p/{project}" if match["project"] else ""
+            version = match["gemini_version"] or ("v1beta" if match["gemini_models"] else "v1")
+            req.route = f"{project_part}/{version}/{what.removeprefix('gemini/')}"
+        else:
+            req.route = access.proxy_route(
+                what, bool(match["project"]), bool(match["response_id"]), bool(match["items"])
+            )
         started = time.monotonic()
         ctx: Context | None = None
         made: list[replay_service.Call] = []  # the call _post() started, for the error's log row
-        what = match["what"]
         speaks = dialects.get(ERRORS_IN.get(what))
         try:
-            # On the Anthropic routes an `x-api-key` token stands for the Authorization header.
-            api_key = environ.get("HTTP_X_API_KEY") if speaks.name == dialects.ANTHROPIC else None
+            # On the Anthropic routes an `x-api-key` token stands for the Authorization header, on the
+            # Gemini routes `x-goog-api-key` or `?key=`.
+            api_key = None
+            if speaks.name == dialects.ANTHROPIC:
+                api_key = environ.get("HTTP_X_API_KEY")
+            elif speaks.name in (dialects.GEMINI, dialects.GEMINI_EMBEDDINGS):
+                api_key = _google_key(environ)
             authorization = policy.authorization(environ.get("HTTP_AUTHORIZATION"), api_key)
             ctx = self.base.as_(self.principals.authenticate(self.base, authorization))
             header_project = environ.get("HTTP_X_SEMULA_PROJECT")
@@ -159,6 +193,8 @@ class ProxyApp:
 
                 return _delivered(fault, environ, start_response, inner)
             project = replay_service.resolve_project(ctx, match["project"], header_project)
+            if what.startswith(GEMINI_WHAT):
+                return self._gemini(ctx, project, match, what, environ, start_response)
             if what == "models":
                 self._method(environ, "GET")
                 return self._json(start_response, 200, replay_service.models(ctx, project))
@@ -197,6 +233,8 @@ class ProxyApp:
         goes into `made`, for the log row of an error it raises)."""
         header_project = environ.get("HTTP_X_SEMULA_PROJECT")
         headers = tuple(environ.get(name) for name in speaks.answer_headers)
+        if match["gemini"]:  # the model and the method are in the path, not the body
+            headers += (match["gemini_model"], match["gemini"])
         key = hits.key(ctx, speaks.name, match["project"], header_project, raw, session, headers)
         kept = self.hits.find(ctx, key, raw)
         if kept is not None:
@@ -207,6 +245,8 @@ class ProxyApp:
             return self._bytes(start_response, 200, data, kept.headers)
         parsed, plain = policy.read_json(raw)
         body = speaks.with_headers(parsed, _header(environ))
+        if match["gemini"]:
+            body = speaks.with_route(body, match["gemini_model"], match["gemini"])
         project, version = self.projects.get(ctx, match["project"], header_project)
         call = replay_service.start(
             ctx,
@@ -268,6 +308,28 @@ class ProxyApp:
             self.hits.keep(key, call, body, *rest)
         except Exception as exc:
             logger.error("a replay hit was not kept", exc_info=exc)
+
+    def _gemini(
+        self,
+        ctx: Context,
+        project: dict[str, Any],
+        match: re.Match[str],
+        what: str,
+        environ: dict[str, Any],
+        start_response: Callable[..., Any],
+    ) -> list[bytes]:
+        """The Gemini API's routes that neither replay nor record: :countTokens and the model list."""
+        if what == "models/{model}:countTokens":
+            self._method(environ, "POST")
+            body = policy.parse_json(self._read(environ))
+            return self._json(start_response, 200, replay_service.count_tokens(ctx, body, dialects.GEMINI))
+        if what.startswith("models/{model}:"):  # a method that replays or records, not POSTed
+            raise errors.MethodNotAllowed()
+        self._method(environ, "GET")
+        model_id = match["gemini_model_id"] or match["model_id"]
+        if model_id:
+            return self._json(start_response, 200, replay_service.gemini_model(ctx, project, model_id))
+        return self._json(start_response, 200, replay_service.gemini_models(ctx, project))
 
     def _stored_response(
         self,
@@ -367,6 +429,8 @@ class ProxyApp:
         extra: Sequence[tuple[str, str]] = (),
     ) -> list[bytes]:
         code = body.get("error", {}).get("code") if status >= 400 else None
+        if not isinstance(code, str):  # Google's envelope has the HTTP status there
+            code = None
         return cls._bytes(start_response, status, jsonio.compact(body), extra, code)
 
     @staticmethod
@@ -460,6 +524,33 @@ def _delivered(
     else:
         yield b""
     _abort(environ)
+
+
+GEMINI_WHAT = ("models/{model}:", "gemini/")
+
+
+def _what(match: re.Match[str], environ: dict[str, Any]) -> str:
+    """The route's key in APIS and ERRORS_IN. GET /v1/models from a Google client (it sends its key as
+    `x-goog-api-key` or `?key=`) is the Gemini API's model list, which google-genai calls under /v1."""
+    if match["gemini"]:
+        return "models/{model}:" + match["gemini"]
+    if match["gemini_models"]:
+        return "gemini/models/{model}" if match["gemini_model_id"] else "gemini/models"
+    if match["what"] in ("models", f"models/{match['model_id']}") and _google_key(environ) is not None:
+        return "gemini/models/{model}" if match["model_id"] else "gemini/models"
+    return match["what"]
+
+
+def _google_key(environ: dict[str, Any]) -> str | None:
+    """The key a Google client sends: the `x-goog-api-key` header, else the `key` query parameter."""
+    header = environ.get("HTTP_X_GOOG_API_KEY")
+    if header is not None:
+        return header
+    for pair in environ.get("QUERY_STRING", "").split("&"):
+        name, _, value = pair.partition("=")
+        if name == "key":
+            return urllib.parse.unquote_plus(value)
+    return None
 
 
 def _header(environ: dict[str, Any]) -> Callable[[str], str | None]:

@@ -20,6 +20,7 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import current_app
 from marshmallow import RAISE, Schema
 
+from semula import dialects
 from semula.core import bundle_format, recorded_meta
 from semula.service import bundles, projects, tokens
 from semula.service.pending import MAX_LEASE
@@ -185,7 +186,7 @@ TOKEN_ID = path_param("token_id", "The token's id (`tok_…`).")
 
 API = {
     "type": "string",
-    "enum": ["openai.chat", "openai.responses", "openai.embeddings", "anthropic.messages"],
+    "enum": dialects.names(),  # every API of the dialect registry
     "description": "The API the call was made in (docs/decisions/0030-dialects.md).",
 }
 CONVERSATION = {

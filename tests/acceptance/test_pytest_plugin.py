@@ -45,6 +45,11 @@ RECORDED = [
         {"content": "Hello from Claude!"},
         "anthropic.messages",
     ),
+    (
+        {"model": "gemini-2.5-flash", "contents": [{"role": "user", "parts": [{"text": "Say hello"}]}]},
+        {"content": "Hello from Gemini!"},
+        "gemini.generate_content",
+    ),
 ]
 
 SAMPLE_TESTS = """
@@ -81,6 +86,13 @@ def test_anthropic():
     r = claude.messages.create(model="claude-haiku-4-5", max_tokens=64, messages=HELLO)
     assert r.content[0].text == "Hello from Claude!"
 
+def test_gemini():
+    from google import genai
+
+    gemini = genai.Client()  # GOOGLE_GEMINI_BASE_URL and GEMINI_API_KEY come from the plugin
+    r = gemini.models.generate_content(model="gemini-2.5-flash", contents="Say hello")
+    assert r.text == "Hello from Gemini!"
+
 def test_miss():
     client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Say hellO"}])
 """.replace("%(tool)s", repr(WEATHER))
@@ -96,7 +108,7 @@ def test_sample_project_replays_and_a_miss_explains_itself(pytester, tmp_path):
     make_bundle(bundle)
     pytester.makepyfile(test_app=SAMPLE_TESTS)
     result = pytester.runpytest_subprocess("--semula-bundle", str(bundle), "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=5, failed=1)
+    result.assert_outcomes(passed=6, failed=1)
     output = result.stdout.str()
     assert "semula: replay from" in output and "at http://127.0.0.1:" in output
     assert "Error code: 424 - No recorded entry matches this request" in output

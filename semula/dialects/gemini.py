@@ -1,0 +1,540 @@
+"""The Gemini API (`POST /v1beta/models/{model}:generateContent`, `:streamGenerateContent`,
+`:countTokens`), Google's own API rather than its OpenAI-compatible one.
+
+The model and the method are in the path, not the body: the stored request is the body with the
+path's model as `model` and, for `:streamGenerateContent`, `stream: true` (transport, as every
+dialect's stream flag), so entries, the view and bundles name the model as every other API's do.
+A request becomes the common conversation view (`systemInstruction` as a system message, `model`
+turns as assistant messages, `functionCall` parts as tool calls, `functionResponse` parts as tool
+messages matched to their call by id or else by name, function declarations as function tools, a
+response schema as a json_schema response format), and a validated answer is rendered as a
+`GenerateContentResponse` (docs/decisions/0055-gemini-api.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import secrets
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+from semula.core import answers, jsonio, stream, templates
+from semula.core.errors import InvalidAnswer, SemulaError
+from semula.dialects import GEMINI, Dialect, Request, answer_of, common_answer, tool_call
+from semula.dialects.gemini_checks import OWN, check
+
+# Google's status name for each HTTP status; semula's own statuses get the nearest one.
+STATUSES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "UNIMPLEMENTED",
+    409: "ABORTED",
+    413: "INVALID_ARGUMENT",
+    422: "INVALID_ARGUMENT",
+    424: "FAILED_PRECONDITION",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+FINISH_REASONS = {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP", "content_filter": "SAFETY"}
+COMMON_FINISH = {"MAX_TOKENS": "length", "SAFETY": "content_filter", "RECITATION": "content_filter"}
+TRANSPORT = frozenset({"stream"})
+ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
+
+
+def response_id() -> str:
+    """A fresh `responseId`, of the kind Google sends (URL-safe base64 characters)."""
+    return secrets.token_urlsafe(18).replace("-", "x").replace("_", "y")
+
+
+def model_id(path_model: str) -> str:
+    """The model of a path (`models/gemini-2.5-flash` or `gemini-2.5-flash`) without `models/`."""
+    return path_model.removeprefix("models/")
+
+
+def model_object(model: str) -> dict[str, Any]:
+    """A model as the Gemini API's models.get describes it (what semula knows of it: its name)."""
+    return {
+        "name": f"models/{model}",
+        "baseModelId": model,
+        "version": "semula",
+        "displayName": model,
+        "description": "A model seen in this project's recordings (semula).",
+        "supportedGenerationMethods": [
+            "generateContent",
+            "countTokens",
+            "embedContent",
+            "batchEmbedContents",
+        ],
+    }
+
+
+def call_id(name: Any, args: Any, index: int) -> str:
+    """A function call's id in the view when the call has none: the same call always gets the same one."""
+    text = json.dumps([index, name, args], sort_keys=True, ensure_ascii=False)
+    return "call_" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def to_json_schema(schema: Any) -> Any:
+    """Gemini's OpenAPI-style `Schema` (types in capitals, `nullable`) as JSON Schema, for validation."""
+    if isinstance(schema, list):
+        return [to_json_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "type" and isinstance(value, str):
+            out["type"] = value.lower()
+        elif key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            out[key] = {name: to_json_schema(sub) for name, sub in value.items()}
+        elif key in ("items", "anyOf", "oneOf", "allOf", "not", "additionalProperties"):
+            out[key] = to_json_schema(value)
+        elif key not in ("nullable", "propertyOrdering"):
+            out[key] = value
+    if schema.get("nullable") is True and isinstance(out.get("type"), str):
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+class Gemini(Dialect):
+    name = GEMINI
+    title = "Gemini"
+    stamped = ("responseId",)
+    upstream_model_applies = False  # a project's upstream_model names an OpenAI model
+    upstream_path = "/models"  # the model and the method follow (upstream_target)
+    transport_fields = TRANSPORT
+
+    # Requests
+
+    def with_route(self, body: Any, model: str, method: str) -> Any:
+        """The body as stored: the path's model in `model`, `stream: true` for a streamed method."""
+        if not isinstance(body, dict):
+            return body
+        stored = {**body, "model": model_id(model)}
+        stored.pop("stream", None)
+        if method == "streamGenerateContent":
+            stored["stream"] = True
+        return stored
+
+    def upstream_target(self, body: dict[str, Any]) -> str:
+        """The provider's path for this request, under its base URL."""
+        model = urllib.parse.quote(str(body["model"]), safe="")
+        if body.get("stream") is True:
+            return f"/models/{model}:streamGenerateContent?alt=sse"
+        return f"/models/{model}:generateContent"
+
+    def error_body(self, exc: SemulaError) -> dict[str, Any]:
+        return google_error(exc)
+
+    def check(self, body: Any) -> Request:
+        check(body)
+        return Request(str(body["model"]), body.get("stream") is True)
+
+    def count_tokens(self, body: Any) -> dict[str, Any]:
+        """:countTokens: an estimate (four characters a token), not the provider's tokenizer."""
+        check(body, counting=True)
+        inner = (
+            body.get("generateContentRequest")
+            if isinstance(body.get("generateContentRequest"), dict)
+            else body
+        )
+        counted = {k: inner.get(k) for k in ("contents", "systemInstruction", "tools") if inner.get(k)}
+        total = answers.estimate_tokens(json.dumps(counted, ensure_ascii=False)) if counted else 0
+        return {"totalTokens": total, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": total}]}
+
+    def texts(self, request: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
+        system = request.get("systemInstruction")
+        for content in [system, *(request.get("contents") or ())]:
+            for part in _parts(content):
+                if isinstance(part.get("text"), str):
+                    yield part, "text"
+
+    # The conversation view
+
+    def conversation(self, request, history=()):
+        messages: list[dict[str, Any]] = []
+        system = "\n\n".join(p["text"] for p in _parts(request.get("systemInstruction")) if "text" in p)
+        if system:
+            messages.append({"role": "system", "content": system})
+        open_calls: list[dict[str, Any]] = []  # the model's calls not yet answered, oldest first
+        for content in request.get("contents") or ():
+            messages.extend(_view_messages(content, open_calls))
+        view: dict[str, Any] = {"model": request.get("model"), "messages": messages}
+        tools, builtin = [], []
+        for tool in request.get("tools") or ():
+            if not isinstance(tool, dict):
+                continue
+            builtin.extend(key for key in tool if key != "functionDeclarations")
+            for declaration in tool.get("functionDeclarations") or ():
+                if isinstance(declaration, dict):
+                    tools.append({"type": "function", "function": _function(declaration)})
+        if tools:
+            view["tools"] = tools
+        calling = ((request.get("toolConfig") or {}).get("functionCallingConfig")) or {}
+        mode, allowed = calling.get("mode"), calling.get("allowedFunctionNames") or []
+        if mode in ("ANY", "VALIDATED") and len(allowed) == 1:
+            view["tool_choice"] = {"type": "function", "function": {"name": allowed[0]}}
+        elif mode == "ANY":
+            view["tool_choice"] = "required"
+        elif mode == "NONE":
+            view["tool_choice"] = "none"
+        config = request.get("generationConfig") or {}
+        response_format = _response_format(config)
+        if response_format is not None:
+            view["response_format"] = response_format
+        notes = []
+        if builtin:
+            notes.append(
+                f"The request offers Google's built-in tools ({', '.join(sorted(set(builtin)))}). An answer "
+                "can only be text or a function call; their results come only from a provider "
+                "(record-through)."
+            )
+        if config.get("responseMimeType") == "text/x.enum":
+            notes.append(
+                "The request asks for one value of an enum (text/x.enum): answer that value as text."
+            )
+        if (config.get("candidateCount") or 1) > 1:
+            notes.append("The request asks for several candidates; an answer gives one.")
+        if (config.get("thinkingConfig") or {}).get("includeThoughts") is True:
+            notes.append(
+                "The request asks for thought summaries. A text or function-call answer has none; paste a "
+                "whole GenerateContentResponse to give thought parts."
+            )
+        if notes:
+            view["notes"] = notes
+        return view
+
+    # Answers
+
+    def respond(self, completion, request, *, response_id=None):
+        finish, text, calls = answer_of(completion)
+        parts: list[dict[str, Any]] = [{"text": text}] if text else []
+        parts += [{"functionCall": {"name": name, "args": arguments}} for _, name, arguments in calls]
+        usage = completion.get("usage") or {}
+        return envelope(
+            request,
+            parts or [{"text": ""}],
+            FINISH_REASONS.get(finish, "STOP"),
+            int(usage.get("prompt_tokens") or 0),
+            int(usage.get("completion_tokens") or 0),
+            response_id,
+        )
+
+    def common(self, response, chunks):
+        if not isinstance(response.get("candidates"), list) and chunks:
+            response = assemble(chunks)
+        candidate = _first_candidate(response)
+        texts, calls = [], []
+        for index, part in enumerate(_parts(candidate.get("content"))):
+            if part.get("thought") is True:
+                continue
+            if isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif isinstance(part.get("functionCall"), dict):
+                calls.append(_common_call(part["functionCall"], index))
+        finish = "tool_calls" if calls else COMMON_FINISH.get(candidate.get("finishReason"), "stop")
+        return common_answer(response.get("modelVersion"), texts, calls, finish, *self.usage(response))
+
+    def pasted(self, payload):
+        return isinstance(payload, dict) and isinstance(payload.get("candidates"), list)
+
+    def accept_recorded(self, response, chunks, request, view):
+        if not isinstance(response, dict) and chunks:
+            response = assemble(chunks)
+        if not isinstance(response, dict) or not isinstance(response.get("candidates"), list):
+            raise InvalidAnswer("a GenerateContentResponse has a candidates list", param="candidates")
+        if not response["candidates"]:
+            raise InvalidAnswer("a GenerateContentResponse has at least one candidate", param="candidates")
+        for i, candidate in enumerate(response["candidates"]):
+            parts = (candidate.get("content") or {}).get("parts") if isinstance(candidate, dict) else None
+            if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+                raise InvalidAnswer(
+                    "a candidate has content.parts, a list of parts", param=f"candidates[{i}].content.parts"
+                )
+            for j, part in enumerate(parts):
+                call = part.get("functionCall")
+                if call is not None and not (isinstance(call, dict) and isinstance(call.get("name"), str)):
+                    raise InvalidAnswer(
+                        "a functionCall names its function",
+                        param=f"candidates[{i}].content.parts[{j}].functionCall",
+                    )
+        produced = answers.estimate_tokens(json.dumps(response["candidates"], ensure_ascii=False))
+        filled = envelope(request, [], "STOP", _estimated_prompt(request), produced)
+        # What the provider (or the paster) sent is kept, its unknown fields too; what is missing is filled.
+        response = {**filled, **{key: value for key, value in response.items() if value is not None}}
+        answers.validate_against_request(self.common(response, None), view)
+        return response, chunks
+
+    def usage(self, response):
+        usage = response.get("usageMetadata") or {}
+        prompt = int(usage.get("promptTokenCount") or 0) + int(usage.get("toolUsePromptTokenCount") or 0)
+        # Thinking is billed as output.
+        return prompt, int(usage.get("candidatesTokenCount") or 0) + int(usage.get("thoughtsTokenCount") or 0)
+
+    # Responses and streams
+
+    def render(self, req, response, chunks, expand, now):
+        if not isinstance(response.get("candidates"), list) and chunks:
+            response = assemble(chunks)
+        if expand:
+            response = templates.expand(response, req.model, now)
+            chunks = None  # templates are expanded in the response; its chunks are made from it
+        fresh = response_id()
+        if not req.stream:
+            return {**response, "responseId": fresh}, None
+        events = chunks if chunks else synthesize_chunks(response)
+        return None, [{**event, "responseId": fresh} if "responseId" in event else event for event in events]
+
+    def restamp(self, body: dict[str, Any], req: Request, now: float) -> dict[str, Any]:
+        return {**body, "responseId": response_id()}
+
+    def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
+        for event in events:
+            yield b"data: " + jsonio.compact(event) + b"\r\n\r\n"
+
+    def upstream(self, settings: Any) -> tuple[str, str | None]:
+        return settings.gemini_url, settings.gemini_key
+
+    def upstream_headers(self, key: str, body: dict[str, Any]) -> dict[str, str]:
+        return {"x-goog-api-key": key, "Content-Type": "application/json"}
+
+    def upstream_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in body.items() if key not in ("model", "stream")}
+
+    def from_stream(self, events: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        for event in events:
+            if "error" in event:
+                raise ValueError("the provider's stream ended with an error")
+        return assemble(events), events
+
+    def relay(self, block: bytes, data: Any, req: Request) -> bytes | None:
+        return block + b"\r\n\r\n"
+
+    def stream_error(self, exc: SemulaError, req: Request) -> bytes:
+        return b"data: " + jsonio.compact(self.error_body(exc)) + b"\r\n\r\n"
+
+
+def google_error(exc: SemulaError) -> dict[str, Any]:
+    """The error in Google's envelope: the HTTP status as `code`, its gRPC name as `status`. semula's own
+    conditions keep their code, in the message and as an ErrorInfo reason, so the reader sees which."""
+    status = STATUSES.get(exc.status) or ("INTERNAL" if exc.status >= 500 else "FAILED_PRECONDITION")
+    error: dict[str, Any] = {"code": exc.status, "status": status}
+    if exc.code == OWN:
+        error["message"] = exc.message
+        if exc.param:
+            violation = {"field": exc.param, "description": exc.message}
+            error["details"] = [{"@type": BAD_REQUEST, "fieldViolations": [violation]}]
+    else:
+        error["message"] = f"{exc.code}: {exc.message}"
+        info: dict[str, Any] = {"@type": ERROR_INFO, "reason": exc.code, "domain": "semula"}
+        if exc.param:
+            info["metadata"] = {"param": exc.param}
+        error["details"] = [info]
+    return {"error": error}
+
+
+def envelope(
+    request: dict[str, Any],
+    parts: list[dict[str, Any]],
+    finish_reason: str,
+    prompt: int,
+    produced: int,
+    given_id: str | None = None,
+) -> dict[str, Any]:
+    """A GenerateContentResponse of one candidate around `parts`, as the API answers one."""
+    return {
+        "candidates": [
+            {"content": {"parts": parts, "role": "model"}, "finishReason": finish_reason, "index": 0}
+        ],
+        "usageMetadata": {
+            "promptTokenCount": prompt,
+            "candidatesTokenCount": produced,
+            "totalTokenCount": prompt + produced,
+        },
+        "modelVersion": request.get("model"),
+        "responseId": given_id or response_id(),
+    }
+
+
+def assemble(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The response a stream of chunks adds up to: text parts of the same kind joined, other parts kept,
+    the last finishReason and usageMetadata."""
+    if not chunks:
+        raise ValueError("the stream has no chunks")
+    response: dict[str, Any] = {k: v for k, v in chunks[0].items() if k != "candidates"}
+    candidate: dict[str, Any] = {"content": {"parts": [], "role": "model"}, "index": 0}
+    parts = candidate["content"]["parts"]
+    for chunk in chunks:
+        response.update({k: v for k, v in chunk.items() if k not in ("candidates", "responseId")})
+        for piece in chunk.get("candidates") or ():
+            if not isinstance(piece, dict) or piece.get("index", 0) != 0:
+                continue
+            candidate.update({k: v for k, v in piece.items() if k not in ("content", "index")})
+            for part in _parts(piece.get("content")):
+                last = parts[-1] if parts else None
+                if (
+                    last is not None
+                    and isinstance(part.get("text"), str)
+                    and isinstance(last.get("text"), str)
+                    and last.get("thought") == part.get("thought")
+                    and "thoughtSignature" not in part
+                ):
+                    parts[-1] = {**last, "text": last["text"] + part["text"]}
+                else:
+                    parts.append(dict(part))
+    response["candidates"] = [candidate]
+    return response
+
+
+def synthesize_chunks(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chunks the API would have streamed for this response: text in pieces, other parts whole,
+    the finishReason and the usage on the last."""
+    candidate = _first_candidate(response)
+    shell = {k: v for k, v in response.items() if k not in ("candidates", "usageMetadata")}
+    pieces: list[dict[str, Any]] = []
+    for part in _parts(candidate.get("content")):
+        if isinstance(part.get("text"), str) and part["text"]:
+            # Every piece of a thought is a thought; a signature and the like go with the first.
+            first = {k: v for k, v in part.items() if k != "text"}
+            rest = {"thought": part["thought"]} if "thought" in part else {}
+            for number, text in enumerate(stream.pieces(part["text"], words=True)):
+                pieces.append({**(rest if number else first), "text": text})
+        else:
+            pieces.append(part)
+    pieces = pieces or [{"text": ""}]
+    chunks = [
+        {**shell, "candidates": [{"content": {"parts": [part], "role": "model"}, "index": 0}]}
+        for part in pieces
+    ]
+    last = chunks[-1]["candidates"][0]
+    last.update({k: v for k, v in candidate.items() if k not in ("content", "index")})
+    if response.get("usageMetadata") is not None:
+        chunks[-1]["usageMetadata"] = response["usageMetadata"]
+    return chunks
+
+
+def _first_candidate(response: dict[str, Any]) -> dict[str, Any]:
+    candidates = response.get("candidates")
+    first = candidates[0] if isinstance(candidates, list) and candidates else None
+    return first if isinstance(first, dict) else {}
+
+
+def _parts(content: Any) -> list[dict[str, Any]]:
+    parts = content.get("parts") if isinstance(content, dict) else None
+    return [part for part in parts if isinstance(part, dict)] if isinstance(parts, list) else []
+
+
+def _function(declaration: dict[str, Any]) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": declaration.get("name")}
+    if declaration.get("description") is not None:
+        function["description"] = declaration["description"]
+    if declaration.get("parametersJsonSchema") is not None:
+        function["parameters"] = declaration["parametersJsonSchema"]
+    elif declaration.get("parameters") is not None:
+        function["parameters"] = to_json_schema(declaration["parameters"])
+    return function
+
+
+def _response_format(config: dict[str, Any]) -> dict[str, Any] | None:
+    if config.get("responseMimeType") != "application/json":
+        return None
+    if config.get("responseJsonSchema") is not None:
+        schema = config["responseJsonSchema"]
+    elif config.get("responseSchema") is not None:
+        schema = to_json_schema(config["responseSchema"])
+    else:
+        return {"type": "json_object"}
+    return {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
+
+
+def _size(data: Any) -> str:
+    try:
+        return f"{len(base64.b64decode(str(data), validate=False))} bytes"
+    except (binascii.Error, ValueError):
+        return f"{len(str(data))} base64 characters"
+
+
+def _part_text(part: dict[str, Any]) -> str | None:
+    """A part of a turn as the view's text; None for a function call or response (handled apart)."""
+    if isinstance(part.get("text"), str):
+        return part["text"]
+    if isinstance(part.get("inlineData"), dict):
+        return f"[inlineData {part['inlineData'].get('mimeType')}, {_size(part['inlineData'].get('data'))}]"
+    if isinstance(part.get("fileData"), dict):
+        return f"[fileData {part['fileData'].get('mimeType')} {part['fileData'].get('fileUri')}]"
+    if isinstance(part.get("executableCode"), dict):
+        return f"[executableCode]\n{part['executableCode'].get('code', '')}"
+    if isinstance(part.get("codeExecutionResult"), dict):
+        return f"[codeExecutionResult]\n{part['codeExecutionResult'].get('output', '')}"
+    return None
+
+
+def _view_messages(content: Any, open_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One turn as chat messages: function responses become tool messages, function calls tool calls."""
+    if not isinstance(content, dict):
+        return []
+    role = "assistant" if content.get("role") == "model" else "user"
+    out: list[dict[str, Any]] = []
+    texts, calls = [], []
+    for position, part in enumerate(_parts(content)):
+        if part.get("thought") is True:
+            continue
+        if isinstance(part.get("functionCall"), dict):
+            calls.append(_common_call(part["functionCall"], position))
+        elif isinstance(part.get("functionResponse"), dict):
+            answer = part["functionResponse"]
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": _answered_call(answer, open_calls),
+                    "content": json.dumps(answer.get("response") or {}, ensure_ascii=False),
+                }
+            )
+        else:
+            text = _part_text(part)
+            if text is not None:
+                texts.append(text)
+    if role == "assistant":
+        if texts or calls:
+            reply: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+            if calls:
+                reply["tool_calls"] = calls
+                open_calls.extend(calls)
+            out.append(reply)
+    elif texts:
+        out.append({"role": "user", "content": "\n".join(texts)})
+    return out
+
+
+def _answered_call(answer: dict[str, Any], open_calls: list[dict[str, Any]]) -> str:
+    """The id of the call a functionResponse answers: the open call with its id, else the oldest open
+    call of its name (the API matches them so); a response to no call keeps a made-up id."""
+    for matches in (
+        lambda call: answer.get("id") is not None and call["id"] == answer.get("id"),
+        lambda call: call["function"]["name"] == answer.get("name"),
+    ):
+        for call in open_calls:
+            if matches(call):
+                open_calls.remove(call)
+                return call["id"]
+    return str(answer.get("id") or call_id(answer.get("name"), "response", -1))
+
+
+def _common_call(call: dict[str, Any], index: int) -> dict[str, Any]:
+    """A functionCall part as a common tool call: its own id, else one made from what it calls."""
+    args = call.get("args") or {}
+    return tool_call(call.get("id") or call_id(call.get("name"), args, index), call.get("name"), args)
+
+
+def _estimated_prompt(request: dict[str, Any]) -> int:
+    asked = {key: request.get(key) for key in ("systemInstruction", "contents")}
+    return answers.estimate_tokens(json.dumps(asked, ensure_ascii=False))

@@ -1,0 +1,239 @@
+"""The Gemini API's request checks (`generateContent`, `countTokens`): the 400s Google answers.
+
+Google words a failed check as `* GenerateContentRequest.<path>: <what>` (a field the request
+names in snake case) or `Invalid value at '<path>' (<TYPE>), <value>` for a value of the wrong type.
+Fields semula does not know are let through: a newer client is not refused here, and record-through
+passes them on for the provider to judge (docs/decisions/0055-gemini-api.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from semula.core.errors import BadRequest
+
+OWN = "invalid_argument"  # the code of the dialect's own 400s: their message needs no prefix
+ROLES = ("user", "model", "function")
+# A part holds exactly one of these (Google's `data` oneof); `thought`, `thoughtSignature`,
+# `videoMetadata` and `partMetadata` describe a part and may go with any of them.
+PART_DATA = (
+    "text",
+    "inlineData",
+    "fileData",
+    "functionCall",
+    "functionResponse",
+    "executableCode",
+    "codeExecutionResult",
+)
+CALLING_MODES = ("MODE_UNSPECIFIED", "AUTO", "ANY", "NONE", "VALIDATED")
+MIME_TYPES = ("text/plain", "application/json", "application/xml", "application/yaml", "text/x.enum")
+SCHEMA_MIME_TYPES = ("application/json", "text/x.enum")
+FUNCTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}\Z")
+
+
+def bad(message: str, param: str | None = None) -> BadRequest:
+    """A 400 as Google words a failed check: `* GenerateContentRequest.<param>: <message>`."""
+    text = f"* GenerateContentRequest.{_snake(param)}: {message}" if param else message
+    return BadRequest(text, param=param, code=OWN)
+
+
+def wrong_type(param: str, kind: str, value: Any) -> BadRequest:
+    """A 400 for a value of the wrong JSON type, as Google's JSON parser words it."""
+    shown = json.dumps(value, ensure_ascii=False)[:80]
+    return BadRequest(f"Invalid value at '{_snake(param)}' ({kind}), {shown}", param=param, code=OWN)
+
+
+def _snake(path: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", lambda m: "_" + m[1].lower(), path)
+
+
+def check(body: Any, *, counting: bool = False) -> None:
+    """Refuse what the API refuses. `counting`: :countTokens, whose body may also be
+    `{"generateContentRequest": {...}}` (checked as a generateContent request)."""
+    if not isinstance(body, dict):
+        raise BadRequest("Invalid JSON payload received. The body must be a JSON object.", code=OWN)
+    if counting and isinstance(body.get("generateContentRequest"), dict):
+        body = body["generateContentRequest"]
+    contents = body.get("contents")
+    if contents is None or contents == []:
+        if counting:
+            return
+        raise bad("contents is not specified", "contents")
+    if not isinstance(contents, list):
+        raise wrong_type("contents", "TYPE_MESSAGE", contents)
+    for i, content in enumerate(contents):
+        _check_content(content, f"contents[{i}]")
+    system = body.get("systemInstruction")
+    if system is not None:
+        _check_content(system, "systemInstruction", system=True)
+    _check_tools(body.get("tools"))
+    _check_tool_config(body.get("toolConfig"))
+    _check_generation(body.get("generationConfig"))
+
+
+def _check_content(content: Any, where: str, *, system: bool = False) -> None:
+    if not isinstance(content, dict):
+        raise wrong_type(where, "TYPE_MESSAGE", content)
+    role = content.get("role")
+    if role not in (None, "", *ROLES) and not system:
+        raise BadRequest("Please use a valid role: user, model.", param=f"{where}.role", code=OWN)
+    parts = content.get("parts")
+    if not isinstance(parts, list) or not parts:
+        if parts is not None and not isinstance(parts, list):
+            raise wrong_type(f"{where}.parts", "TYPE_MESSAGE", parts)
+        raise bad("contents.parts must not be empty.", f"{where}.parts")
+    for j, part in enumerate(parts):
+        _check_part(part, f"{where}.parts[{j}]")
+
+
+def _check_part(part: Any, where: str) -> None:
+    if not isinstance(part, dict):
+        raise wrong_type(where, "TYPE_MESSAGE", part)
+    held = [name for name in PART_DATA if part.get(name) is not None]
+    if not held:
+        raise bad("required oneof field 'data' must have one initialized field", f"{where}.data")
+    if len(held) > 1:
+        raise BadRequest(
+            f"Invalid JSON payload received. Oneof field 'data' is already set. Cannot set '{held[1]}'",
+            param=f"{where}.{held[1]}",
+            code=OWN,
+        )
+    kind, value = held[0], part[held[0]]
+    if kind == "text":
+        if not isinstance(value, str):
+            raise wrong_type(f"{where}.text", "TYPE_STRING", value)
+        return
+    if not isinstance(value, dict):
+        raise wrong_type(f"{where}.{kind}", "TYPE_MESSAGE", value)
+    if kind == "inlineData":
+        for key in ("mimeType", "data"):
+            if not isinstance(value.get(key), str):
+                raise bad(f"{key} is required and is a string", f"{where}.inlineData.{key}")
+    elif kind in ("functionCall", "functionResponse"):
+        if not isinstance(value.get("name"), str) or not value["name"]:
+            raise bad("Name cannot be empty.", f"{where}.{kind}.name")
+        field = "args" if kind == "functionCall" else "response"
+        if value.get(field) is not None and not isinstance(value[field], dict):
+            raise wrong_type(f"{where}.{kind}.{field}", "TYPE_MESSAGE", value[field])
+
+
+def _check_tools(tools: Any) -> None:
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise wrong_type("tools", "TYPE_MESSAGE", tools)
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise wrong_type(f"tools[{i}]", "TYPE_MESSAGE", tool)
+        declarations = tool.get("functionDeclarations")
+        if declarations is None:
+            continue
+        if not isinstance(declarations, list):
+            raise wrong_type(f"tools[{i}].functionDeclarations", "TYPE_MESSAGE", declarations)
+        for j, declaration in enumerate(declarations):
+            where = f"tools[{i}].functionDeclarations[{j}]"
+            if not isinstance(declaration, dict):
+                raise wrong_type(where, "TYPE_MESSAGE", declaration)
+            name = declaration.get("name")
+            if not isinstance(name, str) or not name:
+                raise bad("Name cannot be empty.", f"{where}.name")
+            if not FUNCTION_NAME.match(name):
+                raise bad(
+                    "Invalid function name. Must start with a letter or an underscore. Must be alphameric "
+                    "(a-z, A-Z, 0-9), underscores (_), dots (.), colons (:), or dashes (-), with a "
+                    "maximum length of 128.",
+                    f"{where}.name",
+                )
+            if (
+                declaration.get("parameters") is not None
+                and declaration.get("parametersJsonSchema") is not None
+            ):
+                raise bad(
+                    "parameters and parameters_json_schema are mutually exclusive", f"{where}.parameters"
+                )
+            for key in ("parameters", "parametersJsonSchema", "response", "responseJsonSchema"):
+                if declaration.get(key) is not None and not isinstance(declaration[key], dict):
+                    raise wrong_type(f"{where}.{key}", "TYPE_MESSAGE", declaration[key])
+
+
+def _check_tool_config(config: Any) -> None:
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise wrong_type("toolConfig", "TYPE_MESSAGE", config)
+    calling = config.get("functionCallingConfig")
+    if calling is None:
+        return
+    if not isinstance(calling, dict):
+        raise wrong_type("toolConfig.functionCallingConfig", "TYPE_MESSAGE", calling)
+    mode = calling.get("mode")
+    if mode is not None and mode not in CALLING_MODES:
+        raise wrong_type("toolConfig.functionCallingConfig.mode", "TYPE_ENUM", mode)
+    names = calling.get("allowedFunctionNames")
+    if names is not None:
+        if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise wrong_type("toolConfig.functionCallingConfig.allowedFunctionNames", "TYPE_STRING", names)
+        if names and mode not in ("ANY", "VALIDATED"):
+            raise bad(
+                "allowed_function_names can only be set when the mode is ANY or VALIDATED.",
+                "toolConfig.functionCallingConfig.allowedFunctionNames",
+            )
+
+
+def _check_generation(config: Any) -> None:
+    if config is None:
+        return
+    where = "generationConfig"
+    if not isinstance(config, dict):
+        raise wrong_type(where, "TYPE_MESSAGE", config)
+    for name, low, high in (("temperature", 0, 2), ("topP", 0, 1)):
+        value = config.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise wrong_type(f"{where}.{name}", "TYPE_FLOAT", value)
+        if not low <= value <= high:
+            raise bad(f"{name} must be in the range [{low}, {high}]", f"{where}.{name}")
+    for name, low in (("topK", 1), ("candidateCount", 1), ("maxOutputTokens", 1)):
+        value = config.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise wrong_type(f"{where}.{name}", "TYPE_INT32", value)
+        if value < low:
+            raise bad(f"{name} must be at least {low}", f"{where}.{name}")
+    stops = config.get("stopSequences")
+    if stops is not None and not (isinstance(stops, list) and all(isinstance(s, str) for s in stops)):
+        raise wrong_type(f"{where}.stopSequences", "TYPE_STRING", stops)
+    mime = config.get("responseMimeType")
+    if mime is not None and mime not in MIME_TYPES:
+        raise bad(
+            f"response_mime_type: allowed mimetypes are {', '.join(f'`{m}`' for m in MIME_TYPES)}.",
+            f"{where}.responseMimeType",
+        )
+    schema, json_schema = config.get("responseSchema"), config.get("responseJsonSchema")
+    if schema is not None and json_schema is not None:
+        raise bad(
+            "response_schema and response_json_schema are mutually exclusive", f"{where}.responseSchema"
+        )
+    if schema is not None or json_schema is not None:
+        key = "responseSchema" if schema is not None else "responseJsonSchema"
+        if not isinstance(config[key], dict):
+            raise wrong_type(f"{where}.{key}", "TYPE_MESSAGE", config[key])
+        if mime not in SCHEMA_MIME_TYPES:
+            raise bad(
+                f"response_mime_type must be one of {list(SCHEMA_MIME_TYPES)} when {_snake(key)} is set.",
+                f"{where}.responseMimeType",
+            )
+    thinking = config.get("thinkingConfig")
+    if thinking is not None:
+        if not isinstance(thinking, dict):
+            raise wrong_type(f"{where}.thinkingConfig", "TYPE_MESSAGE", thinking)
+        budget = thinking.get("thinkingBudget")
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)):
+            raise wrong_type(f"{where}.thinkingConfig.thinkingBudget", "TYPE_INT32", budget)
+        include = thinking.get("includeThoughts")
+        if include is not None and not isinstance(include, bool):
+            raise wrong_type(f"{where}.thinkingConfig.includeThoughts", "TYPE_BOOL", include)
