@@ -218,7 +218,11 @@ class Gemini(Dialect):
     def respond(self, completion, request, *, response_id=None):
         finish, text, calls = answer_of(completion)
         parts: list[dict[str, Any]] = [{"text": text}] if text else []
-        parts += [{"functionCall": {"name": name, "args": arguments}} for _, name, arguments in calls]
+        # Each call carries its id (stable: made from what it calls): a client that names the calls it
+        # gets without one (Gemini CLI: <tool>_<epoch ms>_<n>) would make every follow-up new.
+        parts += [
+            {"functionCall": {"id": call, "name": name, "args": arguments}} for call, name, arguments in calls
+        ]
         usage = completion.get("usage") or {}
         return envelope(
             request,

@@ -107,7 +107,8 @@ def test_the_view_and_a_function_call_follow_up(ctx, shop, client, key):
         called = future.result(10)
     assert called.status_code == 200, called.json
     parts = called.json["candidates"][0]["content"]["parts"]
-    assert parts == [{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}]
+    call_id = parts[0]["functionCall"]["id"]
+    assert parts == [{"functionCall": {"id": call_id, "name": "get_weather", "args": {"city": "Paris"}}}]
 
     follow = body("Weather in Paris?", tools=tools)
     follow["contents"] += [

@@ -220,10 +220,13 @@ def test_answers_render_as_a_generate_content_response_and_back():
     )
     assert chunks is None
     candidate = response["candidates"][0]
-    assert candidate["content"] == {
-        "parts": [{"text": "Let me look."}, {"functionCall": {"name": "f", "args": {"a": 1}}}],
-        "role": "model",
-    }
+    [text, called] = candidate["content"]["parts"]
+    assert candidate["content"]["role"] == "model" and text == {"text": "Let me look."}
+    # The call carries its id, made from what it calls: the same answer gives the same id.
+    assert called["functionCall"] == {"id": called["functionCall"]["id"], "name": "f", "args": {"a": 1}}
+    assert called["functionCall"]["id"].startswith("call_")
+    again = G.accept({"tool_calls": [{"name": "f", "arguments": {"a": 1}}]}, body, view)[0]
+    assert again["candidates"][0]["content"]["parts"][0]["functionCall"]["id"] == called["functionCall"]["id"]
     assert candidate["finishReason"] == "STOP" and response["modelVersion"] == MODEL
     common = G.common(response, None)
     assert common["choices"][0]["finish_reason"] == "tool_calls"
