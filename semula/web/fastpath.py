@@ -20,7 +20,7 @@ from semula.parking import Parking
 from semula.service import Context, hits, record_through, sequences, synthetic
 from semula.service import replay as replay_service
 from semula.service.calllog import CallLog
-from semula.web import access, policy
+from semula.web import access, policy, responses_socket, websocket
 
 logger = logging.getLogger("semula.web")
 ROUTE = re.compile(
@@ -128,6 +128,10 @@ class ProxyApp:
             api = APIS.get(what)
             path_session = match["session"]
             session = sequences.check_session(path_session) if path_session else self._session(environ)
+            if what == "responses" and websocket.requested(environ):  # decision 0056
+                self._method(environ, "GET")
+                selectors = (match["project"], header_project)
+                return responses_socket.serve(self, ctx, selectors, session, environ, start_response)
             if api is not None and environ.get("REQUEST_METHOD") == "POST":
                 headers = tuple(environ.get(name) for name in speaks.answer_headers)
                 raw = self._read(environ)
@@ -141,17 +145,7 @@ class ProxyApp:
                     return self._bytes(start_response, 200, data, kept.headers)
                 parsed, plain = policy.read_json(raw)
                 body = speaks.with_headers(parsed, _header(environ))
-                project, version = self.projects.get(ctx, match["project"], header_project)
-                call = replay_service.start(
-                    ctx,
-                    project,
-                    body,
-                    speaks,
-                    session,
-                    version=version,
-                    read_again=lambda: self.projects.read(ctx, match["project"], header_project),
-                    plain=plain,
-                )
+                call = self.start(ctx, (match["project"], header_project), body, speaks, session, plain)
                 return self._replay(ctx, call, key, raw, started, start_response)
             project = replay_service.resolve_project(ctx, match["project"], header_project)
             if what == "models":
@@ -174,6 +168,28 @@ class ProxyApp:
             return self._error(start_response, error, ctx, call, started, speaks)
         except Exception as exc:  # a bug: a 500 in the API's error shape, logged without its text
             return self._error(start_response, policy.unexpected(exc, path), ctx, call, started, speaks)
+
+    def start(
+        self,
+        ctx: Context,
+        selectors: tuple[str | None, str | None],
+        body: dict[str, Any],
+        speaks: dialects.Dialect,
+        session: str | None,
+        plain: bool,
+    ) -> replay_service.Call:
+        """Look a call up (replay_service.start) in the project its path or header names (kept rows)."""
+        project, version = self.projects.get(ctx, *selectors)
+        return replay_service.start(
+            ctx,
+            project,
+            body,
+            speaks,
+            session,
+            version=version,
+            read_again=lambda: self.projects.read(ctx, *selectors),
+            plain=plain,
+        )
 
     def _replay(
         self,

@@ -1,0 +1,97 @@
+"""The Responses API over a WebSocket against real gunicorn + gevent, driven by the official openai
+SDK's `client.responses.connect()` (decision 0056)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import requests
+import websockets.exceptions
+
+from semula.service import projects
+from tests.helpers import parked, wait_for
+
+pytestmark = pytest.mark.acceptance
+
+
+def turn(connection, **body) -> list:
+    """Send one response.create and read its events up to the last (completed, or an error)."""
+    connection.response.create(**body)
+    events = []
+    for event in connection:
+        events.append(event)
+        if event.type in ("response.completed", "response.failed", "error"):
+            return events
+    raise AssertionError(f"the socket closed after {[e.type for e in events]}")
+
+
+def text_of(events) -> str:
+    return "".join(e.delta for e in events if e.type == "response.output_text.delta")
+
+
+def answer_over_rest(server, token, ctx, shop, text: str, seen: set[str]) -> threading.Thread:
+    """Answer the next call parked in shop (one not in `seen`) through the REST API, from a thread."""
+
+    def run():
+        def fresh():
+            return [row["id"] for row in parked(ctx, shop) if row["id"] not in seen]
+
+        [pending_id] = wait_for(fresh, timeout=60, what="a parked turn")
+        seen.add(pending_id)
+        answered = requests.post(
+            f"{server.url}/api/v1/pending/{pending_id}/answer",
+            json={"content": text},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert answered.status_code == 200, answered.text
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_two_turns_on_one_socket_record_then_replay(start_server, ctx, shop, openai_client, token):
+    server = start_server()
+    client = openai_client(server)
+    seen: set[str] = set()
+    with client.responses.connect() as connection:
+        # The first turn parks (record mode); the socket waits while it is answered over REST.
+        answering = answer_over_rest(server, token, ctx, shop, "Hello there!", seen)
+        first = turn(connection, model="gpt-4.1-mini", input="Say hello")
+        answering.join(30)
+        assert [e.type for e in first][0] == "response.created"
+        assert first[-1].type == "response.completed" and text_of(first) == "Hello there!"
+        first_id = first[-1].response.id
+        # The second turn continues the first on the same socket.
+        answering = answer_over_rest(server, token, ctx, shop, "Goodbye!", seen)
+        second = turn(connection, model="gpt-4.1-mini", previous_response_id=first_id, input="Now bye")
+        answering.join(30)
+        assert text_of(second) == "Goodbye!"
+        assert second[-1].response.previous_response_id == first_id
+
+    # Replay: a new socket gets both turns from the recordings, with the same response ids.
+    projects.update(ctx, "shop", {"mode": "replay"})
+    with client.responses.connect() as connection:
+        again = turn(connection, model="gpt-4.1-mini", input="Say hello")
+        assert text_of(again) == "Hello there!" and again[-1].response.id == first_id
+        follow = turn(connection, model="gpt-4.1-mini", previous_response_id=first_id, input="Now bye")
+        assert text_of(follow) == "Goodbye!"
+        # A replay miss is an error event in the API's error object; the socket stays open.
+        [miss] = turn(connection, model="gpt-4.1-mini", input="Something never recorded")
+        assert miss.type == "error" and miss.status == 424
+        assert miss.error.code == "semula_replay_miss" and "first difference" in miss.error.message
+        # And the socket still answers after it, over HTTP's recordings too (stream is not fingerprinted).
+        assert text_of(turn(connection, model="gpt-4.1-mini", input="Say hello")) == "Hello there!"
+    http = client.responses.create(model="gpt-4.1-mini", input="Say hello")
+    assert http.output_text == "Hello there!" and http.id == first_id
+
+
+def test_the_handshake_needs_a_token(start_server, ctx, shop, openai_client):
+    server = start_server()
+    client = openai_client(server, api_key="sk-not-a-semula-token")
+    with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
+        client.responses.connect().enter()
+    assert refused.value.response.status_code == 401
+    assert b"invalid_api_key" in refused.value.response.body
