@@ -12,8 +12,8 @@ One greenlet reads the connection for as long as it is open: it answers pings (t
 client sends one every 20 s and closes a connection that does not answer) while the request's
 greenlet waits for an answer to a parked call, and queues each whole message (fragments joined)
 for receive(). Sends from both are serialised by a lock, each taking every frame the protocol has
-ready, so frames never interleave. When the socket is done the connection is shut down, so the
-worker's wait for a next request on it ends at once and it is closed (decision 0056).
+ready, so frames never interleave. When the socket is done the connection is shut down and its
+reader closed, so the server reads no further request from it and closes it (decision 0056).
 """
 
 from __future__ import annotations
@@ -131,6 +131,10 @@ class WebSocket:
         self._reading.join(CLOSING_WAIT)
         self._reading.kill()
         self._shut()
+        # The WSGI server reads no request after this: what the client sent past its frames (or
+        # after the protocol stopped reading them) stays unread in this buffer, not a request line.
+        with contextlib.suppress(OSError, ValueError):
+            self._reader.close()
 
     def _read(self) -> None:
         """Feed what the client sends to the protocol (answering its pings and its close) and queue

@@ -3,14 +3,17 @@ SDK's `client.responses.connect()` (decision 0056)."""
 
 from __future__ import annotations
 
+import functools
+import json
 import threading
 
 import pytest
 import requests
 import websockets.exceptions
+from websockets.sync.client import connect as ws_connect
 
 from semula.service import projects
-from tests.helpers import parked, wait_for
+from tests.helpers import answered_post, parked, typed_events, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -95,3 +98,63 @@ def test_the_handshake_needs_a_token(start_server, ctx, shop, openai_client):
         client.responses.connect().enter()
     assert refused.value.response.status_code == 401
     assert b"invalid_api_key" in refused.value.response.body
+
+
+def _events(ws) -> list[dict]:
+    """The events of one turn, up to its last (completed, or an error)."""
+    events = []
+    while True:
+        events.append(json.loads(ws.recv(timeout=30)))
+        if events[-1]["type"] in ("response.completed", "response.failed", "error"):
+            return events
+
+
+def _unstamped(events: list[dict]) -> list[dict]:
+    """Events without the time a reply is stamped with (the second may differ between two replies)."""
+    return json.loads(json.dumps(events).replace('"created_at"', '"_"').replace('"completed_at"', '"_"'))
+
+
+def test_a_turn_streams_what_the_sse_stream_does_and_errors_are_events(start_server, ctx, shop, token):
+    server = start_server()
+    auth = {"Authorization": f"Bearer {token}"}
+    body = {"model": "gpt-4.1-mini", "input": "Say hi", "stream": True}
+    post = functools.partial(
+        requests.post, f"{server.url}/p/shop/s/run-1/v1/responses", json=body, headers=auth, timeout=60
+    )
+    recorded = answered_post(ctx, shop, post, "Hi, how are you?")
+    assert recorded.status_code == 200, recorded.text
+    projects.update(ctx, "shop", {"mode": "replay"})
+    sse = typed_events(post().text)
+
+    # The same call over a socket in the same session: the same events, one message each.
+    with ws_connect(
+        f"ws://127.0.0.1:{server.port}/p/shop/s/run-1/v1/responses", additional_headers=auth
+    ) as ws:
+        ws.send(json.dumps({"type": "response.create", **body}))
+        events = _events(ws)
+        assert _unstamped(events) == _unstamped(sse)
+        assert [e["type"] for e in events][:2] == ["response.created", "response.in_progress"]
+
+        # Bad messages are error events in the API's error object; the socket goes on.
+        ws.send("not json")
+        [bad] = _events(ws)
+        assert bad["type"] == "error" and bad["status"] == 400
+        assert bad["error"]["type"] == "invalid_request_error"
+        ws.send(json.dumps({"type": "response.cancel"}))
+        [unknown] = _events(ws)
+        assert unknown["error"]["param"] == "type" and unknown["error"]["code"] == "invalid_event"
+        ws.send(json.dumps({"type": "response.create", "background": True, **body}))
+        [background] = _events(ws)
+        assert background["error"]["param"] == "background"
+
+    # At the root with X-Semula-Project: a miss names its lane (stream_id) as its events would.
+    headers = {**auth, "X-Semula-Project": "shop"}
+    with ws_connect(f"ws://127.0.0.1:{server.port}/v1/responses", additional_headers=headers) as ws:
+        ws.send(json.dumps({"type": "response.create", "stream_id": "lane-1", "model": "m", "input": "?"}))
+        [miss] = _events(ws)
+        assert miss["stream_id"] == "lane-1" and miss["status"] == 424
+        assert miss["error"]["code"] == "semula_replay_miss"
+        ws.send(json.dumps({"type": "response.create", "stream_id": "lane-2", **body}))
+        replayed = _events(ws)
+        assert {e["stream_id"] for e in replayed} == {"lane-2"}
+        assert "".join(e.get("delta", "") for e in replayed) == "Hi, how are you?"
