@@ -6,16 +6,19 @@ from __future__ import annotations
 import functools
 import json
 import threading
+from dataclasses import replace
 
 import pytest
 import requests
 import websockets.exceptions
 from websockets.sync.client import connect as ws_connect
 
-from semula.service import projects
+from semula.service import Context, projects
+from tests.fake_upstream import FakeUpstream
 from tests.helpers import answered_post, parked, typed_events, wait_for
 
 pytestmark = pytest.mark.acceptance
+CANARY = "sk-upstream-CANARY0123456789abcdefghijklmnop"
 
 
 def turn(connection, **body) -> list:
@@ -158,3 +161,30 @@ def test_a_turn_streams_what_the_sse_stream_does_and_errors_are_events(start_ser
         replayed = _events(ws)
         assert {e["stream_id"] for e in replayed} == {"lane-2"}
         assert "".join(e.get("delta", "") for e in replayed) == "Hi, how are you?"
+
+
+def test_a_record_through_turn_is_relayed_live_then_replays(start_server, ctx, token, openai_client):
+    fake = FakeUpstream()
+    try:
+        server = start_server(SEMULA_UPSTREAM_KEY=CANARY, SEMULA_UPSTREAM_URL=fake.url)
+        operator = Context(ctx.store, replace(ctx.settings, upstream_key=CANARY), ctx.principal)
+        projects.create(operator, {"name": "shop", "record_through": True, "upstream_max_calls": 10})
+        client = openai_client(server)
+        with client.responses.connect() as connection:
+            forwarded = turn(connection, model="gpt-4.1", input="Hello upstream", stream_id="lane-9")
+        assert text_of(forwarded) == "upstream says: Hello upstream"
+        assert forwarded[-1].type == "response.completed" and forwarded[-1].stream_id == "lane-9"
+        [call] = fake.calls
+        # The provider got the HTTP call's body: streamed, without the socket's envelope.
+        assert (
+            call["body"]["stream"] is True and "type" not in call["body"] and "stream_id" not in call["body"]
+        )
+
+        projects.update(ctx, "shop", {"mode": "replay", "record_through": False})
+        with client.responses.connect() as connection:
+            replayed = turn(connection, model="gpt-4.1", input="Hello upstream")
+        assert text_of(replayed) == "upstream says: Hello upstream" and len(fake.calls) == 1
+        server.stop()
+        assert CANARY not in server.log()
+    finally:
+        fake.close()
