@@ -5,7 +5,9 @@ interleaved rounds.
 The targets (issues #17 and #18): a Responses hit and a Messages hit at >= 0.9 x the Chat Completions
 hit rate, on SQLite and PostgreSQL. Beside them, the same Chat Completions request with `"stream": true`
 (a transport field: the same recording answers it as server-sent events), whose target (issue #22) is
->= 0.8 x the non-stream rate. `python -m bench dialects [--db sqlite,postgres]`.
+>= 0.8 x the non-stream rate. And the Responses request as turns on WebSockets (bench.websocket, issue
+#47: >= 0.9 x the Chat Completions hit, with the turns' p50 and p99). `python -m bench dialects
+[--db sqlite,postgres]`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 
 import requests
 
-from bench import pair, replay, runs
+from bench import pair, replay, runs, websocket
 from bench.common import BenchError, median, require_tool
 
 TARGET = 0.9
@@ -115,6 +117,18 @@ def run(
                 if warmup:
                     replay.warm_up(target, warmup)
                 targets.append(target)
+            turns = replay.Target(
+                f"{db}: {websocket.LABEL}",
+                chat.url.replace("/chat/completions", "/responses"),
+                dict(chat.headers),
+                chat.process,
+                chat.database,
+                runner=websocket.run_turns,
+            )
+            websocket.check(turns)
+            if warmup:
+                websocket.run_turns(turns, warmup)
+            targets.append(turns)
         runs.interleave(targets, rounds=rounds, duration=duration)
         return report(targets, duration, rounds)
 
@@ -147,7 +161,8 @@ def report(targets: list[replay.Target], duration: int, rounds: int) -> str:
             verdict = "met" if ratio >= goal else "NOT met"
             verdicts.append(f"- {db}: {api} at {ratio:.2f} × Chat Completions (target {goal}): {verdict}")
     target = (
-        f"Targets: a Responses and a Messages hit ≥ {TARGET} × a Chat Completions hit; the Chat "
-        f"Completions stream ≥ {STREAM_TARGET} × the same request without stream."
+        f"Targets: a Responses and a Messages hit and a WebSocket turn ≥ {TARGET} × a Chat Completions "
+        f"hit; the Chat Completions stream ≥ {STREAM_TARGET} × the same request without stream."
     )
-    return "\n".join([*lines, "", target, *verdicts])
+    notes = [websocket.summary(t) for t in targets if t.runner is websocket.run_turns]
+    return "\n".join([*lines, "", target, *verdicts, *notes])
