@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from semula import dialects, logs
 from semula.core import errors, jsonio
 from semula.db import DatabaseError
-from semula.service import Context, provider
+from semula.service import Context, hits, provider
 from semula.service import replay as replay_service
 from semula.web import access, policy
 from semula.web.websocket import Gone, WebSocket
@@ -34,6 +34,7 @@ CREATE = "response.create"
 # Members of a response.create event that are the socket's, not the call's: its type, and the lane
 # the SDKs may name (echoed on the turn's events; turns run in order, whatever their lane).
 ENVELOPE = ("type", "stream_id")
+KEPT_API = dialects.RESPONSES + " over a WebSocket"  # what keys a turn's kept hit (service.hits.key)
 
 
 def serve(
@@ -46,69 +47,120 @@ def serve(
 ) -> list[bytes]:
     """Take the upgrade of an authenticated request and answer its turns until the client closes."""
     req = logs.CURRENT.get()
-    route = req.route if req is not None else None
     if req is not None:
         req.outcome = "websocket"
     ws = WebSocket.accept(
         environ, start_response, max_size=app.settings.max_body_bytes, headers=access.finish(101)
     )
-    from semula.web.fastpath import _header  # fastpath imports this module
-
-    header = _header(environ)
+    turns = Turns(app, ctx, ws, selectors, session, environ, req.route if req is not None else None)
     try:
         while (message := ws.receive()) is not None:
-            if not _turn(app, ctx, ws, message, selectors, session, header, route):
+            if not turns.answer(message):
                 break
     finally:
         ws.close()
     return []
 
 
-def _turn(
-    app: ProxyApp,
-    ctx: Context,
-    ws: WebSocket,
-    message: bytes,
-    selectors: tuple[str | None, str | None],
-    session: str | None,
-    header: Callable[[str], str | None],
-    route: str | None,
-) -> bool:
-    """Answer one message; False when the client is gone."""
-    req = logs.begin_request(None, "GET")
-    req.route = route
-    started = time.monotonic()
-    speaks = dialects.get(dialects.RESPONSES)
-    call: replay_service.Call | None = None
-    lane: dict[str, Any] = {}
-    try:
+class Turns:
+    """What every turn of one socket shares: the caller, the project selectors, the session, the
+    handshake's headers."""
+
+    def __init__(
+        self,
+        app: ProxyApp,
+        ctx: Context,
+        ws: WebSocket,
+        selectors: tuple[str | None, str | None],
+        session: str | None,
+        environ: dict[str, Any],
+        route: str | None,
+    ):
+        from semula.web.fastpath import _header  # fastpath imports this module
+
+        self.app, self.ctx, self.ws = app, ctx, ws
+        self.selectors, self.session, self.route = selectors, session, route
+        self.speaks = dialects.get(dialects.RESPONSES)
+        self.header = _header(environ)
+        self.answer_headers = tuple(environ.get(name) for name in self.speaks.answer_headers)
+
+    def answer(self, message: bytes) -> bool:
+        """Answer one message; False when the client is gone."""
+        req = logs.begin_request(None, "GET")
+        req.route = self.route
+        started = time.monotonic()
+        app, ctx, ws, speaks = self.app, self.ctx, self.ws, self.speaks
+        call: replay_service.Call | None = None
+        lane = b""
         try:
-            body, plain, lane = _call_body(message)
-            body = speaks.with_headers(body, header)
-            call = app.start(ctx, selectors, body, speaks, session, plain)
-            outcome = "hit" if call.entry else app._miss(ctx, call)
-            app._log(ctx, call, outcome, 200, started)
-            if call.live is not None:
-                _relay(ws, call.live, lane)
-            else:
-                _, events = replay_service.render(call, call.entry)
-                _send_events(ws, events or [], replay_service.pacing(call, call.entry), lane)
-            access.finish(200)
-        except errors.SemulaError as exc:
-            _fail(app, ctx, ws, call, exc, started, speaks, lane)
-        except DatabaseError as exc:
-            _fail(app, ctx, ws, call, policy.from_database(exc, "/v1/responses"), started, speaks, lane)
+            try:
+                # A turn seen before is answered from the proxy's kept hits (service.hits) as an
+                # HTTP call is, under a key of its own: the message is not an HTTP body.
+                key = hits.key(ctx, KEPT_API, *self.selectors, message, self.session, self.answer_headers)
+                kept = app.hits.find(ctx, key, message)
+                if kept is not None:
+                    data = app.hits.reply(kept)  # before the log: a failure is logged once, as an error
+                    app._log(ctx, kept, "hit", 200, started)
+                    ws.send(*_payloads(data, _lane(message)))
+                    access.finish(200)
+                    return True
+                body, plain, lane = _call_body(message)
+                body = speaks.with_headers(body, self.header)
+                call = app.start(ctx, self.selectors, body, speaks, self.session, plain)
+                outcome = "hit" if call.entry else app._miss(ctx, call)
+                app._log(ctx, call, outcome, 200, started)
+                if call.live is not None:
+                    _relay(ws, call.live, lane)
+                else:
+                    self._replay(call, outcome, key, message, lane)
+                access.finish(200)
+            except errors.SemulaError as exc:
+                self._fail(call, exc, started, lane)
+            except DatabaseError as exc:
+                self._fail(call, policy.from_database(exc, "/v1/responses"), started, lane)
+            except Gone:
+                raise
+            except Exception as exc:  # a bug: an error event, logged without its text
+                self._fail(call, policy.unexpected(exc, "/v1/responses"), started, lane)
         except Gone:
-            raise
-        except Exception as exc:  # a bug: an error event, logged without its text
-            _fail(app, ctx, ws, call, policy.unexpected(exc, "/v1/responses"), started, speaks, lane)
-    except Gone:
-        return False
-    return True
+            return False
+        return True
+
+    def _replay(
+        self, call: replay_service.Call, outcome: str, key: hits.Key, raw: bytes, lane: bytes
+    ) -> None:
+        """A recorded answer's events, one message each: in one write (and the hit kept, as an
+        unpaced HTTP stream is), or with the recorded pauses between them when the project paces."""
+        assert call.entry is not None
+        _, events = replay_service.render(call, call.entry)
+        events = events or []
+        gaps = replay_service.pacing(call, call.entry)
+        if gaps:
+            for number, event in enumerate(events):
+                if 0 < number <= len(gaps):
+                    time.sleep(gaps[number - 1])  # gevent's: other greenlets run meanwhile
+                self.ws.send(_laned(jsonio.compact(event), lane))
+            return
+        data = b"".join(call.dialect.sse(events))
+        if outcome == "hit" and events:
+            # Kept under the counter value its rows were read at (as fastpath's _replay keeps a hit).
+            version = call.version if call.version is not replay_service.UNREAD else None
+            self.app._keep(key, call, events[0], version, raw, data)
+        self.ws.send(*_payloads(data, lane))
+
+    def _fail(
+        self, call: replay_service.Call | None, exc: errors.SemulaError, started: float, lane: bytes
+    ) -> None:
+        """A failed turn: logged as the HTTP call's error would be, answered by one error event."""
+        from semula.web.fastpath import ERROR_OUTCOMES
+
+        self.app._log(self.ctx, call, ERROR_OUTCOMES.get(exc.code, "error"), exc.status, started)
+        access.finish(exc.status, exc.code)
+        self.ws.send(_laned(jsonio.compact(error_event(exc, self.speaks)), lane))
 
 
-def _call_body(message: bytes) -> tuple[dict[str, Any], bool, dict[str, Any]]:
-    """The call's body of a response.create event, whether it is plain JSON, and its lane."""
+def _call_body(message: bytes) -> tuple[dict[str, Any], bool, bytes]:
+    """The call's body of a response.create event, whether it is plain JSON, and its lane (_lane)."""
     event, plain = policy.read_json(message)
     if not isinstance(event, dict) or event.get("type") != CREATE:
         raise errors.BadRequest(
@@ -117,7 +169,7 @@ def _call_body(message: bytes) -> tuple[dict[str, Any], bool, dict[str, Any]]:
             param="type",
             code="invalid_event",
         )
-    lane = {"stream_id": event["stream_id"]} if event.get("stream_id") is not None else {}
+    lane = _lane_of(event.get("stream_id"))
     if event.get("background"):
         raise errors.BadRequest("background is not supported over a WebSocket.", param="background")
     body = {name: value for name, value in event.items() if name not in ENVELOPE}
@@ -125,57 +177,47 @@ def _call_body(message: bytes) -> tuple[dict[str, Any], bool, dict[str, Any]]:
     return body, plain, lane
 
 
-def _send_events(
-    ws: WebSocket, events: list[dict[str, Any]], gaps: list[float] | None, lane: dict[str, Any]
-) -> None:
-    """A rendered stream's events, one message each: in one write, or with the recorded pauses
-    between them when the project paces replays."""
-    messages = [jsonio.compact({**event, **lane} if lane else event) for event in events]
-    if not gaps:
-        ws.send(*messages)
-        return
-    for number, message in enumerate(messages):
-        if 0 < number <= len(gaps):
-            time.sleep(gaps[number - 1])  # gevent's: other greenlets run meanwhile
-        ws.send(message)
+def _lane_of(stream_id: Any) -> bytes:
+    """What a turn's events carry of its lane: `,"stream_id":...` to put before their closing brace."""
+    return b',"stream_id":' + jsonio.compact(stream_id) if stream_id is not None else b""
 
 
-def _relay(ws: WebSocket, live: Iterable[bytes], lane: dict[str, Any]) -> None:
+def _lane(message: bytes) -> bytes:
+    """The lane of a message that was answered before (so it is a valid response.create event)."""
+    return _lane_of(jsonio.loads(message).get("stream_id")) if b'"stream_id"' in message else b""
+
+
+def _laned(payload: bytes, lane: bytes) -> bytes:
+    """An event's JSON object with its turn's lane."""
+    return payload[:-1] + lane + b"}" if lane else payload
+
+
+def _payloads(data: bytes, lane: bytes) -> list[bytes]:
+    """The JSON of each event of a stream as the Responses API's server-sent events frame it
+    (`event: TYPE` + `data: JSON`; JSON has no raw line breaks), each with the turn's lane."""
+    return [_laned(block[block.index(b"\ndata: ") + 7 :], lane) for block in data.split(b"\n\n") if block]
+
+
+def _relay(ws: WebSocket, live: Iterable[bytes], lane: bytes) -> None:
     """A record-through stream as the provider sends it: each server-sent event's data, one message."""
     try:
         for piece in live:
             for block in piece.split(b"\n\n"):
                 data = provider.event_data(block) if block.strip() else None
                 if data is not None:
-                    ws.send(jsonio.compact({**data, **lane} if lane and isinstance(data, dict) else data))
+                    ws.send(
+                        _laned(jsonio.compact(data), lane) if isinstance(data, dict) else jsonio.compact(data)
+                    )
     finally:
         close = getattr(live, "close", None)
         if close is not None:
             close()  # the relay learns whether its stream was read whole (it records it then)
 
 
-def _fail(
-    app: ProxyApp,
-    ctx: Context,
-    ws: WebSocket,
-    call: replay_service.Call | None,
-    exc: errors.SemulaError,
-    started: float,
-    speaks: dialects.Dialect,
-    lane: dict[str, Any],
-) -> None:
-    """A failed turn: logged as the HTTP call's error would be, answered by one error event."""
-    from semula.web.fastpath import ERROR_OUTCOMES
-
-    app._log(ctx, call, ERROR_OUTCOMES.get(exc.code, "error"), exc.status, started)
-    access.finish(exc.status, exc.code)
-    ws.send(jsonio.compact(error_event(exc, speaks, lane)))
-
-
-def error_event(exc: errors.SemulaError, speaks: dialects.Dialect, lane: dict[str, Any]) -> dict[str, Any]:
+def error_event(exc: errors.SemulaError, speaks: dialects.Dialect) -> dict[str, Any]:
     """The Responses WebSocket's error event: the HTTP status and the API's error object (with the
     headers the HTTP error would carry, such as Retry-After)."""
     error = dict(speaks.error_body(exc)["error"])
     if exc.headers:
         error["headers"] = dict(exc.headers)
-    return {"type": "error", "status": exc.status, "error": error, **lane}
+    return {"type": "error", "status": exc.status, "error": error}

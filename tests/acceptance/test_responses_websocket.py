@@ -15,7 +15,7 @@ from websockets.sync.client import connect as ws_connect
 
 from semula.service import Context, projects
 from tests.fake_upstream import FakeUpstream
-from tests.helpers import answered_post, parked, typed_events, wait_for
+from tests.helpers import answered_post, metric_samples, metric_value, parked, typed_events, wait_for
 
 pytestmark = pytest.mark.acceptance
 CANARY = "sk-upstream-CANARY0123456789abcdefghijklmnop"
@@ -34,6 +34,13 @@ def turn(connection, **body) -> list:
 
 def text_of(events) -> str:
     return "".join(e.delta for e in events if e.type == "response.output_text.delta")
+
+
+def kept_hits(server) -> float:
+    """The replay hits the server answered from its kept hits (its worker writes its counts every
+    0.1 s: wait_for what is to be seen)."""
+    page = requests.get(f"{server.url}/metrics", timeout=10).text
+    return metric_value(metric_samples(page), "semula_kept_hits_total")
 
 
 def answer_over_rest(server, token, ctx, shop, text: str, seen: set[str]) -> threading.Thread:
@@ -88,8 +95,14 @@ def test_two_turns_on_one_socket_record_then_replay(start_server, ctx, shop, ope
         [miss] = turn(connection, model="gpt-4.1-mini", input="Something never recorded")
         assert miss.type == "error" and miss.status == 424
         assert miss.error.code == "semula_replay_miss" and "first difference" in miss.error.message
-        # And the socket still answers after it, over HTTP's recordings too (stream is not fingerprinted).
-        assert text_of(turn(connection, model="gpt-4.1-mini", input="Say hello")) == "Hello there!"
+        # And the socket still answers after it; a repeated turn is answered from the kept hits.
+        before = kept_hits(server)
+        for _ in range(4):
+            repeated = turn(connection, model="gpt-4.1-mini", input="Say hello")
+            assert text_of(repeated) == "Hello there!" and repeated[-1].response.id == first_id
+        # The first and second sights were rendered, the others answered kept.
+        wait_for(lambda: kept_hits(server) - before >= 2, timeout=10, what="two kept hits counted")
+    # HTTP replays the socket's recording (stream is not fingerprinted).
     http = client.responses.create(model="gpt-4.1-mini", input="Say hello")
     assert http.output_text == "Hello there!" and http.id == first_id
 
