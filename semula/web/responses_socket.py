@@ -34,6 +34,9 @@ CREATE = "response.create"
 # Members of a response.create event that are the socket's, not the call's: its type, and the lane
 # the SDKs may name (echoed on the turn's events; turns run in order, whatever their lane).
 ENVELOPE = ("type", "stream_id")
+# Codex acknowledges each response it has handled with {"type": "response.processed", "response_id"}:
+# the API answers nothing, and Codex would take an error event for the failure of its next turn.
+PROCESSED = b'"response.processed"'
 KEPT_API = dialects.RESPONSES + " over a WebSocket"  # what keys a turn's kept hit (service.hits.key)
 
 
@@ -86,6 +89,8 @@ class Turns:
 
     def answer(self, message: bytes) -> bool:
         """Answer one message; False when the client is gone."""
+        if PROCESSED in message and _processed(message):
+            return True  # Codex's acknowledgement of a response it has handled: nothing to answer
         req = logs.begin_request(None, "GET")
         req.route = self.route
         started = time.monotonic()
@@ -177,6 +182,14 @@ def _call_body(message: bytes) -> tuple[dict[str, Any], bool, bytes]:
     return body, plain, lane
 
 
+def _processed(message: bytes) -> bool:
+    try:
+        event = jsonio.loads(message)
+    except errors.SemulaError:
+        return False
+    return isinstance(event, dict) and event.get("type") == "response.processed"
+
+
 def _lane_of(stream_id: Any) -> bytes:
     """What a turn's events carry of its lane: `,"stream_id":...` to put before their closing brace."""
     return b',"stream_id":' + jsonio.compact(stream_id) if stream_id is not None else b""
@@ -215,9 +228,5 @@ def _relay(ws: WebSocket, live: Iterable[bytes], lane: bytes) -> None:
 
 
 def error_event(exc: errors.SemulaError, speaks: dialects.Dialect) -> dict[str, Any]:
-    """The Responses WebSocket's error event: the HTTP status and the API's error object (with the
-    headers the HTTP error would carry, such as Retry-After)."""
-    error = dict(speaks.error_body(exc)["error"])
-    if exc.headers:
-        error["headers"] = dict(exc.headers)
-    return {"type": "error", "status": exc.status, "error": error}
+    """The Responses WebSocket's error event: the HTTP error's status and the API's error object."""
+    return {"type": "error", "status": exc.status, "error": speaks.error_body(exc)["error"]}

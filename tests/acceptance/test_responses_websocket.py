@@ -162,6 +162,10 @@ def test_a_turn_streams_what_the_sse_stream_does_and_errors_are_events(start_ser
         ws.send(json.dumps({"type": "response.create", "background": True, **body}))
         [background] = _events(ws)
         assert background["error"]["param"] == "background"
+        # Codex acknowledges each response it handled: nothing is answered, the next turn's events come.
+        ws.send(json.dumps({"type": "response.processed", "response_id": events[-1]["response"]["id"]}))
+        ws.send(json.dumps({"type": "response.create", **body}))
+        assert _events(ws)[0]["type"] == "response.created"
 
     # At the root with X-Semula-Project: a miss names its lane (stream_id) as its events would.
     headers = {**auth, "X-Semula-Project": "shop"}
