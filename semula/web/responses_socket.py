@@ -86,6 +86,13 @@ class Turns:
         self.speaks = dialects.get(dialects.RESPONSES)
         self.header = _header(environ)
         self.answer_headers = tuple(environ.get(name) for name in self.speaks.answer_headers)
+        self.authorization = environ.get("HTTP_AUTHORIZATION")
+
+    def _caller(self) -> Context:
+        """The caller, authenticated again for each turn as for each HTTP call (the proxy's principal
+        cache): a token revoked while its socket is open is refused within the cache's TTL."""
+        app = self.app
+        return app.base.as_(app.principals.authenticate(app.base, self.authorization))
 
     def answer(self, message: bytes) -> bool:
         """Answer one message; False when the client is gone."""
@@ -99,6 +106,7 @@ class Turns:
         lane = b""
         try:
             try:
+                ctx = self.ctx = self._caller()
                 # A turn seen before is answered from the proxy's kept hits (service.hits) as an
                 # HTTP call is, under a key of its own: the message is not an HTTP body.
                 key = hits.key(ctx, KEPT_API, *self.selectors, message, self.session, self.answer_headers)
@@ -159,7 +167,8 @@ class Turns:
         """A failed turn: logged as the HTTP call's error would be, answered by one error event."""
         from semula.web.fastpath import ERROR_OUTCOMES
 
-        self.app._log(self.ctx, call, ERROR_OUTCOMES.get(exc.code, "error"), exc.status, started)
+        if call is not None or exc.status != 401:  # as fastpath logs: a refused caller is no call
+            self.app._log(self.ctx, call, ERROR_OUTCOMES.get(exc.code, "error"), exc.status, started)
         access.finish(exc.status, exc.code)
         self.ws.send(_laned(jsonio.compact(error_event(exc, self.speaks)), lane))
 

@@ -13,7 +13,7 @@ import requests
 import websockets.exceptions
 from websockets.sync.client import connect as ws_connect
 
-from semula.service import Context, projects
+from semula.service import Context, projects, tokens
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import answered_post, metric_samples, metric_value, parked, typed_events, wait_for
 
@@ -205,3 +205,21 @@ def test_a_record_through_turn_is_relayed_live_then_replays(start_server, ctx, t
         assert CANARY not in server.log()
     finally:
         fake.close()
+
+
+def test_a_token_revoked_while_its_socket_is_open_is_refused(start_server, ctx, shop):
+    server = start_server()
+    projects.update(ctx, "shop", {"mode": "replay"})  # a turn is a miss (424) until it is refused
+    made = tokens.create(ctx, {"role": "admin", "scope": "full"})
+    auth = {"Authorization": f"Bearer {made['token']}"}
+    with ws_connect(f"ws://127.0.0.1:{server.port}/p/shop/v1/responses", additional_headers=auth) as ws:
+        tokens.revoke(ctx, made["id"])
+
+        def refused():
+            ws.send(json.dumps({"type": "response.create", "model": "m", "input": "hi"}))
+            [event] = _events(ws)
+            return event if event["status"] == 401 else None
+
+        # Each turn authenticates again; the proxy's principal cache keeps a token for a second.
+        refused_event = wait_for(refused, timeout=30, what="the revoked token refused")
+        assert refused_event["error"]["code"] == "invalid_api_key"
