@@ -197,10 +197,13 @@ def test_a_record_through_turn_is_relayed_live_then_replays(start_server, ctx, t
             call["body"]["stream"] is True and "type" not in call["body"] and "stream_id" not in call["body"]
         )
 
-        projects.update(ctx, "shop", {"mode": "replay", "record_through": False})
+        # Replayed with the provider's recorded pauses (stream_pacing): each event after its pause.
+        projects.update(ctx, "shop", {"mode": "replay", "record_through": False, "stream_pacing": "recorded"})
         with client.responses.connect() as connection:
-            replayed = turn(connection, model="gpt-4.1", input="Hello upstream")
+            replayed = turn(connection, model="gpt-4.1", input="Hello upstream", stream_id="lane-3")
         assert text_of(replayed) == "upstream says: Hello upstream" and len(fake.calls) == 1
+        assert [e.type for e in replayed] == [e.type for e in forwarded]
+        assert {e.stream_id for e in replayed} == {"lane-3"}
         server.stop()
         assert CANARY not in server.log()
     finally:
