@@ -5,7 +5,9 @@ side by side in interleaved rounds.
 The targets (issues #17, #18 and #47): a Responses, a Messages and a Gemini hit at >= 0.9 x the Chat
 Completions hit rate, on SQLite and PostgreSQL. Beside them, the same Chat Completions request with
 `"stream": true` (a transport field: the same recording answers it as server-sent events), whose
-target (issue #22) is >= 0.8 x the non-stream rate. `python -m bench dialects [--db sqlite,postgres]`.
+target (issue #22) is >= 0.8 x the non-stream rate. And the Responses request as turns on WebSockets
+(bench.websocket, issue #47: >= 0.9 x the Chat Completions hit, with the turns' p50 and p99).
+`python -m bench dialects [--db sqlite,postgres]`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 
 import requests
 
-from bench import pair, replay, runs
+from bench import pair, replay, runs, websocket
 from bench.common import BenchError, median, require_tool
 
 TARGET = 0.9
@@ -125,6 +127,18 @@ def run(
                 if warmup:
                     replay.warm_up(target, warmup)
                 targets.append(target)
+            turns = replay.Target(
+                f"{db}: {websocket.LABEL}",
+                chat.url.replace("/chat/completions", "/responses"),
+                dict(chat.headers),
+                chat.process,
+                chat.database,
+                runner=websocket.run_turns,
+            )
+            websocket.check(turns)
+            if warmup:
+                websocket.run_turns(turns, warmup)
+            targets.append(turns)
         runs.interleave(targets, rounds=rounds, duration=duration)
         return report(targets, duration, rounds)
 
@@ -157,7 +171,8 @@ def report(targets: list[replay.Target], duration: int, rounds: int) -> str:
             verdict = "met" if ratio >= goal else "NOT met"
             verdicts.append(f"- {db}: {api} at {ratio:.2f} × Chat Completions (target {goal}): {verdict}")
     target = (
-        f"Targets: a Responses, a Messages and a Gemini hit ≥ {TARGET} × a Chat Completions hit; the Chat "
-        f"Completions stream ≥ {STREAM_TARGET} × the same request without stream."
+        f"Targets: a Responses, a Messages and a Gemini hit and a WebSocket turn ≥ {TARGET} × a Chat "
+        f"Completions hit; the Chat Completions stream ≥ {STREAM_TARGET} × the same request without stream."
     )
-    return "\n".join([*lines, "", target, *verdicts])
+    notes = [websocket.summary(t) for t in targets if t.runner is websocket.run_turns]
+    return "\n".join([*lines, "", target, *verdicts, *notes])

@@ -62,6 +62,8 @@ class Target:
     # Run before each of its wrk runs, untimed: brings its store back into memory (sizes.semula_targets).
     warm: Callable[[], None] | None = None
     metrics_url: str | None = None  # semula's /metrics: the share of its hits answered kept, per run
+    # What drives a run of it instead of wrk (with run_wrk's figures): bench.websocket's turns.
+    runner: Callable[[Target, int], dict[str, float]] | None = None
 
     def cpu_by_pid(self) -> dict[int, float]:
         pids = self.process.pids() if self.process else []

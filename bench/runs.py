@@ -93,7 +93,7 @@ def interleave(targets: list[Target], *, rounds: int, duration: int) -> None:
     for number in range(rounds):
         order = targets[number % len(targets) :] + targets[: number % len(targets)]
         for target in order:
-            result = run_wrk(target, duration)
+            result = (target.runner or run_wrk)(target, duration)
             target.rounds.append(result)
             print(
                 f"round {number + 1} {target.name}: {result['rps']:,.0f} req/s, "

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from semula.core import answers, stream, templates
+from semula.core import answers, jsonio, stream, templates
 from semula.core.chat_requests import MAX_TOOLS, check_length
 from semula.core.errors import BadRequest, InvalidAnswer
 from semula.dialects import RESPONSES, Dialect, Request, typed_sse
@@ -419,6 +419,26 @@ class OpenAIResponses(Dialect):
 
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         return typed_sse(events)
+
+    def stamps(self, body: dict[str, Any]) -> dict[str, Any]:
+        # A stream is kept with its first event (response.created), whose response holds the stamp.
+        response = body.get("response") if body.get("type") == "response.created" else body
+        return super().stamps(response) if isinstance(response, dict) else {}
+
+    def keeps_stream(self, req: Request) -> bool:
+        # render() stamps every event's response with the reply's created_at, nothing else.
+        return True
+
+    def restamp_sse(self, data: bytes, first: dict[str, Any], req: Request, now: float) -> bytes:
+        """The events' responses carry the reply's `created_at` (render()): each is replaced.
+
+        Inside a JSON string a quote is escaped, so `"created_at":` is always a key; the events'
+        responses are the only objects the API stamps with it. A stream without one is sent as kept.
+        """
+        if "created_at" not in first:
+            return data
+        old, new = b'"created_at":' + jsonio.compact(first["created_at"]), b'"created_at":%d' % int(now)
+        return data.replace(old + b",", new + b",").replace(old + b"}", new + b"}")
 
     def upstream_body(self, body: dict[str, Any]) -> dict[str, Any]:
         return body

@@ -23,7 +23,7 @@ from semula.parking import Parking
 from semula.service import Context, hits, record_through, sequences, synthetic
 from semula.service import replay as replay_service
 from semula.service.calllog import CallLog
-from semula.web import access, policy
+from semula.web import access, policy, responses_socket, websocket
 
 logger = logging.getLogger("semula.web")
 ROUTE = re.compile(
@@ -164,6 +164,10 @@ class ProxyApp:
             api = APIS.get(what)
             path_session = match["session"]
             session = sequences.check_session(path_session) if path_session else self._session(environ)
+            if what == "responses" and websocket.requested(environ):  # decision 0056
+                self._method(environ, "GET")
+                selectors = (match["project"], header_project)
+                return responses_socket.serve(self, ctx, selectors, session, environ, start_response)
             if api is not None and environ.get("REQUEST_METHOD") == "POST":
                 raw = self._read(environ)
                 if environ.get("HTTP_X_SEMULA_FAULT") is None:
@@ -247,19 +251,31 @@ class ProxyApp:
         body = speaks.with_headers(parsed, _header(environ))
         if match["gemini"]:
             body = speaks.with_route(body, match["gemini_model"], match["gemini"])
-        project, version = self.projects.get(ctx, match["project"], header_project)
-        call = replay_service.start(
+        call = self.start(ctx, (match["project"], header_project), body, speaks, session, plain)
+        made.append(call)
+        return self._replay(ctx, call, key, raw, started, start_response)
+
+    def start(
+        self,
+        ctx: Context,
+        selectors: tuple[str | None, str | None],
+        body: dict[str, Any],
+        speaks: dialects.Dialect,
+        session: str | None,
+        plain: bool,
+    ) -> replay_service.Call:
+        """Look a call up (replay_service.start) in the project its path or header names (kept rows)."""
+        project, version = self.projects.get(ctx, *selectors)
+        return replay_service.start(
             ctx,
             project,
             body,
             speaks,
             session,
             version=version,
-            read_again=lambda: self.projects.read(ctx, match["project"], header_project),
+            read_again=lambda: self.projects.read(ctx, *selectors),
             plain=plain,
         )
-        made.append(call)
-        return self._replay(ctx, call, key, raw, started, start_response)
 
     def _replay(
         self,

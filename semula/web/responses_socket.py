@@ -1,0 +1,241 @@
+"""The Responses API over a WebSocket: `GET /v1/responses` upgraded (at the root, under /p/NAME and in
+sessions), as the openai SDKs' `client.responses.connect()` and Codex use it.
+
+Each client message `{"type": "response.create", ...}` is one call, with the body of a `POST
+/v1/responses` (without `stream`: the socket always streams), answered by the events the SSE stream
+of that call carries (response.created ... response.completed), one text message each. Turns run one
+after another, in the order they came, each through the same service calls as an HTTP call
+(replay_service.start, the proxy's _miss: parking, record-through, synthetic answers), so an answer
+recorded over HTTP replays over a socket and back (`stream` is not fingerprinted). A parked turn
+waits as an HTTP call does while the socket keeps answering pings. A turn that fails gets one
+`{"type": "error", "status", "error": {...}}` event (the API's error object, as the HTTP error's
+body has it) and the socket stays open. Every turn is logged as an HTTP call is: a call-log row, an
+access line and the request metrics (decision 0056).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from semula import dialects, logs
+from semula.core import errors, jsonio
+from semula.db import DatabaseError
+from semula.service import Context, hits, provider
+from semula.service import replay as replay_service
+from semula.web import access, policy
+from semula.web.websocket import Gone, WebSocket
+
+if TYPE_CHECKING:
+    from semula.web.fastpath import ProxyApp
+
+CREATE = "response.create"
+# Members of a response.create event that are the socket's, not the call's: its type, and the lane
+# the SDKs may name (echoed on the turn's events; turns run in order, whatever their lane).
+ENVELOPE = ("type", "stream_id")
+# Codex acknowledges each response it has handled with {"type": "response.processed", "response_id"}:
+# the API answers nothing, and Codex would take an error event for the failure of its next turn.
+PROCESSED = b'"response.processed"'
+KEPT_API = dialects.RESPONSES + " over a WebSocket"  # what keys a turn's kept hit (service.hits.key)
+
+
+def serve(
+    app: ProxyApp,
+    ctx: Context,
+    selectors: tuple[str | None, str | None],
+    session: str | None,
+    environ: dict[str, Any],
+    start_response: Callable[..., Any],
+) -> list[bytes]:
+    """Take the upgrade of an authenticated request and answer its turns until the client closes."""
+    req = logs.CURRENT.get()
+    if req is not None:
+        req.outcome = "websocket"
+    ws = WebSocket.accept(
+        environ, start_response, max_size=app.settings.max_body_bytes, headers=access.finish(101)
+    )
+    turns = Turns(app, ctx, ws, selectors, session, environ, req.route if req is not None else None)
+    try:
+        while (message := ws.receive()) is not None:
+            if not turns.answer(message):
+                break
+    finally:
+        ws.close()
+    return []
+
+
+class Turns:
+    """What every turn of one socket shares: the caller, the project selectors, the session, the
+    handshake's headers."""
+
+    def __init__(
+        self,
+        app: ProxyApp,
+        ctx: Context,
+        ws: WebSocket,
+        selectors: tuple[str | None, str | None],
+        session: str | None,
+        environ: dict[str, Any],
+        route: str | None,
+    ):
+        from semula.web.fastpath import _header  # fastpath imports this module
+
+        self.app, self.ctx, self.ws = app, ctx, ws
+        self.selectors, self.session, self.route = selectors, session, route
+        self.speaks = dialects.get(dialects.RESPONSES)
+        self.header = _header(environ)
+        self.answer_headers = tuple(environ.get(name) for name in self.speaks.answer_headers)
+        self.authorization = environ.get("HTTP_AUTHORIZATION")
+
+    def _caller(self) -> Context:
+        """The caller, authenticated again for each turn as for each HTTP call (the proxy's principal
+        cache): a token revoked while its socket is open is refused within the cache's TTL."""
+        app = self.app
+        return app.base.as_(app.principals.authenticate(app.base, self.authorization))
+
+    def answer(self, message: bytes) -> bool:
+        """Answer one message; False when the client is gone."""
+        if PROCESSED in message and _processed(message):
+            return True  # Codex's acknowledgement of a response it has handled: nothing to answer
+        req = logs.begin_request(None, "GET")
+        req.route = self.route
+        started = time.monotonic()
+        app, ctx, ws, speaks = self.app, self.ctx, self.ws, self.speaks
+        call: replay_service.Call | None = None
+        lane = b""
+        try:
+            try:
+                ctx = self.ctx = self._caller()
+                # A turn seen before is answered from the proxy's kept hits (service.hits) as an
+                # HTTP call is, under a key of its own: the message is not an HTTP body.
+                key = hits.key(ctx, KEPT_API, *self.selectors, message, self.session, self.answer_headers)
+                kept = app.hits.find(ctx, key, message)
+                if kept is not None:
+                    data = app.hits.reply(kept)  # before the log: a failure is logged once, as an error
+                    app._log(ctx, kept, "hit", 200, started)
+                    ws.send(*_payloads(data, _lane(message)))
+                    access.finish(200)
+                    return True
+                body, plain, lane = _call_body(message)
+                body = speaks.with_headers(body, self.header)
+                call = app.start(ctx, self.selectors, body, speaks, self.session, plain)
+                outcome = "hit" if call.entry else app._miss(ctx, call)
+                app._log(ctx, call, outcome, 200, started)
+                if call.live is not None:
+                    _relay(ws, call.live, lane)
+                else:
+                    self._replay(call, outcome, key, message, lane)
+                access.finish(200)
+            except errors.SemulaError as exc:
+                self._fail(call, exc, started, lane)
+            except DatabaseError as exc:
+                self._fail(call, policy.from_database(exc, "/v1/responses"), started, lane)
+            except Gone:
+                raise
+            except Exception as exc:  # a bug: an error event, logged without its text
+                self._fail(call, policy.unexpected(exc, "/v1/responses"), started, lane)
+        except Gone:
+            return False
+        return True
+
+    def _replay(
+        self, call: replay_service.Call, outcome: str, key: hits.Key, raw: bytes, lane: bytes
+    ) -> None:
+        """A recorded answer's events, one message each: in one write (and the hit kept, as an
+        unpaced HTTP stream is), or with the recorded pauses between them when the project paces."""
+        assert call.entry is not None
+        _, events = replay_service.render(call, call.entry)
+        events = events or []
+        gaps = replay_service.pacing(call, call.entry)
+        if gaps:
+            for number, event in enumerate(events):
+                if 0 < number <= len(gaps):
+                    time.sleep(gaps[number - 1])  # gevent's: other greenlets run meanwhile
+                self.ws.send(_laned(jsonio.compact(event), lane))
+            return
+        data = b"".join(call.dialect.sse(events))
+        if outcome == "hit" and events:
+            # Kept under the counter value its rows were read at (as fastpath's _replay keeps a hit).
+            version = call.version if call.version is not replay_service.UNREAD else None
+            self.app._keep(key, call, events[0], version, raw, data)
+        self.ws.send(*_payloads(data, lane))
+
+    def _fail(
+        self, call: replay_service.Call | None, exc: errors.SemulaError, started: float, lane: bytes
+    ) -> None:
+        """A failed turn: logged as the HTTP call's error would be, answered by one error event."""
+        from semula.web.fastpath import ERROR_OUTCOMES
+
+        if call is not None or exc.status != 401:  # as fastpath logs: a refused caller is no call
+            self.app._log(self.ctx, call, ERROR_OUTCOMES.get(exc.code, "error"), exc.status, started)
+        access.finish(exc.status, exc.code)
+        self.ws.send(_laned(jsonio.compact(error_event(exc, self.speaks)), lane))
+
+
+def _call_body(message: bytes) -> tuple[dict[str, Any], bool, bytes]:
+    """The call's body of a response.create event, whether it is plain JSON, and its lane (_lane)."""
+    event, plain = policy.read_json(message)
+    if not isinstance(event, dict) or event.get("type") != CREATE:
+        raise errors.BadRequest(
+            'Each message on this socket is a client event {"type": "response.create", ...} with the '
+            "body of POST /v1/responses.",
+            param="type",
+            code="invalid_event",
+        )
+    lane = _lane_of(event.get("stream_id"))
+    if event.get("background"):
+        raise errors.BadRequest("background is not supported over a WebSocket.", param="background")
+    body = {name: value for name, value in event.items() if name not in ENVELOPE}
+    body["stream"] = True  # the socket always streams; a `stream` the client sent is not fingerprinted
+    return body, plain, lane
+
+
+def _processed(message: bytes) -> bool:
+    try:
+        event = jsonio.loads(message)
+    except errors.SemulaError:
+        return False
+    return isinstance(event, dict) and event.get("type") == "response.processed"
+
+
+def _lane_of(stream_id: Any) -> bytes:
+    """What a turn's events carry of its lane: `,"stream_id":...` to put before their closing brace."""
+    return b',"stream_id":' + jsonio.compact(stream_id) if stream_id is not None else b""
+
+
+def _lane(message: bytes) -> bytes:
+    """The lane of a message that was answered before (so it is a valid response.create event)."""
+    return _lane_of(jsonio.loads(message).get("stream_id")) if b'"stream_id"' in message else b""
+
+
+def _laned(payload: bytes, lane: bytes) -> bytes:
+    """An event's JSON object with its turn's lane."""
+    return payload[:-1] + lane + b"}" if lane else payload
+
+
+def _payloads(data: bytes, lane: bytes) -> list[bytes]:
+    """The JSON of each event of a stream as the Responses API's server-sent events frame it
+    (`event: TYPE` + `data: JSON`; JSON has no raw line breaks), each with the turn's lane."""
+    return [_laned(block[block.index(b"\ndata: ") + 7 :], lane) for block in data.split(b"\n\n") if block]
+
+
+def _relay(ws: WebSocket, live: Iterable[bytes], lane: bytes) -> None:
+    """A record-through stream as the provider sends it: each server-sent event's data, one message."""
+    try:
+        for piece in live:
+            for block in piece.split(b"\n\n"):
+                data = provider.event_data(block) if block.strip() else None
+                if data is not None:
+                    ws.send(
+                        _laned(jsonio.compact(data), lane) if isinstance(data, dict) else jsonio.compact(data)
+                    )
+    finally:
+        close = getattr(live, "close", None)
+        if close is not None:
+            close()  # the relay learns whether its stream was read whole (it records it then)
+
+
+def error_event(exc: errors.SemulaError, speaks: dialects.Dialect) -> dict[str, Any]:
+    """The Responses WebSocket's error event: the HTTP error's status and the API's error object."""
+    return {"type": "error", "status": exc.status, "error": speaks.error_body(exc)["error"]}
