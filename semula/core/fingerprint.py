@@ -145,7 +145,7 @@ def _checked_preset(rule: dict[str, Any], i: int) -> dict[str, str]:
     """A {"preset": NAME} rule: one of semula/core/presets.py's names, alone in its object."""
     if set(rule) != {"preset"}:
         raise BadRequest('a preset rule is {"preset": NAME} alone', param=f"normalize[{i}]")
-    if rule["preset"] not in presets.PRESETS:
+    if not isinstance(rule["preset"], str) or rule["preset"] not in presets.PRESETS:
         known = ", ".join(sorted(presets.PRESETS))
         raise BadRequest(
             f"unknown preset {str(rule['preset'])[:40]!r}; the presets are: {known}",

@@ -45,8 +45,10 @@ def update_project(name: str) -> Any:
 
 @api.post("/projects/<name>/refingerprint")
 def refingerprint_project(name: str) -> Any:
-    dry_run = request.args.get("dry_run", "false").lower() in ("1", "true", "yes")
-    return projects.refingerprint(context(), name, dry_run=dry_run)
+    raw = request.args.getlist("dry_run")
+    if len(raw) > 1 or (raw and raw[0] not in ("true", "false")):
+        raise BadRequest("dry_run is true or false, given once.", param="dry_run")
+    return projects.refingerprint(context(), name, dry_run=raw == ["true"])
 
 
 @api.post("/projects/<name>/sessions/<session>/reset")

@@ -466,7 +466,7 @@ PATHS: dict[str, Any] = {
             "Take every entry's fingerprint again under the project's rules (admin; audited); "
             "409 when two entries would become one request",
             {200: ("How many entries changed.", ref("Refingerprint"))},
-            errors=(404, 409),
+            errors=(400, 404, 409),
             parameters=[
                 PROJECT_NAME,
                 query("dry_run", "true: say what would change, change nothing.", {"type": "boolean"}),

@@ -124,6 +124,8 @@ def test_entries_recorded_under_older_rules_are_named_and_fingerprinted_again(ct
     dry = projects.refingerprint(ctx, "shop", dry_run=True)
     assert dry["changed"] == 1 and dry["dry_run"] is True
     assert client.post(RESPONSES, json=codex_turn("run2"), headers=admin).status_code == 424
+    bad = client.post("/api/v1/projects/shop/refingerprint?dry_run=null", headers=admin)
+    assert bad.status_code == 400 and bad.json["error"]["param"] == "dry_run"
     done = client.post("/api/v1/projects/shop/refingerprint", headers=admin)
     assert done.status_code == 200 and done.json["changed"] == 1
     assert client.post(RESPONSES, json=codex_turn("run3"), headers=admin).status_code == 200

@@ -128,6 +128,7 @@ def test_presets_are_named_normalize_rules():
     for rules, says in (
         ([{"preset": "nope"}], "unknown preset 'nope'; the presets are: claude-code, codex, gemini-cli"),
         ([{"preset": "codex", "pattern": "x"}], "a preset rule is"),
+        ([{"preset": {}}], "unknown preset '{}'"),
     ):
         with pytest.raises(BadRequest) as refused:
             fingerprint.validate_normalize(rules)
