@@ -275,6 +275,8 @@ NO_OBJECT = {
     "replay.log_row",
     "replay.models",
     "replay.model",
+    "replay.gemini_models",
+    "replay.gemini_model",
     "quotas.limit",
     "quotas.check",
     "quotas.check_answer",
