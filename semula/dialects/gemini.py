@@ -17,6 +17,7 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 import secrets
 import urllib.parse
 from collections.abc import Iterator
@@ -124,6 +125,27 @@ class Gemini(Dialect):
         if method == "streamGenerateContent":
             stored["stream"] = True
         return stored
+
+    def steady(self, body: Any) -> Any:
+        """Without the ids a client made for function calls that came without one: Gemini CLI names such
+        a call `<tool>_<epoch ms>_<n>`, new on every run (a provider's answer through record-through
+        carries none). An id semula or a provider gave is kept (decision 0059)."""
+        contents = body.get("contents") if isinstance(body, dict) else None
+        if not isinstance(contents, list) or not any(_made_ids(turn) for turn in contents):
+            return body
+        steady = []
+        for turn in contents:
+            if not _made_ids(turn):
+                steady.append(turn)
+                continue
+            parts = []
+            for part in turn["parts"]:
+                kind = _made_id(part)
+                if kind:
+                    part = {**part, kind: {k: v for k, v in part[kind].items() if k != "id"}}
+                parts.append(part)
+            steady.append({**turn, "parts": parts})
+        return {**body, "contents": steady}
 
     def upstream_target(self, body: dict[str, Any]) -> str:
         """The provider's path for this request, under its base URL."""
@@ -531,6 +553,28 @@ def _answered_call(answer: dict[str, Any], open_calls: list[dict[str, Any]]) -> 
                 open_calls.remove(call)
                 return call["id"]
     return str(answer.get("id") or call_id(answer.get("name"), "response", -1))
+
+
+_CLIENT_CALL_ID = re.compile(r"(?P<name>.+)_[0-9]{13}_[0-9]+\Z")
+
+
+def _made_id(part: Any) -> str | None:
+    """ "functionCall" or "functionResponse" when the part's id is one a client made (<tool>_<ms>_<n>)."""
+    if not isinstance(part, dict):
+        return None
+    for kind in ("functionCall", "functionResponse"):
+        inner = part.get(kind)
+        if isinstance(inner, dict) and isinstance(inner.get("id"), str):
+            made = _CLIENT_CALL_ID.match(inner["id"])
+            if made and made["name"] == inner.get("name"):
+                return kind
+    return None
+
+
+def _made_ids(turn: Any) -> bool:
+    return (
+        isinstance(turn, dict) and isinstance(turn.get("parts"), list) and any(map(_made_id, turn["parts"]))
+    )
 
 
 def _common_call(call: dict[str, Any], index: int) -> dict[str, Any]:

@@ -36,15 +36,10 @@ CODEX_OUTPUT = (
     "by design: Codex's tool output carries a new Chunk ID and Wall time on every run, which only the "
     "codex preset leaves out (test_two_runs_fingerprint_alike_with_the_agents_preset)"
 )
-GEMINI_IDS = (
-    "by the capture: its fake provider gave the call no id, and Gemini CLI names such a call "
-    "<tool>_<epoch ms>_<n>; semula's answers carry one (test_real_agents replays Gemini CLI)"
-)
 # Requests whose two runs fingerprint differently with default settings today, and why.
 NOT_ALIKE = {
     ("codex", "02-responses.json"): CODEX_OUTPUT,
     ("codex-classic", "02-responses.json"): CODEX_OUTPUT,
-    ("gemini-cli", "03-gemini-3.8-flash-streamGenerateContent.json"): GEMINI_IDS,
 }
 
 

@@ -400,3 +400,32 @@ def test_embeddings_answers_pasted_responses_and_synthetic_vectors():
     assert E.upstream_target(two) == "/models/gemini-embedding-001:batchEmbedContents"
     assert E.upstream_target(one) == "/models/gemini-embedding-001:embedContent"
     assert E.error_body(BadRequest("x"))["error"]["status"] == "INVALID_ARGUMENT"
+
+
+def test_a_function_call_id_a_client_made_is_out_of_the_fingerprint():
+    """Gemini CLI names a call that came without an id `<tool>_<epoch ms>_<n>`, new on every run; an id
+    semula or a provider gave stays part of the request."""
+
+    def follow_up(call_id: str) -> dict:
+        return {
+            "model": MODEL,
+            "contents": [
+                {"role": "user", "parts": [{"text": "list the files"}]},
+                {"role": "model", "parts": [{"functionCall": {"id": call_id, "name": "ls", "args": {}}}]},
+                {
+                    "role": "user",
+                    "parts": [
+                        {"functionResponse": {"id": call_id, "name": "ls", "response": {"output": "a"}}}
+                    ],
+                },
+            ],
+        }
+
+    first, second = follow_up("ls_1796515697474_0"), follow_up("ls_1796515699999_0")
+    assert G.fingerprint(first, [], []) == G.fingerprint(second, [], [])
+    assert first["contents"][1]["parts"][0]["functionCall"]["id"] == "ls_1796515697474_0"  # not changed
+    assert G.fingerprint(follow_up("call_1"), [], []) != G.fingerprint(follow_up("call_2"), [], [])
+    # The shape with another tool's name is not the CLI's: kept.
+    assert G.fingerprint(follow_up("cat_1796515697474_0"), [], []) != G.fingerprint(
+        follow_up("cat_1796515697475_0"), [], []
+    )
