@@ -41,8 +41,9 @@ agents:
 	  npm install --prefix $(SEMULA_AGENTS_PREFIX) --no-audit --no-fund --loglevel=error $(AGENTS) && \
 	  echo "$(AGENTS)" > $(SEMULA_AGENTS_PREFIX)/.semula-agents; fi
 
+# In parallel (pytest-xdist, a worker per core): every test has its own database and ports.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not acceptance"
+	$(BIN)/python -m pytest -m "not acceptance" -n auto
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
