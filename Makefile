@@ -41,9 +41,8 @@ agents:
 	  npm install --prefix $(SEMULA_AGENTS_PREFIX) --no-audit --no-fund --loglevel=error $(AGENTS) && \
 	  echo "$(AGENTS)" > $(SEMULA_AGENTS_PREFIX)/.semula-agents; fi
 
-# In parallel (pytest-xdist, a worker per core): every test has its own database and ports.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not acceptance" -n auto
+	$(BIN)/python -m pytest -m "not acceptance"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -94,14 +94,13 @@ def test_the_life_of_a_parked_call_is_logged_by_its_id(ctx, client, make_token, 
     assert response.status_code == 200
     lines = [x for x in log_lines() if x.get("pending_id") == row["id"]]
     events = [(x["logger"], x["msg"]) for x in lines]
-    assert events == [
-        ("semula.pending", "parked"),
-        ("semula.pending", "claimed"),
-        ("semula.pending", "answered"),
-        ("semula.parking", "released"),
-        ("semula.access", "request"),
-    ]
-    claim, answered, released, line = lines[1], lines[2], lines[3], lines[4]
+    # On PostgreSQL the held call is released by the answer's notice, which may come before the
+    # answering thread has written its own line: those two in either order.
+    assert events[:2] == [("semula.pending", "parked"), ("semula.pending", "claimed")]
+    assert sorted(events[2:4]) == [("semula.parking", "released"), ("semula.pending", "answered")]
+    assert events[4:] == [("semula.access", "request")]
+    by_msg = {x["msg"]: x for x in lines}
+    claim, answered, released, line = by_msg["claimed"], by_msg["answered"], by_msg["released"], lines[4]
     assert claim["by"] == "night-shift" and claim["project"] == "shop"
     assert answered["actor"] == "agent" and answered["by"] == "cli"
     assert released["status"] == "answered" and released["request_id"] == line["request_id"]
