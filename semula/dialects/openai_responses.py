@@ -510,6 +510,13 @@ def final_response(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
+# The output items whose text streams in pieces: the member that holds it, and its events' prefix.
+STREAMED_CALLS = {
+    "function_call": ("arguments", "response.function_call_arguments"),
+    "custom_tool_call": ("input", "response.custom_tool_call_input"),
+}
+
+
 def synthesize_events(response: dict[str, Any]) -> list[dict[str, Any]]:
     """The typed events the API would have streamed for this response, numbered from 0."""
     numbers = itertools.count()
@@ -531,44 +538,18 @@ def synthesize_events(response: dict[str, Any]) -> list[dict[str, Any]]:
             )
             for number, part in enumerate(item.get("content") or []):
                 _emit_part(emit, item["id"], index, number, part)
-        elif kind == "function_call":
+        elif kind in STREAMED_CALLS:
+            field, prefix = STREAMED_CALLS[kind]
             emit(
                 "response.output_item.added",
                 output_index=index,
-                item={**item, "status": "in_progress", "arguments": ""},
+                item={**item, "status": "in_progress", field: ""},
             )
-            arguments = item.get("arguments") or ""
-            for piece in stream.pieces(arguments, words=False):
-                emit(
-                    "response.function_call_arguments.delta",
-                    item_id=item.get("id"),
-                    output_index=index,
-                    delta=piece,
-                )
-            emit(
-                "response.function_call_arguments.done",
-                item_id=item.get("id"),
-                output_index=index,
-                name=item.get("name"),
-                arguments=arguments,
-            )
-        elif kind == "custom_tool_call":
-            emit(
-                "response.output_item.added",
-                output_index=index,
-                item={**item, "status": "in_progress", "input": ""},
-            )
-            text = item.get("input") or ""
+            text = item.get(field) or ""
             for piece in stream.pieces(text, words=False):
-                emit(
-                    "response.custom_tool_call_input.delta",
-                    item_id=item.get("id"),
-                    output_index=index,
-                    delta=piece,
-                )
-            emit(
-                "response.custom_tool_call_input.done", item_id=item.get("id"), output_index=index, input=text
-            )
+                emit(f"{prefix}.delta", item_id=item.get("id"), output_index=index, delta=piece)
+            named = {"name": item.get("name")} if kind == "function_call" else {}
+            emit(f"{prefix}.done", item_id=item.get("id"), output_index=index, **named, **{field: text})
         else:
             emit("response.output_item.added", output_index=index, item=item)
         emit("response.output_item.done", output_index=index, item=item)
