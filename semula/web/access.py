@@ -31,6 +31,9 @@ HIT_SAMPLE = 1.0
 QUIET = frozenset({"/api/v1/answerer/candidates"})
 
 
+ANTHROPIC_ROUTES = ("/v1/messages", "/v1/messages/count_tokens")
+
+
 def finish(
     status: int, error_code: str | None = None, *, surface: str = PROXY_SURFACE
 ) -> list[tuple[str, str]]:
@@ -58,6 +61,8 @@ def finish(
         if req.pending_id is not None:
             fields["pending_id"] = req.pending_id
         logs.info_line(logger, "request", fields)
+    if route.endswith(ANTHROPIC_ROUTES):  # the Anthropic SDKs read the id from `request-id`
+        return [("x-request-id", req.id), ("request-id", req.id)]
     return [("x-request-id", req.id)]
 
 

@@ -65,7 +65,10 @@ def test_plain_text_recorded_then_replayed(ctx, shop, client, key):
     projects.update(ctx, "shop", {"mode": "replay"})
     # cache_control is a billing hint, not part of what is asked; the id is fresh, as the API's are.
     plain = [{"type": "text", "text": "Be terse."}]
-    again = client.post(URL, json=body(system=plain), headers=key).json
+    replied = client.post(URL, json=body(system=plain), headers=key)
+    # The request's id as Anthropic's SDKs read it (message._request_id), the one semula logs.
+    assert replied.headers["request-id"] == replied.headers["x-request-id"]
+    again = replied.json
     assert again["content"] == message["content"] and again["id"] != message["id"]
     # The system prompt as a string is another request.
     assert client.post(URL, json=body(system="Be terse."), headers=key).status_code == 424
