@@ -174,28 +174,8 @@ class ProxyApp:
                     return self._post(
                         ctx, environ, match, speaks, raw, session, started, start_response, made
                     )
-                fault = faults.parse(environ["HTTP_X_SEMULA_FAULT"])
-                metrics.FAULTS.labels(fault.kind).inc()
-                project, _ = self.projects.get(ctx, match["project"], header_project)
-                if fault.is_error:
-                    status = speaks.overloaded_status if fault.kind == "overloaded" else None
-                    limits = (
-                        speaks.rate_limit_headers(fault["retry_after"], time.time())
-                        if fault.kind == "rate_limit"
-                        else ()
-                    )
-                    exc = faults.error(fault, status, limits)
-                    self._log(ctx, None, "fault", exc.status, started, project)
-                    return self._json(start_response, exc.status, speaks.error_body(exc), list(exc.headers))
-                if fault.kind == "timeout":
-                    self._log(ctx, None, "fault", 0, started, project)
-                    after = fault["after"] if fault["after"] is not None else project["record_timeout"]
-                    return _silent(environ, min(after, project["record_timeout"]))
-
-                def inner(respond: Callable[..., Any]) -> Iterable[bytes]:
-                    return self._post(ctx, environ, match, speaks, raw, session, started, respond, made)
-
-                return _delivered(fault, environ, start_response, inner)
+                post = (ctx, environ, match, speaks, raw, session, started)
+                return self._faulted(post, header_project, start_response, made)
             project = replay_service.resolve_project(ctx, match["project"], header_project)
             if what.startswith(GEMINI_WHAT):
                 return self._gemini(ctx, project, match, what, environ, start_response)
@@ -212,14 +192,47 @@ class ProxyApp:
             if api is None:
                 return self._stored_response(ctx, project, match, environ, start_response)
             raise errors.MethodNotAllowed()
-        except errors.SemulaError as exc:
-            return self._error(start_response, exc, ctx, made[0] if made else None, started, speaks)
-        except DatabaseError as exc:
-            error = policy.from_database(exc, path)
+        except Exception as exc:
+            if isinstance(exc, errors.SemulaError):
+                error = exc
+            elif isinstance(exc, DatabaseError):
+                error = policy.from_database(exc, path)
+            else:  # a bug: a 500 in the API's error shape, logged without its text
+                error = policy.unexpected(exc, path)
             return self._error(start_response, error, ctx, made[0] if made else None, started, speaks)
-        except Exception as exc:  # a bug: a 500 in the API's error shape, logged without its text
-            error = policy.unexpected(exc, path)
-            return self._error(start_response, error, ctx, made[0] if made else None, started, speaks)
+
+    def _faulted(
+        self,
+        post: tuple[Any, ...],
+        header_project: str | None,
+        start_response: Callable[..., Any],
+        made: list[replay_service.Call],
+    ) -> Iterable[bytes]:
+        """A call with X-Semula-Fault (decision 0060): its error, silence, or its own reply shaped.
+        `post` is what _post() takes for the call itself."""
+        ctx, environ, match, speaks, _, _, started = post
+        fault = faults.parse(environ["HTTP_X_SEMULA_FAULT"])
+        metrics.FAULTS.labels(fault.kind).inc()
+        project, _ = self.projects.get(ctx, match["project"], header_project)
+        if fault.is_error:
+            status = speaks.overloaded_status if fault.kind == "overloaded" else None
+            limits = (
+                speaks.rate_limit_headers(fault["retry_after"], time.time())
+                if fault.kind == "rate_limit"
+                else ()
+            )
+            exc = faults.error(fault, status, limits)
+            self._log(ctx, None, "fault", exc.status, started, project)
+            return self._json(start_response, exc.status, speaks.error_body(exc), list(exc.headers))
+        if fault.kind == "timeout":
+            self._log(ctx, None, "fault", 0, started, project)
+            after = fault["after"] if fault["after"] is not None else project["record_timeout"]
+            return _silent(environ, min(after, project["record_timeout"]))
+
+        def inner(respond: Callable[..., Any]) -> Iterable[bytes]:
+            return self._post(*post, respond, made)
+
+        return _delivered(fault, environ, start_response, inner)
 
     def _post(
         self,
