@@ -23,7 +23,7 @@ def call_row(**fields: Any) -> dict[str, Any]:
     """A call-log row as the proxy logs one (a hit of project prj_x), without its id; `fields` override."""
     row = dict(workspace_id="wsp_default", project_id="prj_x", created_at=1000.0, fingerprint=None)
     row |= dict(model="m", stream=0, outcome="hit", status=200, duration_ms=0.5)
-    return row | dict(entry_id=None, pending_id=None, token_id=None, api="openai.chat") | fields
+    return row | dict(entry_id=None, pending_id=None, token_id=None, api="openai.chat", fault=None) | fields
 
 
 def metric_samples(text: str) -> dict[tuple[str, frozenset], float]:

@@ -42,7 +42,10 @@ from semula.service import projects as projects_service
 from semula.service.auth import require
 from semula.service.calllog import Offload
 
-CONFIG_FIELDS = tuple(k for k in projects_service.DEFAULTS if k not in projects_service.OPERATOR_FIELDS)
+# Fault rules are a test's setting, not the recordings': not exported (decision 0061).
+CONFIG_FIELDS = tuple(
+    k for k in projects_service.DEFAULTS if k not in projects_service.OPERATOR_FIELDS and k != "faults"
+)
 BATCH = 500
 
 

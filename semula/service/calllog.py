@@ -4,6 +4,7 @@ back as a project's calls, newest first, filtered by outcome (docs/design/produc
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import threading
 import time
@@ -32,6 +33,7 @@ OUTCOMES = (
     "budget",
     "synthetic",
     "sequence_exhausted",
+    "fault",
     "error",
 )
 MAX_BUFFER = 10_000
@@ -101,6 +103,7 @@ class CallLog:
         # id generator's (gevent-patched) lock has no business.
         for row, call_id in zip(rows, new_ids("call", len(rows)), strict=True):
             row["id"] = call_id
+            row.setdefault("fault", None)  # only a faulted call's row names its fault (replay.log_row)
             for key, value in row.items():
                 # A request's model may hold NUL, which no text field stores: the row is kept without it.
                 if type(value) is str and "\x00" in value:
@@ -141,6 +144,8 @@ def present(row: dict[str, Any]) -> dict[str, Any]:
         "entry_id": row["entry_id"],
         "pending_id": row["pending_id"],
         "token_id": row["token_id"],
+        # The injected fault: its rule, or the X-Semula-Fault header's kind and parameters.
+        "fault": json.loads(row["fault"]) if row.get("fault") else None,
     }
 
 

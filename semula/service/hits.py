@@ -180,6 +180,7 @@ class Kept:
 
     # What the call log and the access line read of a call (replay.log_row), for a hit.
     pending_id = None
+    fault = None
 
     @property
     def project(self) -> dict[str, str]:
@@ -331,8 +332,8 @@ class HitCache:
         whose stamps its dialect cannot find in its bytes.
         """
         entry = call.entry
-        if entry is None or templated(entry):
-            return
+        if entry is None or templated(entry) or call.project["faults"] != "[]":
+            return  # a project with fault rules looks at each call (decision 0061)
         if call.stream and not call.dialect.keeps_stream(call.request):
             return
         if call.session is not None and (call.call_number or call.project["sequences"] == "record"):

@@ -11,7 +11,7 @@ from semula.service.auth import require
 from semula.service.calllog import OUTCOMES
 
 # Every outcome but a hit, and an error (a bad request is no miss).
-MISS_OUTCOMES = tuple(o for o in OUTCOMES if o not in ("hit", "error"))
+MISS_OUTCOMES = tuple(o for o in OUTCOMES if o not in ("hit", "fault", "error"))
 
 
 def overview(ctx: Context) -> list[dict[str, Any]]:

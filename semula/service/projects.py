@@ -12,7 +12,7 @@ from marshmallow import INCLUDE, RAISE, Schema, ValidationError, fields, post_lo
 
 from semula import dialects
 from semula.config import MAX_RECORD_TIMEOUT
-from semula.core import fingerprint, presets
+from semula.core import faults, fingerprint, presets
 from semula.core.errors import Conflict, Forbidden, NotFound, Unprocessable
 from semula.core.ids import new_id
 from semula.db import UniqueViolation
@@ -29,7 +29,7 @@ OPERATOR_FIELDS = (
     "answerer",
 )
 BOOL_FIELDS = ("record_through", "upstream_dry_run", "answerer")
-JSON_FIELDS = ("ignore_fields", "normalize")
+JSON_FIELDS = ("ignore_fields", "normalize", "faults")
 DEFAULTS: dict[str, Any] = {
     "mode": "record",
     "record_timeout": 300,
@@ -47,6 +47,7 @@ DEFAULTS: dict[str, Any] = {
     "embeddings": "off",
     "sequences": "off",
     "after_last": "repeat_last",
+    "faults": [],
 }
 MAX_PACING_FACTOR = 100
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -164,6 +165,19 @@ class SettingsSchema(Schema):
         validate=validate.OneOf(["repeat_last", "cycle", "fail"]),
         metadata={"description": "What a session call past the last answer of a sequence gets."},
     )
+    faults = fields.Raw(
+        metadata={
+            "type": "array",
+            "maxItems": faults.MAX_RULES,
+            "items": {
+                "type": "object",
+                "required": ["kind"],
+                "properties": {"kind": {"enum": list(faults.KINDS)}},
+            },
+            "description": "Fault rules (docs/testing.md §4): {kind, its parameters, times, probability, "
+            "seed, match: {api, model, fingerprint, contains}, session, entry}.",
+        }
+    )
 
     @validates("ignore_fields")
     def _ignore_fields(self, value: Any, **_: Any) -> None:
@@ -178,6 +192,8 @@ class SettingsSchema(Schema):
         # Store the rules as checked: {pattern, replacement} each, the replacement "" when left out.
         if "normalize" in data:
             data["normalize"] = fingerprint.validate_normalize(data["normalize"])
+        if "faults" in data:
+            data["faults"] = faults.check_rules(data["faults"])
         return data
 
 
@@ -324,6 +340,9 @@ def update(ctx: Context, name: str, data: dict[str, Any]) -> dict[str, Any]:
             # this transaction, or the change is refused (decision 0059).
             refingerprinted = fingerprints.plan(tx, row, (values["ignore_fields"], values["normalize"]))
             fingerprints.apply(tx, ctx, row, refingerprinted)
+        for rule in current["faults"] if "faults" in changed else ():
+            if rule not in values["faults"]:  # a removed rule's counts go with it (decision 0061)
+                tx.run("drop_fault_counts", project_id=row["id"], rule=faults.rule_key(rule))
         if "answerer" in changed:
             audit.record(tx, ctx, "project.answerer", name, ["answerer"])
         others = [k for k in changed if k != "answerer"]

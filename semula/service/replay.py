@@ -50,6 +50,7 @@ class Call:
     # The change counter value its project and entry rows are current as of (read before both), when
     # the caller read the project after it (ProjectRows); a kept hit is kept under it (service.hits).
     version: object = UNREAD
+    fault: str | None = None  # the rule that shaped its reply (slow, disconnect), as the call log keeps it
 
     @property
     def recording(self) -> int | None:
@@ -383,8 +384,9 @@ def log_row(
     status: int,
     started: float,
     project_id: str | None = None,
+    fault: str | None = None,
 ) -> dict[str, Any]:
-    """The call-log row for one proxied call."""
+    """The call-log row for one proxied call (`fault`: the fault injected, as JSON)."""
     return {
         "workspace_id": ctx.principal.workspace_id if ctx.principal else "wsp_default",
         "project_id": call.project["id"] if call else project_id,
@@ -399,6 +401,7 @@ def log_row(
         "pending_id": call.pending_id if call else None,
         "token_id": ctx.principal.token_id if ctx.principal else None,
         "api": call.dialect.name if call else None,
+        "fault": fault if fault is not None or call is None else call.fault,
     }
 
 

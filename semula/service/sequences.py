@@ -133,5 +133,7 @@ def reset(ctx: Context, project: str, session: str) -> dict[str, Any]:
     require(ctx, role="viewer", scope="replay")
     check_session(session)
     row = projects.get_row(ctx, project)
-    ctx.store.run("reset_session", project_id=row["id"], session=session)
+    with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+        tx.run("reset_session", project_id=row["id"], session=session)
+        tx.run("reset_session_fault_counts", project_id=row["id"], session=session)  # decision 0061
     return {"object": "session", "project": row["name"], "session": session, "reset": True}

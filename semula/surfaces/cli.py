@@ -382,6 +382,7 @@ SETTING_MEANINGS = {
     "embeddings": "synthetic: a missed embeddings call is answered at once with made-up vectors; off: parked",
     "sequences": "record: in a session, the k-th identical call with fewer than k answers records answer k",
     "after_last": "past a sequence's last answer: repeat_last, cycle, or fail (424)",
+    "faults": 'fault rules as JSON: [{"kind": "rate_limit", "times": 2}] (see `semula fault`)',
 }
 
 

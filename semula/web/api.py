@@ -10,7 +10,7 @@ from typing import Any
 from flask import Blueprint, request
 
 from semula.core.errors import BadRequest
-from semula.service import audit, projects, sequences, sessions, tokens
+from semula.service import audit, faults, projects, sequences, sessions, tokens
 from semula.web import context, json_body
 
 api = Blueprint("api", __name__, url_prefix="/api/v1")
@@ -54,6 +54,25 @@ def refingerprint_project(name: str) -> Any:
 @api.post("/projects/<name>/sessions/<session>/reset")
 def reset_session(name: str, session: str) -> Any:
     return sequences.reset(context(), name, session)
+
+
+@api.get("/projects/<name>/faults")
+def list_faults(name: str) -> Any:
+    return faults.list_rules(context(), name)
+
+
+@api.post("/projects/<name>/faults")
+def add_fault(name: str) -> Any:
+    return faults.add(context(), name, json_body()), 201
+
+
+@api.delete("/projects/<name>/faults")
+def clear_faults(name: str) -> Any:
+    index = request.args.get("index")
+    if index is not None and not index.isdigit():
+        raise BadRequest("index is a rule's number (0, 1, ...).", param="index")
+    session, entry = request.args.get("session"), request.args.get("entry")
+    return faults.clear(context(), name, session=session, entry=entry, index=int(index) if index else None)
 
 
 @api.get("/tokens")

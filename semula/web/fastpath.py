@@ -21,6 +21,7 @@ from semula.core import errors, faults, jsonio
 from semula.db import DatabaseError, Store
 from semula.parking import Parking
 from semula.service import Context, hits, record_through, sequences, synthetic
+from semula.service import faults as fault_rules
 from semula.service import replay as replay_service
 from semula.service.calllog import CallLog
 from semula.web import access, policy, responses_socket, websocket
@@ -212,8 +213,28 @@ class ProxyApp:
         `post` is what _post() takes for the call itself."""
         ctx, environ, match, speaks, _, _, started = post
         fault = faults.parse(environ["HTTP_X_SEMULA_FAULT"])
-        metrics.FAULTS.labels(fault.kind).inc()
         project, _ = self.projects.get(ctx, match["project"], header_project)
+
+        def inner(respond: Callable[..., Any]) -> Iterable[bytes]:
+            return self._post(*post, respond, made)
+
+        logged = jsonio.compact({"kind": fault.kind, **fault.params, "via": "header"}).decode()
+        where = (ctx, None, project, speaks, environ, started)
+        return self._inject(fault, logged, where, start_response, inner)
+
+    def _inject(
+        self,
+        fault: faults.Fault,
+        logged: str,
+        where: tuple[Any, ...],
+        start_response: Callable[..., Any],
+        inner: Callable[[Callable[..., Any]], Iterable[bytes]],
+    ) -> Iterable[bytes]:
+        """Answer with a fault: its error, silence, or the call's own reply (`inner`) shaped. `logged` is
+        the fault as the call log keeps it; `where` the call (ctx, Call or None, project, dialect,
+        environ, start)."""
+        ctx, call, project, speaks, environ, started = where
+        metrics.FAULTS.labels(fault.kind).inc()
         if fault.is_error:
             status = speaks.overloaded_status if fault.kind == "overloaded" else None
             limits = (
@@ -222,16 +243,14 @@ class ProxyApp:
                 else ()
             )
             exc = faults.error(fault, status, limits)
-            self._log(ctx, None, "fault", exc.status, started, project)
+            self._log(ctx, call, "fault", exc.status, started, project, logged)
             return self._json(start_response, exc.status, speaks.error_body(exc), list(exc.headers))
         if fault.kind == "timeout":
-            self._log(ctx, None, "fault", 0, started, project)
+            self._log(ctx, call, "fault", 0, started, project, logged)
             after = fault["after"] if fault["after"] is not None else project["record_timeout"]
             return _silent(environ, min(after, project["record_timeout"]))
-
-        def inner(respond: Callable[..., Any]) -> Iterable[bytes]:
-            return self._post(*post, respond, made)
-
+        if call is not None:
+            call.fault = logged
         return _delivered(fault, environ, start_response, inner)
 
     def _post(
@@ -266,6 +285,16 @@ class ProxyApp:
             body = speaks.with_route(body, match["gemini_model"], match["gemini"])
         call = self.start(ctx, (match["project"], header_project), body, speaks, session, plain)
         made.append(call)
+        if call.project["faults"] != "[]":  # its rules (decision 0061); no hit of such a project is kept
+            picked = fault_rules.pick(ctx, call)
+            if picked is not None:
+                where = (ctx, call, call.project, speaks, environ, started)
+                return self._inject(
+                    *picked,
+                    where,
+                    start_response,
+                    lambda respond: self._replay(ctx, call, key, raw, started, respond),
+                )
         return self._replay(ctx, call, key, raw, started, start_response)
 
     def start(
@@ -498,11 +527,12 @@ class ProxyApp:
         status: int,
         started: float,
         project: dict[str, Any] | None = None,
+        fault: str | None = None,
     ) -> None:
         metrics.count_call(outcome)
         project_id = project["id"] if project is not None else None
         row = replay_service.log_row(
-            ctx, call, outcome=outcome, status=status, started=started, project_id=project_id
+            ctx, call, outcome=outcome, status=status, started=started, project_id=project_id, fault=fault
         )
         self.calllog.record(row)
         req = logs.CURRENT.get()  # what the access line (written with the response's headers) says

@@ -248,6 +248,24 @@ SCHEMAS: dict[str, Any] = {
         ["object", "project", "session", "reset"],
     ),
     "ProjectList": list_of("Project"),
+    "FaultList": obj(
+        {
+            "object": {"const": "list"},
+            "project": {"type": "string"},
+            "data": {
+                "type": "array",
+                "items": obj(
+                    {
+                        "object": {"const": "fault_rule"},
+                        "index": {"type": "integer"},
+                        "kind": {"type": "string"},
+                        "counts": {"type": "array", "items": {"type": "object"}},
+                    }
+                ),
+            },
+            "has_more": {"type": "boolean"},
+        }
+    ),
     "Token": obj(
         {
             "object": {"const": "token"},
@@ -481,6 +499,39 @@ PATHS: dict[str, Any] = {
             {200: ("The session was reset.", ref("SessionReset"))},
             errors=(400, 404),
             parameters=[PROJECT_NAME, path_param("session", "The session's name: `[A-Za-z0-9_.-]{1,64}`.")],
+            tag="projects",
+        ),
+    },
+    "/api/v1/projects/{name}/faults": {
+        "get": operation(
+            "listFaults",
+            "A project's fault rules (its sessions' and entries' too), with their counts per session",
+            {200: ("The rules.", ref("FaultList"))},
+            errors=(404,),
+            parameters=[PROJECT_NAME],
+            tag="projects",
+        ),
+        "post": operation(
+            "addFault",
+            "Add a fault rule (editor; audited): {kind, its parameters, times, probability, seed, match, "
+            "session, entry}",
+            {201: ("The rules afterwards.", ref("FaultList"))},
+            errors=(404,),
+            parameters=[PROJECT_NAME],
+            body={"type": "object", "required": ["kind"]},
+            tag="projects",
+        ),
+        "delete": operation(
+            "clearFaults",
+            "Remove fault rules and their counts (editor; audited): all, a session's, an entry's or one",
+            {200: ("The rules afterwards.", ref("FaultList"))},
+            errors=(400, 404),
+            parameters=[
+                PROJECT_NAME,
+                query("session", "Only the rules of this replay session."),
+                query("entry", "Only the rules of this entry."),
+                query("index", "Only the rule at this place in the list.", {"type": "integer", "minimum": 0}),
+            ],
             tag="projects",
         ),
     },
@@ -847,7 +898,24 @@ SCHEMAS.update(
                 "entry_id": nullable({"type": "string"}),
                 "pending_id": nullable({"type": "string"}),
                 "token_id": nullable({"type": "string"}),
-            }
+                "fault": nullable({"type": "object"}),
+            },
+            [
+                "object",
+                "id",
+                "api",
+                "project",
+                "created",
+                "fingerprint",
+                "model",
+                "stream",
+                "outcome",
+                "status",
+                "duration_ms",
+                "entry_id",
+                "pending_id",
+                "token_id",
+            ],
         ),
         "CallList": list_of("Call"),
     }

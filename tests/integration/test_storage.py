@@ -77,7 +77,7 @@ def test_named_queries_parse():
 
 
 CALL_COLUMNS = "id workspace_id project_id created_at fingerprint model stream outcome status duration_ms"
-CALL_COLUMNS += " entry_id pending_id token_id"
+CALL_COLUMNS += " entry_id pending_id token_id api fault"
 
 
 def _call_rows(count: int) -> list[dict]:

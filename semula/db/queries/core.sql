@@ -28,10 +28,10 @@ SELECT * FROM workspaces WHERE id = :id
 -- name: create_project
 INSERT INTO projects (id, workspace_id, name, mode, record_timeout, max_misses, ignore_fields, normalize,
     record_through, upstream_model, upstream_max_calls, upstream_max_tokens, upstream_dry_run, answerer,
-    restamp, stream_pacing, embeddings, sequences, after_last, created_at, updated_at)
+    restamp, stream_pacing, embeddings, sequences, after_last, faults, created_at, updated_at)
 VALUES (:id, :workspace_id, :name, :mode, :record_timeout, :max_misses, :ignore_fields, :normalize,
     :record_through, :upstream_model, :upstream_max_calls, :upstream_max_tokens, :upstream_dry_run, :answerer,
-    :restamp, :stream_pacing, :embeddings, :sequences, :after_last, :now, :now)
+    :restamp, :stream_pacing, :embeddings, :sequences, :after_last, :faults, :now, :now)
 
 -- name: get_project_by_name
 SELECT * FROM projects WHERE workspace_id = :workspace_id AND name = :name
@@ -52,7 +52,8 @@ UPDATE projects SET mode = :mode, record_timeout = :record_timeout, max_misses =
     ignore_fields = :ignore_fields, normalize = :normalize, record_through = :record_through,
     upstream_model = :upstream_model, upstream_max_calls = :upstream_max_calls,
     upstream_max_tokens = :upstream_max_tokens, upstream_dry_run = :upstream_dry_run, answerer = :answerer,
-    restamp = :restamp, stream_pacing = :stream_pacing, embeddings = :embeddings, sequences = :sequences, after_last = :after_last, updated_at = :now
+    restamp = :restamp, stream_pacing = :stream_pacing, embeddings = :embeddings, sequences = :sequences, after_last = :after_last,
+    faults = :faults, updated_at = :now
 WHERE id = :id
 
 -- name: create_token

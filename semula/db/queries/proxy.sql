@@ -135,17 +135,17 @@ SELECT * FROM semula_resolved_among(CAST(:ids AS jsonb))
 -- The call log's rows, written by Tx.many (semula.service.calllog): on SQLite once per row, which
 -- costs half the time of one statement over a JSON array there.
 INSERT INTO call_log (id, workspace_id, project_id, created_at, fingerprint, model, stream, outcome, status,
-    duration_ms, entry_id, pending_id, token_id, api)
+    duration_ms, entry_id, pending_id, token_id, api, fault)
 VALUES (:id, :workspace_id, :project_id, :created_at, :fingerprint, :model, :stream, :outcome, :status,
-    :duration_ms, :entry_id, :pending_id, :token_id, :api)
+    :duration_ms, :entry_id, :pending_id, :token_id, :api, :fault)
 
 -- name: insert_calls.postgresql
 -- On PostgreSQL all of them as one JSON array: one statement, however many rows. Read as json, not
 -- jsonb: the rows are taken apart once, and building jsonb first cost the database 2-4 us a row more
 -- (docs/decisions/0048-call-log-rows.md).
 INSERT INTO call_log (id, workspace_id, project_id, created_at, fingerprint, model, stream, outcome, status,
-    duration_ms, entry_id, pending_id, token_id, api)
-SELECT * FROM json_to_recordset(CAST(:rows AS JSON)) AS r (id TEXT, workspace_id TEXT, project_id TEXT, created_at DOUBLE PRECISION, fingerprint TEXT, model TEXT, stream INTEGER, outcome TEXT, status INTEGER, duration_ms DOUBLE PRECISION, entry_id TEXT, pending_id TEXT, token_id TEXT, api TEXT)
+    duration_ms, entry_id, pending_id, token_id, api, fault)
+SELECT * FROM json_to_recordset(CAST(:rows AS JSON)) AS r (id TEXT, workspace_id TEXT, project_id TEXT, created_at DOUBLE PRECISION, fingerprint TEXT, model TEXT, stream INTEGER, outcome TEXT, status INTEGER, duration_ms DOUBLE PRECISION, entry_id TEXT, pending_id TEXT, token_id TEXT, api TEXT, fault TEXT)
 
 -- name: models_in_project
 SELECT DISTINCT model FROM entries WHERE project_id = :project_id AND model IS NOT NULL ORDER BY model

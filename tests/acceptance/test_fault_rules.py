@@ -1,0 +1,113 @@
+"""Fault rules through real gunicorn with the official SDKs: a project's or a session's `faults` setting
+gives the calls it matches their fault, counted in the database, so every worker agrees (issue #50,
+docs/decisions/0061-fault-rules.md)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+import requests
+
+from semula.core import faults as fault_kinds
+from semula.service import calllog, faults, sequences
+from tests.entry_helpers import save_entry
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.acceptance
+
+MESSAGES = [{"role": "user", "content": "hello"}]
+RECORDED = "Hi there, how can I help you today?"
+
+
+@pytest.fixture
+def replaying(ctx, shop):
+    save_entry(ctx, "shop", "hello", {"content": RECORDED})
+
+
+def test_a_rate_limit_rule_is_retried_twice_then_the_recording_then_the_next_call_at_once(
+    ctx, replaying, start_server, token
+):
+    server = start_server()
+    added = requests.post(
+        f"{server.url}/api/v1/projects/shop/faults",
+        json={"kind": "rate_limit", "times": 2, "retry_after": 0.1},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    assert added.status_code == 201, added.text
+    client = openai.OpenAI(base_url=f"{server.url}/p/shop/v1", api_key=token, max_retries=3)
+    try:
+        first = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=MESSAGES)
+        assert first.retries_taken == 2
+        assert first.parse().choices[0].message.content == RECORDED
+        second = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=MESSAGES)
+        assert second.retries_taken == 0
+        assert second.parse().choices[0].message.content == RECORDED
+    finally:
+        client.close()
+
+    def outcomes():
+        return [c["outcome"] for c in reversed(calllog.list_calls(ctx, "shop", limit=50)["data"])]
+
+    wait_for(lambda: len(outcomes()) == 4, what="four calls in the call log")
+    assert outcomes() == ["fault", "fault", "hit", "hit"]
+    logged = calllog.list_calls(ctx, "shop", outcome="fault")["data"][0]["fault"]
+    assert logged == {"kind": "rate_limit", "retry_after": 0.1, "times": 2}
+    [rule] = faults.list_rules(ctx, "shop")["data"]
+    assert rule["counts"] == [{"session": None, "calls": 4, "faults": 2}]
+
+
+def pattern(client, count: int) -> list[bool]:
+    """Which of `count` calls got the fault (a 500), in order."""
+    got = []
+    for _ in range(count):
+        try:
+            client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+            got.append(False)
+        except openai.InternalServerError:
+            got.append(True)
+    return got
+
+
+def test_a_seeded_probability_rule_gives_the_same_calls_their_fault_on_every_run(
+    ctx, replaying, start_server, openai_client
+):
+    faults.add(ctx, "shop", {"kind": "server_error", "probability": 0.5, "seed": 7})
+    server = start_server()
+    run = openai_client(server, "shop/s/run-1")
+    first = pattern(run, 12)
+    expected = [fault_kinds.draw(7, number) < 0.5 for number in range(1, 13)]
+    assert first == expected and any(first) and not all(first)
+    # The session starts over (as the pytest plugin does before each test): the same pattern again, and
+    # another session has the same one from its first call.
+    sequences.reset(ctx, "shop", "run-1")
+    assert pattern(run, 12) == first
+    assert pattern(openai_client(server, "shop/s/run-2"), 12) == first
+
+
+def test_rules_and_their_counts_hold_across_two_workers(ctx, replaying, start_server, openai_client):
+    faults.add(ctx, "shop", {"kind": "unavailable", "times": 3})
+    server = start_server(workers=2)
+
+    def one(_: int) -> bool:
+        # A client of its own per call: a connection of its own, to either worker.
+        client = openai_client(server)
+        try:
+            client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+            return False
+        except openai.InternalServerError as exc:
+            assert exc.status_code == 503
+            return True
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, range(16)))
+    assert results.count(True) == 3
+    [rule] = faults.list_rules(ctx, "shop")["data"]
+    assert rule["counts"] == [{"session": None, "calls": 16, "faults": 3}]
+    # Cleared, the rule's calls are served; added again, it counts from one.
+    faults.clear(ctx, "shop")
+    assert one(0) is False
+    faults.add(ctx, "shop", {"kind": "unavailable", "times": 3})
+    assert [one(n) for n in range(4)] == [True, True, True, False]
