@@ -1,0 +1,146 @@
+"""Fault rules through the proxy (Flask's test client) on SQLite and PostgreSQL: which calls a rule
+applies to, what it counts, how it is set, and how a bad rule is refused (issue #50, decision 0061)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from semula.core.errors import BadRequest
+from semula.service import CLI, Context, audit, calllog, faults, projects, sequences
+from semula.web import create_app
+from tests.entry_helpers import save_entry
+from tests.fake_upstream import FakeUpstream
+from tests.helpers import wait_for
+
+URL = "/p/shop/v1/chat/completions"
+
+
+def body(text: str = "hello", model: str = "gpt-4o") -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": text}]}
+
+
+@pytest.fixture
+def shop(ctx):
+    return projects.create(ctx, {"name": "shop", "record_timeout": 1})
+
+
+@pytest.fixture
+def admin(make_token):
+    return make_token("admin")
+
+
+def statuses(client, headers, count: int, url: str = URL, **kwargs) -> list[int]:
+    return [client.post(url, json=body(**kwargs), headers=headers).status_code for _ in range(count)]
+
+
+def test_a_bad_rule_is_a_400_naming_the_kinds_or_keys(ctx, shop, client, admin):
+    refused = client.post("/api/v1/projects/shop/faults", json={"kind": "flood"}, headers=admin)
+    assert refused.status_code == 400
+    error = refused.json["error"]
+    assert error["code"] == "invalid_fault" and error["param"] == "fault.kind"
+    assert (
+        "the kinds are: rate_limit, server_error, bad_gateway, unavailable, overloaded, timeout"
+        in error["message"]
+    )
+    bad_key = client.patch(
+        "/api/v1/projects/shop", json={"faults": [{"kind": "timeout", "tims": 2}]}, headers=admin
+    )
+    assert bad_key.status_code == 400
+    assert (
+        "timeout rules take no key 'tims'; their keys: kind, after, times, probability, seed, match"
+        in (bad_key.json["error"]["message"])
+    )
+    for rule, param in [
+        ({"kind": "rate_limit", "times": 0}, "fault.times"),
+        ({"kind": "rate_limit", "probability": 1.5}, "fault.probability"),
+        ({"kind": "rate_limit", "retry_after": "soon"}, "fault.retry_after"),
+        ({"kind": "rate_limit", "match": {"prompt": "x"}}, "fault.match"),
+        ({"kind": "rate_limit", "session": "a/b"}, "fault.session"),
+    ]:
+        with pytest.raises(BadRequest) as exc:
+            faults.add(ctx, "shop", rule)
+        assert exc.value.param == param, rule
+    assert faults.list_rules(ctx, "shop")["data"] == []
+
+
+def test_a_rule_matches_by_api_model_text_session_and_entry(ctx, shop, client, admin):
+    entry = save_entry(ctx, "shop", "hello", {"content": "Hi."})
+    save_entry(ctx, "shop", "bye", {"content": "Bye."})
+    faults.add(ctx, "shop", {"kind": "server_error", "match": {"contains": "bye", "api": "openai.chat"}})
+    assert statuses(client, admin, 2) == [200, 200]
+    assert statuses(client, admin, 2, text="bye") == [500, 500]
+    faults.clear(ctx, "shop")
+    faults.add(ctx, "shop", {"kind": "bad_gateway", "entry": entry["id"]})
+    assert statuses(client, admin, 1) == [502] and statuses(client, admin, 1, text="bye") == [200]
+    faults.clear(ctx, "shop", entry=entry["id"])
+    faults.add(ctx, "shop", {"kind": "unavailable", "session": "s1", "times": 1})
+    assert statuses(client, admin, 1) == [200]
+    session_url = "/p/shop/s/s1/v1/chat/completions"
+    assert statuses(client, admin, 2, url=session_url) == [503, 200]
+    sequences.reset(ctx, "shop", "s1")  # the session starts over: its rules count from one
+    assert statuses(client, admin, 2, url=session_url) == [503, 200]
+    cleared = client.delete("/api/v1/projects/shop/faults?session=s1", headers=admin)
+    assert cleared.status_code == 200 and cleared.json["data"] == []
+    actions = [e["action"] for e in audit.list_events(ctx)["data"]]
+    assert actions.count("fault.add") == 3 and actions.count("fault.clear") == 3
+
+
+def test_a_parked_call_is_never_faulted_nor_counted(ctx, shop, client, admin):
+    faults.add(ctx, "shop", {"kind": "rate_limit", "times": 5})
+    missed = client.post(URL, json=body("unrecorded"), headers=admin)
+    assert missed.status_code == 504  # parked, nobody answered within record_timeout
+    projects.update(ctx, "shop", {"mode": "replay"})
+    assert client.post(URL, json=body("unrecorded"), headers=admin).status_code == 424
+    [rule] = faults.list_rules(ctx, "shop")["data"]
+    assert rule["counts"] == []
+
+
+def test_a_rule_keeps_no_hit_and_a_project_without_rules_keeps_them_again(ctx, shop, app, admin):
+    save_entry(ctx, "shop", "hello", {"content": "Hi."})
+    client = app.test_client()
+    proxy = app.wsgi_app  # the ProxyApp in front of Flask
+    faults.add(ctx, "shop", {"kind": "rate_limit", "times": 3})
+    assert statuses(client, admin, 5) == [429, 429, 429, 200, 200]
+    assert list(proxy.hits.held()) == []
+    faults.clear(ctx, "shop")
+    assert statuses(client, admin, 3) == [200, 200, 200]
+    assert len(list(proxy.hits.held())) == 1
+
+
+def test_record_through_is_faulted_without_calling_the_provider(store, settings, make_token):
+    fake = FakeUpstream()
+    try:
+        upstream = replace(
+            settings, upstream_key="sk-upstream-test-0123456789abcdefghijkl", upstream_url=fake.url
+        )
+        uctx = Context(store, upstream, CLI)
+        projects.create(uctx, {"name": "shop", "record_through": True})
+        faults.add(uctx, "shop", {"kind": "overloaded", "times": 1})
+        client = create_app(upstream, store).test_client()
+        headers = make_token("admin")
+        assert client.post(URL, json=body("fresh"), headers=headers).status_code == 503
+        assert fake.calls == []
+        assert client.post(URL, json=body("fresh"), headers=headers).status_code == 200
+        assert len(fake.calls) == 1
+    finally:
+        fake.close()
+
+
+def test_the_project_setting_sets_rules_and_a_removed_rule_counts_anew(ctx, shop, client, admin):
+    save_entry(ctx, "shop", "hello", {"content": "Hi."})
+    rules = [{"kind": "rate_limit", "times": 1}]
+    changed = client.patch("/api/v1/projects/shop", json={"faults": rules}, headers=admin)
+    assert changed.status_code == 200
+    assert changed.json["faults"] == [{"kind": "rate_limit", "retry_after": 1.0, "times": 1}]
+    assert statuses(client, admin, 2) == [429, 200]
+    calls = wait_for(
+        lambda: calllog.list_calls(ctx, "shop", outcome="fault")["data"], what="the fault logged"
+    )
+    assert calls[0]["fault"] == {"kind": "rate_limit", "retry_after": 1.0, "times": 1}
+    projects.update(ctx, "shop", {"faults": []})
+    projects.update(ctx, "shop", {"faults": rules})
+    assert statuses(client, admin, 2) == [429, 200]
+    assert projects.get(ctx, "shop")["faults"] == json.loads(json.dumps(changed.json["faults"]))
