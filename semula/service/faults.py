@@ -93,13 +93,14 @@ def present(ctx: Context, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def list_rules(ctx: Context, project: str) -> dict[str, Any]:
-    require(ctx, role="viewer")
+    """A project's rules; a replay-scope token (the proxy's alone) neither reads nor sets them."""
+    require(ctx, role="viewer", scope="record")
     return present(ctx, projects.get_row(ctx, project))
 
 
 def add(ctx: Context, project: str, rule: Any) -> dict[str, Any]:
     """Add a rule to a project (one naming a `session` or `entry` applies to that one only); editor."""
-    require(ctx, role="editor")
+    require(ctx, role="editor", scope="record")
     checked = faults.check_rule(rule)
     row = projects.get_row(ctx, project)
     stored = json.loads(row["faults"])
@@ -123,7 +124,7 @@ def clear(
 ) -> dict[str, Any]:
     """Remove a project's rules (only a session's or an entry's, or the one at `index`) and their counts;
     editor."""
-    require(ctx, role="editor")
+    require(ctx, role="editor", scope="record")
     row = projects.get_row(ctx, project)
     stored = json.loads(row["faults"])
     if index is not None and not 0 <= index < len(stored):

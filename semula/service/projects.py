@@ -174,8 +174,8 @@ class SettingsSchema(Schema):
                 "required": ["kind"],
                 "properties": {"kind": {"enum": list(faults.KINDS)}},
             },
-            "description": "Fault rules (docs/testing.md §4): {kind, its parameters, times, probability, "
-            "seed, match: {api, model, fingerprint, contains}, session, entry}.",
+            "description": "Fault rules (docs/testing.md, section 4): {kind, its parameters, times, "
+            "probability, seed, match: {api, model, fingerprint, contains}, session, entry}.",
         }
     )
 

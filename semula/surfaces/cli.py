@@ -484,6 +484,55 @@ def session_reset(project: str, name: str) -> None:
 
 
 @main.group()
+def fault() -> None:
+    """Fault rules: the calls a rule matches get an error, silence, a cut or a delay instead of their
+    recording (docs/testing.md, docs/decisions/0061)."""
+
+
+@fault.command("add")
+@click.argument("project")
+@click.argument("kind")
+@click.argument("settings", nargs=-1)
+def fault_add(project: str, kind: str, settings: tuple[str, ...]) -> None:
+    """Add a rule of KIND to PROJECT: KEY=VALUE ... are the kind's parameters (retry_after, after,
+    after_events, at, ttfb, pace), times, probability, seed, session, entry, and match.api,
+    match.model, match.fingerprint, match.contains."""
+    from semula.service import faults
+
+    rule: dict[str, Any] = {"kind": kind}
+    for key, value in parse_assignments(settings).items():
+        if key.startswith("match."):
+            rule.setdefault("match", {})[key.removeprefix("match.")] = str(value)
+        else:
+            rule[key] = value
+    with local_context() as ctx:
+        emit(faults.add(ctx, project, rule))
+
+
+@fault.command("list")
+@click.argument("project")
+def fault_list(project: str) -> None:
+    """List PROJECT's fault rules, with the calls each matched and faulted per session."""
+    from semula.service import faults
+
+    with local_context(read_only=True) as ctx:
+        emit(faults.list_rules(ctx, project))
+
+
+@fault.command("clear")
+@click.argument("project")
+@click.option("--session", help="Only this replay session's rules.")
+@click.option("--entry", help="Only this entry's rules.")
+@click.option("--index", type=click.IntRange(0), help="Only the rule at this place in the list.")
+def fault_clear(project: str, session: str | None, entry: str | None, index: int | None) -> None:
+    """Remove PROJECT's fault rules and their counts (all, or only those chosen)."""
+    from semula.service import faults
+
+    with local_context() as ctx:
+        emit(faults.clear(ctx, project, session=session, entry=entry, index=index))
+
+
+@main.group()
 def workspace() -> None:
     """Workspaces, the tenants of hosted mode (operator only; run with the owner's database URL)."""
 

@@ -273,7 +273,8 @@ def cancel(pending_id: str) -> None:
 def mcp() -> None:
     """Run the MCP server on stdio (tools list_pending, get_pending, claim_next, answer_pending,
     release_claim, cancel_pending; get_entry and one answer of a sequence: get_entry_answer,
-    edit_entry_answer, pin_entry_answer, delete_entry_answer, reorder_entry_answers).
+    edit_entry_answer, pin_entry_answer, delete_entry_answer, reorder_entry_answers; fault rules:
+    list_faults, add_fault, clear_faults).
 
     Needs SEMULA_URL (the server's root, like http://127.0.0.1:8080) and SEMULA_TOKEN (role editor,
     scope record; none on a server with auth off).

@@ -224,6 +224,20 @@ class Client:
         path = f"/api/v1/entries/{_segment(entry_id)}/answers/reorder"
         return self.request("POST", path, json={"order": order})
 
+    # Fault rules (docs/decisions/0061-fault-rules.md).
+
+    def list_faults(self, project: str) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/projects/{_segment(project)}/faults")
+
+    def add_fault(self, project: str, rule: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/projects/{_segment(project)}/faults", json=rule)
+
+    def clear_faults(
+        self, project: str, session: str | None = None, entry: str | None = None, index: int | None = None
+    ) -> dict[str, Any]:
+        params = {"session": session, "entry": entry, "index": index}
+        return self.request("DELETE", f"/api/v1/projects/{_segment(project)}/faults", params=params)
+
 
 def _segment(value: str) -> str:
     # An id is one path segment: "../tokens" must not walk to another route.

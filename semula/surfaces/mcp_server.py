@@ -17,6 +17,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent, ToolAnnotations
 from pydantic import Field
 
+from semula.core import faults as fault_kinds
 from semula.core import images
 from semula.surfaces.client import Client, ClientError
 
@@ -53,6 +54,20 @@ Optional next to content/tool_calls: "finish_reason" ("stop", "length", "tool_ca
 If conversation.response_format is a json_schema (or json_object), send the JSON object itself as the
 answer (or as content, object or text); it must validate against the schema.
 Start from call.shape.skeleton: it already has the right form, and every refusal repeats it."""
+
+LIST_FAULTS = """\
+List a project's fault rules (its replay sessions' and entries' too) with how many calls each matched \
+and faulted per session."""
+ADD_FAULT = f"""\
+Add a fault rule to a project: the calls it matches get an error in the API's own shape, silence, a cut \
+stream or a slow reply instead of their recording, so an app's retry paths can be tested. A rule is \
+{{"kind": one of {", ".join(fault_kinds.KINDS)}, the kind's parameters (rate_limit: retry_after; timeout: \
+after; disconnect: after_events, at; slow: ttfb, pace), "times": N (the first N matched calls, counted \
+per replay session), "probability": p with "seed": s (the same calls every run), "match": {{"api", \
+"model", "fingerprint", "contains"}}, "session": a replay session's name, "entry": an entry's id}}."""
+CLEAR_FAULTS = """\
+Remove a project's fault rules and their counts: all, or only a session's, an entry's, or the one at an \
+index."""
 
 LIST_PENDING = """\
 List parked calls, oldest first: id, project, model, status, and claimed_by/claimed_until while another \
@@ -126,6 +141,7 @@ scope full."""
 
 EntryId = Annotated[str, Field(description="The entry's id, like ent_0190a1b2c3d4e5f6a7b8c9d0.")]
 Seq = Annotated[int, Field(ge=1, description="The answer's number in the sequence (1 is the first).")]
+ProjectName = Annotated[str, Field(description="The project's name.")]
 
 
 def _call(fn: Callable[[], T]) -> T:
@@ -303,6 +319,35 @@ def build(client: Client | None = None) -> MCPServer:
         order: Annotated[list[int], Field(description="Every answer's number once, in the new order.")],
     ) -> dict[str, Any]:
         return _call(lambda: client.reorder_entry_answers(entry_id, order))
+
+    @server.tool(description=LIST_FAULTS, annotations=read_only)
+    def list_faults(project: ProjectName) -> dict[str, Any]:
+        return _call(lambda: client.list_faults(project))
+
+    @server.tool(
+        description=ADD_FAULT,
+        annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=False, open_world_hint=False),
+    )
+    def add_fault(
+        project: ProjectName,
+        rule: Annotated[
+            dict[str, Any],
+            Field(description='The rule, like {"kind": "rate_limit", "times": 2, "session": "ci-1"}.'),
+        ],
+    ) -> dict[str, Any]:
+        return _call(lambda: client.add_fault(project, rule))
+
+    @server.tool(
+        description=CLEAR_FAULTS,
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False),
+    )
+    def clear_faults(
+        project: ProjectName,
+        session: Annotated[str | None, Field(description="Only this replay session's rules.")] = None,
+        entry: Annotated[str | None, Field(description="Only this entry's rules (ent_...).")] = None,
+        index: Annotated[int | None, Field(ge=0, description="Only the rule at this place.")] = None,
+    ) -> dict[str, Any]:
+        return _call(lambda: client.clear_faults(project, session=session, entry=entry, index=index))
 
     return server
 

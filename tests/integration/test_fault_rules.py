@@ -144,3 +144,59 @@ def test_the_project_setting_sets_rules_and_a_removed_rule_counts_anew(ctx, shop
     projects.update(ctx, "shop", {"faults": rules})
     assert statuses(client, admin, 2) == [429, 200]
     assert projects.get(ctx, "shop")["faults"] == json.loads(json.dumps(changed.json["faults"]))
+
+
+def test_the_cli_adds_lists_and_clears_rules(ctx, shop, db_url, monkeypatch):
+    from click.testing import CliRunner
+
+    from semula.surfaces.cli import main
+
+    monkeypatch.setenv("SEMULA_DATABASE_URL", db_url)
+
+    def run(*args: str):
+        result = CliRunner().invoke(main, list(args))
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    added = run("fault", "add", "shop", "rate_limit", "times=2", "session=ci-1", "match.model=gpt-4o")
+    assert added["data"][0] | {"counts": []} == {
+        "object": "fault_rule",
+        "index": 0,
+        "kind": "rate_limit",
+        "retry_after": 1.0,
+        "times": 2,
+        "session": "ci-1",
+        "match": {"model": "gpt-4o"},
+        "counts": [],
+    }
+    run("project", "set", "shop", 'faults=[{"kind": "slow", "ttfb": 0.1}, {"kind": "overloaded"}]')
+    assert [r["kind"] for r in run("fault", "list", "shop")["data"]] == ["slow", "overloaded"]
+    assert [r["kind"] for r in run("fault", "clear", "shop", "--index", "0")["data"]] == ["overloaded"]
+    refused = CliRunner().invoke(main, ["fault", "add", "shop", "flood"])
+    assert refused.exit_code != 0 and "the kinds are: rate_limit" in refused.output
+    assert run("fault", "clear", "shop")["data"] == []
+
+
+def test_the_mcp_tools_add_list_and_clear_rules(ctx, shop, app, make_token):
+    import anyio
+    from mcp import Client
+
+    from semula.surfaces.mcp_server import build
+    from tests.agent_helpers import in_process_client
+
+    server = build(in_process_client(app, make_token("editor", scope="full")))
+
+    async def session():
+        async with Client(server) as client:
+            calls = [
+                ("add_fault", {"project": "shop", "rule": {"kind": "server_error", "times": 1}}),
+                ("list_faults", {"project": "shop"}),
+                ("clear_faults", {"project": "shop"}),
+            ]
+            return [await client.call_tool(name, args) for name, args in calls]
+
+    added, listed, cleared = anyio.run(session)
+    assert [r["kind"] for r in added.structured_content["data"]] == ["server_error"]
+    assert listed.structured_content["data"][0]["times"] == 1
+    assert cleared.structured_content["data"] == []
+    assert [e["action"] for e in audit.list_events(ctx)["data"]][:2] == ["fault.clear", "fault.add"]

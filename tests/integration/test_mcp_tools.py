@@ -30,6 +30,9 @@ TOOLS = {
     "pin_entry_answer",
     "delete_entry_answer",
     "reorder_entry_answers",
+    "list_faults",
+    "add_fault",
+    "clear_faults",
 }
 
 
@@ -166,6 +169,9 @@ def tool_calls(queue):
         "pin_entry_answer": {"entry_id": queue["e1"], "seq": 1},
         "delete_entry_answer": {"entry_id": queue["e1"], "seq": 1},
         "reorder_entry_answers": {"entry_id": queue["e1"], "order": [1]},
+        "list_faults": {"project": "beta"},
+        "add_fault": {"project": "beta", "rule": {"kind": "rate_limit"}},
+        "clear_faults": {"project": "beta"},
     }
 
 

@@ -34,6 +34,9 @@ def test_every_mcp_tool_has_a_description_and_is_documented():
         "pin_entry_answer",
         "delete_entry_answer",
         "reorder_entry_answers",
+        "list_faults",
+        "add_fault",
+        "clear_faults",
     }
     for tool in tools:
         assert tool.description and len(tool.description) > 100, tool.name
