@@ -21,7 +21,18 @@ from typing import Any
 from flask import Blueprint, abort, flash, g, redirect, render_template, request, session, url_for
 
 from semula.core import errors, jsonio
-from semula.service import LOCAL, Context, audit, calllog, entries, overview, pending, projects, sessions
+from semula.service import (
+    LOCAL,
+    Context,
+    audit,
+    calllog,
+    entries,
+    faults,
+    overview,
+    pending,
+    projects,
+    sessions,
+)
 from semula.service.auth import principal_for_hash, token_hash
 from semula.service.calllog import OUTCOMES
 from semula.web import current_extension
@@ -242,9 +253,29 @@ def settings(name: str) -> Any:
         except errors.SemulaError as exc:
             error = exc
     editable = {k: v for k, v in project.items() if k in projects.DEFAULTS}
-    return render_template("ui/settings.html", project=project, editable=editable, error=error), (
-        error.status if error else 200
-    )
+    rules = faults.list_rules(ctx, name)["data"] if can_see_faults(ctx) else None
+    return render_template(
+        "ui/settings.html", project=project, editable=editable, error=error, rules=rules
+    ), (error.status if error else 200)
+
+
+def can_see_faults(ctx: Context) -> bool:
+    return ctx.principal.scope != "replay"
+
+
+@ui.post("/p/<name>/faults")
+@page
+def fault_rules(name: str) -> Any:
+    """Add a fault rule (JSON) or clear the rules (all, or the one at `index`) of a project."""
+    ctx = ui_context()
+    if request.form.get("action") == "add":
+        faults.add(ctx, name, jsonio.loads(request.form.get("rule", "{}"), "The rule"))
+        flash("Fault rule added.")
+    else:
+        index = request.form.get("index")
+        faults.clear(ctx, name, index=int(index) if index and index.isdigit() else None)
+        flash("Fault rule removed." if index else "Fault rules cleared.")
+    return redirect(url_for("ui.settings", name=name))
 
 
 @ui.get("/audit")

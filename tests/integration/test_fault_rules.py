@@ -200,3 +200,24 @@ def test_the_mcp_tools_add_list_and_clear_rules(ctx, shop, app, make_token):
     assert listed.structured_content["data"][0]["times"] == 1
     assert cleared.structured_content["data"] == []
     assert [e["action"] for e in audit.list_events(ctx)["data"]][:2] == ["fault.clear", "fault.add"]
+
+
+def test_the_dashboard_lists_adds_and_clears_rules(ctx, shop, app, make_token):
+    from tests.integration.test_auth import signed_in
+
+    browser, csrf = signed_in(app, make_token("editor"))
+    faults.add(ctx, "shop", {"kind": "rate_limit", "times": 2, "session": "ci-1"})
+    page = browser.get("/ui/p/shop/settings").get_data(as_text=True)
+    assert "Fault rules" in page and "kind=rate_limit" in page and "session=ci-1" in page
+    added = browser.post(
+        "/ui/p/shop/faults", data={"csrf": csrf, "action": "add", "rule": '{"kind": "overloaded"}'}
+    )
+    assert added.status_code == 302
+    assert [r["kind"] for r in faults.list_rules(ctx, "shop")["data"]] == ["rate_limit", "overloaded"]
+    refused = browser.post("/ui/p/shop/faults", data={"csrf": csrf, "action": "add", "rule": '{"kind": "x"}'})
+    assert refused.status_code == 400 and "the kinds are: rate_limit" in refused.get_data(as_text=True)
+    assert browser.post("/ui/p/shop/faults", data={"csrf": csrf, "index": "0"}).status_code == 302
+    assert [r["kind"] for r in faults.list_rules(ctx, "shop")["data"]] == ["overloaded"]
+    assert browser.post("/ui/p/shop/faults", data={"csrf": csrf}).status_code == 302
+    assert faults.list_rules(ctx, "shop")["data"] == []
+    assert "No fault rules." in browser.get("/ui/p/shop/settings").get_data(as_text=True)
