@@ -16,6 +16,10 @@ replay session of its own, named in its base URL (`/p/default/s/<worker>/v1`), a
 by resetting it: a test's first, second and third identical call get answers 1, 2 and 3 of the
 request's sequence, whatever ran before it (docs/decisions/0036-sequences-and-sessions.md). With
 `--semula-record` a call past the last answer records the next one.
+
+A test marked `@pytest.mark.semula_fault("rate_limit", times=2)` has that fault rule in its session
+while it runs (docs/testing.md, section 4): its calls get the fault instead of their recording, so the
+suite tests its retry logic against its own recordings.
 """
 
 from __future__ import annotations
@@ -182,7 +186,9 @@ class Session:
         root, _, rest = url.partition("/p/")
         project = rest.split("/")[0]
         self.url = f"{root}/p/{project}/s/{name}/v1"
+        self.name = name
         self.reset_url = f"{root}/api/v1/projects/{project}/sessions/{name}/reset"
+        self.faults_url = f"{root}/api/v1/projects/{project}/faults"
         self.patch = pytest.MonkeyPatch()
         self.patch.setenv("OPENAI_BASE_URL", self.url)
         # The Anthropic SDK appends /v1/messages itself, the Google SDKs /v1beta/models/...
@@ -193,8 +199,31 @@ class Session:
         response = requests.post(self.reset_url, timeout=30)
         response.raise_for_status()
 
+    def add_fault(self, kind: str, params: dict[str, Any]) -> None:
+        """A fault rule for this session's calls (a bad rule fails the test with the server's message)."""
+        response = requests.post(
+            self.faults_url, json={"kind": kind, **params, "session": self.name}, timeout=30
+        )
+        if response.status_code >= 400:
+            pytest.fail(f"@pytest.mark.semula_fault: {_message(response)}", pytrace=False)
+
+    def clear_faults(self) -> None:
+        requests.delete(self.faults_url, params={"session": self.name}, timeout=30).raise_for_status()
+
+
+def _message(response: requests.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {response.status_code}"
+
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "semula_fault(kind, **params): this test's calls get the fault (rate_limit, server_error, ..., "
+        "with times=, probability=, seed=, match=) instead of their recording; see docs/testing.md.",
+    )
     # --help and --version must work whatever the ini says (a bundle not recorded yet included).
     if config.getoption("help", False) or config.getoption("version", 0):
         return
@@ -252,11 +281,33 @@ def semula_server(request: pytest.FixtureRequest) -> Iterator[str | None]:
 
 
 @pytest.fixture(autouse=True)
-def _semula_session_reset(request: pytest.FixtureRequest) -> None:
-    """Every test starts its replay session over: its calls count from one, like a cassette."""
+def _semula_session_reset(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test starts its replay session over: its calls count from one, like a cassette. A test
+    marked semula_fault has its fault rules in its session while it runs (its counts start over too)."""
     session = getattr(request.config, "_semula_session", None)
-    if session is not None:
-        session.reset()
+    marks = list(request.node.iter_markers("semula_fault"))
+    if marks and session is None:
+        pytest.fail(
+            "@pytest.mark.semula_fault needs semula's replay server: --semula-bundle PATH or "
+            "semula_bundle in the ini.",
+            pytrace=False,
+        )
+    if session is None:
+        yield
+        return
+    session.reset()
+    if not marks:
+        yield
+        return
+    session.clear_faults()
+    for mark in marks:
+        if len(mark.args) != 1:
+            pytest.fail("@pytest.mark.semula_fault takes the kind, then key=value parameters.", pytrace=False)
+        session.add_fault(mark.args[0], mark.kwargs)
+    try:
+        yield
+    finally:
+        session.clear_faults()
 
 
 def _first_line(proc: subprocess.Popen) -> str:

@@ -359,3 +359,48 @@ def test_with_llm():
     assert "The bundle" in output and "not-yet.json does not exist yet." in output
     assert "Record it: pytest --semula-record test_app.py::test_with_llm" in output
     assert not missing.exists()
+
+
+FAULT_TESTS = """
+import anthropic
+import openai
+import pytest
+from openai import OpenAI
+
+HELLO = [{"role": "user", "content": "Say hello"}]
+
+@pytest.mark.semula_fault("rate_limit", times=2, retry_after=0.1)
+def test_retried_twice_then_the_recording():
+    client = OpenAI(max_retries=3)
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=HELLO)
+    assert raw.retries_taken == 2
+    assert raw.parse().choices[0].message.content == "Hello there!"
+    again = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=HELLO)
+    assert again.retries_taken == 0
+
+def test_the_next_test_has_no_fault():
+    reply = OpenAI(max_retries=0).chat.completions.create(model="gpt-4o", messages=HELLO)
+    assert reply.choices[0].message.content == "Hello there!"
+
+@pytest.mark.semula_fault("overloaded", match={"api": "anthropic.messages"})
+def test_a_matched_api_only():
+    with pytest.raises(anthropic.APIStatusError) as exc:
+        anthropic.Anthropic(max_retries=0).messages.create(
+            model="claude-haiku-4-5", max_tokens=64, messages=HELLO
+        )
+    assert exc.value.status_code == 529
+    assert OpenAI(max_retries=0).chat.completions.create(model="gpt-4o", messages=HELLO).choices
+
+@pytest.mark.semula_fault("flood")
+def test_a_bad_kind():
+    pass
+"""
+
+
+def test_the_semula_fault_marker_faults_the_tests_own_session(pytester, tmp_path):
+    bundle = tmp_path / "llm.json"
+    make_bundle(bundle)
+    pytester.makepyfile(test_faults=FAULT_TESTS)
+    result = pytester.runpytest_subprocess("--semula-bundle", str(bundle), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3, errors=1)
+    assert "@pytest.mark.semula_fault: Invalid fault rule: unknown fault kind 'flood'" in result.stdout.str()
