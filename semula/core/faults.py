@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,15 +149,15 @@ MATCH_KEYS = ("api", "model", "fingerprint", "contains")
 MAX_RULES = 50
 
 
-def check_rules(value: Any) -> list[dict[str, Any]]:
+def check_rules(value: Any, apis: Sequence[str] = ()) -> list[dict[str, Any]]:
     """A `faults` setting as stored: each rule checked, its parameters filled in; a 400 naming what is
-    valid otherwise (`param` says which rule and key)."""
+    valid otherwise (`param` says which rule and key). `apis`: the names a match.api may take."""
     if not isinstance(value, list) or len(value) > MAX_RULES:
         raise _bad_rule(f"faults is a list of at most {MAX_RULES} rules", "faults")
-    return [check_rule(rule, f"faults[{number}]") for number, rule in enumerate(value)]
+    return [check_rule(rule, f"faults[{number}]", apis) for number, rule in enumerate(value)]
 
 
-def check_rule(rule: Any, where: str = "fault") -> dict[str, Any]:
+def check_rule(rule: Any, where: str = "fault", apis: Sequence[str] = ()) -> dict[str, Any]:
     """One rule, checked and with every parameter of its kind (the defaults where left out)."""
     if not isinstance(rule, dict):
         raise _bad_rule("a fault rule is an object with a kind", where)
@@ -205,7 +205,7 @@ def check_rule(rule: Any, where: str = "fault") -> dict[str, Any]:
         out["seed"] = seed
     match = rule.get("match")
     if match is not None:
-        out["match"] = _check_match(match, f"{where}.match")
+        out["match"] = _check_match(match, f"{where}.match", apis)
     for name in ("session", "entry"):
         scope = rule.get(name)
         if scope is not None:
@@ -225,7 +225,7 @@ SCOPE_TEXT = {
 }
 
 
-def _check_match(match: Any, where: str) -> dict[str, str]:
+def _check_match(match: Any, where: str, apis: Sequence[str]) -> dict[str, str]:
     if not isinstance(match, dict) or not match:
         raise _bad_rule(f"match is an object with one or more of: {', '.join(MATCH_KEYS)}", where)
     for name, value in match.items():
@@ -233,6 +233,8 @@ def _check_match(match: Any, where: str) -> dict[str, str]:
             raise _bad_rule(f"match takes no key {name[:40]!r}; its keys: {', '.join(MATCH_KEYS)}", where)
         if not isinstance(value, str) or not 0 < len(value) <= 1000:
             raise _bad_rule(f"match.{name} is a text of 1 to 1000 characters", f"{where}.{name}")
+    if apis and "api" in match and match["api"] not in apis:
+        raise _bad_rule(f"match.api is one of {', '.join(apis)}", f"{where}.api")
     return dict(match)
 
 

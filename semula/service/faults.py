@@ -13,6 +13,7 @@ import functools
 import json
 from typing import Any
 
+from semula import dialects
 from semula.core import faults, jsonio
 from semula.core.errors import BadRequest, NotFound
 from semula.service import Context, audit, dumps, now, projects
@@ -101,7 +102,7 @@ def list_rules(ctx: Context, project: str) -> dict[str, Any]:
 def add(ctx: Context, project: str, rule: Any) -> dict[str, Any]:
     """Add a rule to a project (one naming a `session` or `entry` applies to that one only); editor."""
     require(ctx, role="editor", scope="record")
-    checked = faults.check_rule(rule)
+    checked = faults.check_rule(rule, apis=dialects.names())
     row = projects.get_row(ctx, project)
     stored = json.loads(row["faults"])
     if len(stored) >= faults.MAX_RULES:

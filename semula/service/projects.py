@@ -193,7 +193,7 @@ class SettingsSchema(Schema):
         if "normalize" in data:
             data["normalize"] = fingerprint.validate_normalize(data["normalize"])
         if "faults" in data:
-            data["faults"] = faults.check_rules(data["faults"])
+            data["faults"] = faults.check_rules(data["faults"], dialects.names())
         return data
 
 

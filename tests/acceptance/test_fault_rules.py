@@ -111,3 +111,65 @@ def test_rules_and_their_counts_hold_across_two_workers(ctx, replaying, start_se
     assert one(0) is False
     faults.add(ctx, "shop", {"kind": "unavailable", "times": 3})
     assert [one(n) for n in range(4)] == [True, True, True, False]
+
+
+def test_the_google_genai_sdk_gets_client_and_server_errors_and_retries_when_told(
+    ctx, shop, start_server, token
+):
+    from google import genai
+    from google.genai import errors as genai_errors
+    from google.genai import types
+
+    from tests.acceptance.test_responses_api import recorded
+
+    server = start_server()
+
+    def client(**retry):
+        options = types.HttpOptions(
+            base_url=f"{server.url}/p/shop",
+            api_version="v1beta",
+            timeout=60_000,
+            retry_options=types.HttpRetryOptions(**retry) if retry else None,
+        )
+        return genai.Client(api_key=token, http_options=options)
+
+    plain = client()
+    ask = lambda made: made.models.generate_content(model="gemini-2.5-flash", contents="Say hello")  # noqa: E731
+    assert recorded(ctx, shop, "Hello!", set(), lambda: ask(plain)).text == "Hello!"
+    faults.add(ctx, "shop", {"kind": "rate_limit", "times": 1, "match": {"api": "gemini.generate_content"}})
+    with pytest.raises(genai_errors.ClientError) as limited:
+        ask(plain)
+    assert limited.value.code == 429 and limited.value.status == "RESOURCE_EXHAUSTED"
+    assert ask(plain).text == "Hello!"
+    faults.clear(ctx, "shop")
+    faults.add(ctx, "shop", {"kind": "overloaded", "times": 2})
+    with pytest.raises(genai_errors.ServerError) as overloaded:
+        ask(plain)
+    assert overloaded.value.code == 503
+    # Told to retry (HttpRetryOptions), the SDK retries 429 and 5xx: the second fault, then the recording.
+    assert ask(client(attempts=3, initial_delay=0.1, jitter=0)).text == "Hello!"
+
+
+def test_google_genai_sees_a_timeout_and_a_cut_as_httpx_errors(ctx, shop, start_server, token):
+    """What docs/testing.md says google-genai raises for the two faults without a status: its HTTP
+    library's errors (httpx's; google-genai 3.x ships it as httpx2)."""
+    from google import genai
+    from google.genai import types
+
+    from tests.acceptance.test_responses_api import recorded
+
+    server = start_server()
+
+    def client(fault: str | None = None, timeout: int = 60_000):
+        headers = {"X-Semula-Fault": fault} if fault else None
+        options = types.HttpOptions(base_url=f"{server.url}/p/shop", timeout=timeout, headers=headers)
+        return genai.Client(api_key=token, http_options=options)
+
+    ask = lambda made: made.models.generate_content(model="gemini-2.5-flash", contents="Say hello")  # noqa: E731
+    assert recorded(ctx, shop, "Hello!", set(), lambda: ask(client())).text == "Hello!"
+    with pytest.raises(Exception) as timed_out:
+        ask(client("timeout; after=1", timeout=500))
+    assert type(timed_out.value).__name__ == "ReadTimeout"
+    with pytest.raises(Exception) as cut:
+        ask(client("disconnect; at=body"))
+    assert type(cut.value).__name__ == "RemoteProtocolError"

@@ -58,6 +58,7 @@ def test_a_bad_rule_is_a_400_naming_the_kinds_or_keys(ctx, shop, client, admin):
         ({"kind": "rate_limit", "probability": 1.5}, "fault.probability"),
         ({"kind": "rate_limit", "retry_after": "soon"}, "fault.retry_after"),
         ({"kind": "rate_limit", "match": {"prompt": "x"}}, "fault.match"),
+        ({"kind": "rate_limit", "match": {"api": "google.gemini"}}, "fault.match.api"),
         ({"kind": "rate_limit", "session": "a/b"}, "fault.session"),
     ]:
         with pytest.raises(BadRequest) as exc:
