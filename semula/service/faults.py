@@ -102,8 +102,8 @@ def list_rules(ctx: Context, project: str) -> dict[str, Any]:
 def add(ctx: Context, project: str, rule: Any) -> dict[str, Any]:
     """Add a rule to a project (one naming a `session` or `entry` applies to that one only); editor."""
     require(ctx, role="editor", scope="record")
+    row = projects.get_row(ctx, project)  # another workspace's project is a 404 whatever the rule
     checked = faults.check_rule(rule, apis=dialects.names())
-    row = projects.get_row(ctx, project)
     stored = json.loads(row["faults"])
     if len(stored) >= faults.MAX_RULES:
         raise BadRequest(

@@ -48,6 +48,14 @@ def filled(hosted, db_url):  # noqa: F811 - the fixture imported above
             fingerprint="v1:x",
             now=0,
         )
+        ctx.store.one(  # a fault rule's count (service.faults)
+            "count_fault_call",
+            workspace_id=ctx.principal.workspace_id,
+            project_id=row["id"],
+            session="s",
+            rule="r",
+            now=0,
+        )
         pending.park(ctx, row, "v1:parked", REQUEST, False)
         ctx.store.run("ensure_upstream_usage", project_id=row["id"], workspace_id=ctx.principal.workspace_id)
         ctx.store.run(
