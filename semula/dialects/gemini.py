@@ -26,7 +26,7 @@ from typing import Any
 from semula.core import answers, jsonio, stream, templates
 from semula.core.errors import InvalidAnswer, SemulaError
 from semula.dialects import GEMINI, Dialect, Request, answer_of, common_answer, tool_call
-from semula.dialects.gemini_checks import OWN, check
+from semula.dialects.gemini_checks import OWN, check, json_names
 
 # Google's status name for each HTTP status; semula's own statuses get the nearest one.
 STATUSES = {
@@ -117,10 +117,11 @@ class Gemini(Dialect):
     # Requests
 
     def with_route(self, body: Any, model: str, method: str) -> Any:
-        """The body as stored: the path's model in `model`, `stream: true` for a streamed method."""
+        """The body as stored: fields by their JSON names (`system_instruction` as `systemInstruction`),
+        the path's model in `model`, `stream: true` for a streamed method."""
         if not isinstance(body, dict):
             return body
-        stored = {**body, "model": model_id(model)}
+        stored = {**json_names(body), "model": model_id(model)}
         stored.pop("stream", None)
         if method == "streamGenerateContent":
             stored["stream"] = True
@@ -163,6 +164,7 @@ class Gemini(Dialect):
 
     def count_tokens(self, body: Any) -> dict[str, Any]:
         """:countTokens: an estimate (four characters a token), not the provider's tokenizer."""
+        body = json_names(body)
         check(body, counting=True)
         inner = (
             body.get("generateContentRequest")
