@@ -29,7 +29,7 @@ import gevent.lock
 import gevent.queue
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidState
-from websockets.frames import Opcode
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Request
 from websockets.protocol import State
 from websockets.server import ServerProtocol
@@ -58,6 +58,12 @@ def _handshake(environ: dict[str, Any]) -> Request:
         if key.startswith("HTTP_"):
             headers[key[5:].replace("_", "-")] = value
     return Request(environ.get("RAW_URI") or environ.get("PATH_INFO", "/"), headers)
+
+
+def frames(texts: list[bytes]) -> bytes:
+    """Text messages framed as the protocol frames what this server sends (unmasked, unfragmented,
+    no extension offered): bytes send_frames() can send again, on this socket or another."""
+    return b"".join(Frame(Opcode.TEXT, text).serialize(mask=False, extensions=[]) for text in texts)
 
 
 class WebSocket:
@@ -122,6 +128,19 @@ class WebSocket:
             except InvalidState:
                 raise Gone() from None
             self._flush()
+
+    def send_frames(self, data: bytes) -> None:
+        """Send text messages framed by frames(), in one write; raises Gone when the socket is closed
+        or broken. A kept turn's frames are made once, not once per reply (decision 0056)."""
+        with self._sending:
+            if self._protocol.state is not State.OPEN:
+                raise Gone()
+            self._flush()  # anything the protocol has ready (a pong) goes first, whole
+            try:
+                self._sock.sendall(data)
+            except OSError:
+                self._gone = True
+                raise Gone() from None
 
     def close(self, code: int = 1000, reason: str = "") -> None:
         """Close the socket (the closing handshake when it is open) and the connection under it."""
