@@ -20,7 +20,7 @@ import json
 import re
 import secrets
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from semula.core import answers, jsonio, stream, templates
@@ -104,6 +104,35 @@ def to_json_schema(schema: Any) -> Any:
     if schema.get("nullable") is True and isinstance(out.get("type"), str):
         out["type"] = [out["type"], "null"]
     return out
+
+
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+
+
+def json_array(pieces: Iterable[bytes]) -> Iterator[bytes]:
+    """A stream's server-sent events as Google streams `:streamGenerateContent` without `alt=sse`: one
+    JSON array whose elements are the events' data, each sent as soon as its event has come whole."""
+    pending, opened = b"", False
+    for piece in pieces:
+        *events, pending = _EVENT_END.split(pending + piece)
+        out = []
+        for event in events:
+            data = _event_data(event)
+            if data:
+                out.append((b",\r\n" if opened else b"[") + data)
+                opened = True
+        if out:
+            yield b"".join(out)
+    data = _event_data(pending)
+    if data:
+        yield (b",\r\n" if opened else b"[") + data + b"]"
+    else:
+        yield b"]" if opened else b"[]"
+
+
+def _event_data(event: bytes) -> bytes:
+    """An event's data (its `data:` lines joined), or b"" for an event without any."""
+    return b"\n".join(line[5:].removeprefix(b" ") for line in event.splitlines() if line.startswith(b"data:"))
 
 
 class Gemini(Dialect):

@@ -19,6 +19,7 @@ from semula import dialects, logs, metrics
 from semula.config import Settings
 from semula.core import errors, faults, jsonio
 from semula.db import DatabaseError, Store
+from semula.dialects import gemini
 from semula.parking import Parking
 from semula.service import Context, hits, record_through, sequences, synthetic
 from semula.service import replay as replay_service
@@ -170,11 +171,14 @@ class ProxyApp:
                 return responses_socket.serve(self, ctx, selectors, session, environ, start_response)
             if api is not None and environ.get("REQUEST_METHOD") == "POST":
                 raw = self._read(environ)
-                if environ.get("HTTP_X_SEMULA_FAULT") is None:
+                if environ.get("HTTP_X_SEMULA_FAULT") is None and what not in JSON_ARRAY_WHAT:
                     return self._post(
                         ctx, environ, match, speaks, raw, session, started, start_response, made
                     )
                 post = (ctx, environ, match, speaks, raw, session, started)
+                if what in JSON_ARRAY_WHAT and "alt=sse" not in environ.get("QUERY_STRING", ""):
+                    # Google streams it as one JSON array unless asked for server-sent events.
+                    return _json_array(start_response, lambda r: self._faulted(post, header_project, r, made))
                 return self._faulted(post, header_project, start_response, made)
             project = replay_service.resolve_project(ctx, match["project"], header_project)
             if what.startswith(GEMINI_WHAT):
@@ -208,9 +212,11 @@ class ProxyApp:
         start_response: Callable[..., Any],
         made: list[replay_service.Call],
     ) -> Iterable[bytes]:
-        """A call with X-Semula-Fault (decision 0060): its error, silence, or its own reply shaped.
-        `post` is what _post() takes for the call itself."""
+        """A call with X-Semula-Fault (decision 0060): its error, silence, or its own reply shaped;
+        without one, the call itself. `post` is what _post() takes for the call itself."""
         ctx, environ, match, speaks, _, _, started = post
+        if environ.get("HTTP_X_SEMULA_FAULT") is None:
+            return self._post(*post, start_response, made)
         fault = faults.parse(environ["HTTP_X_SEMULA_FAULT"])
         metrics.FAULTS.labels(fault.kind).inc()
         project, _ = self.projects.get(ctx, match["project"], header_project)
@@ -556,6 +562,36 @@ def _delivered(
 
 
 GEMINI_WHAT = ("models/{model}:", "gemini/")
+JSON_ARRAY_WHAT = ("models/{model}:streamGenerateContent",)
+
+
+def _json_array(
+    start_response: Callable[..., Any], reply: Callable[[Callable[..., Any]], Iterable[bytes]]
+) -> Iterable[bytes]:
+    """A Gemini stream asked for without `alt=sse`: its events as one JSON array, element by element
+    as they come (gemini.json_array); an error reply is sent as it is."""
+    array: list[bool] = []
+
+    def respond(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        if any(name == "Content-Type" and value == "text/event-stream" for name, value in headers):
+            array.append(True)
+            kept = [(n, v) for n, v in headers if n not in ("Content-Type", "Content-Length")]
+            headers = [("Content-Type", "application/json; charset=UTF-8"), *kept]
+        return start_response(status, headers, exc_info)
+
+    body = reply(respond)
+    if not array:
+        return body
+
+    def elements() -> Iterator[bytes]:
+        try:
+            yield from gemini.json_array(body)
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()  # a relayed stream learns whether it was read whole (it is recorded then)
+
+    return elements()
 
 
 def _what(match: re.Match[str], environ: dict[str, Any]) -> str:

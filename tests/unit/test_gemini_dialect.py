@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from semula import dialects
@@ -269,6 +271,18 @@ def test_fields_in_snake_case_are_read_as_google_reads_them():
     assert (
         batch["requests"][0]["outputDimensionality"] == 8 and batch["requests"][0]["taskType"] == "CLUSTERING"
     )
+
+
+def test_a_stream_asked_for_without_alt_sse_is_one_json_array_sent_as_it_comes():
+    events = [{"candidates": [{"content": {"parts": [{"text": w}]}}]} for w in ("Hel", "lo")]
+    data = b"".join(G.sse(events))
+    # Split anywhere, even inside an event or its CRLF framing: the same array, element by element.
+    for cut in (1, len(data) // 3, len(data) - 2):
+        pieces = list(gemini.json_array([data[:cut], data[cut:]]))
+        assert json.loads(b"".join(pieces)) == events
+    assert list(gemini.json_array([b'data: {"a":1}\r\n\r\n'])) == [b'[{"a":1}', b"]"]
+    assert json.loads(b"".join(gemini.json_array([]))) == []
+    assert json.loads(b"".join(gemini.json_array([b'data: {"a":1}']))) == [{"a": 1}]  # no end framing
 
 
 def test_images_are_placeholders_and_json_schema_passes_through():
