@@ -684,8 +684,8 @@ class Handler(PyWSGIHandler):
 class Idle:
     """The connections of a worker that wait on the lean path for their next request (IDLE), or for
     the rest of a request's head (HEADS), each with the time it may wait until. One greenlet per
-    table looks twice a second and acts on those past their time (`action`), and on every one once
-    the worker is stopping: a gevent timer for each wait cost a request ~12 us of its ~90 in process.
+    table (and hub) looks twice a second and acts on those past their time (`action`), and on every
+    one once the worker is stopping: a gevent timer for each wait cost a request ~12 us of its ~90.
     A connection so closes within half a second after keep-alive's idle time."""
 
     SWEEP = 0.5  # seconds between looks
@@ -693,11 +693,15 @@ class Idle:
     def __init__(self, action: Callable[[Handler], None]) -> None:
         self.action = action  # what is done to a connection past its time
         self.waiting: dict[Handler, float] = {}
-        self.sweeper: gevent.Greenlet | None = None
+        self.sweepers: dict[Any, gevent.Greenlet] = {}  # by hub
 
     def start(self) -> None:
-        if self.sweeper is None:  # in the worker (gunicorn forks it with this module imported)
-            self.sweeper = gevent.spawn(self._sweep)
+        # Started in the worker (gunicorn forks it with this module imported), a sweeper per hub: a
+        # process serving in several threads (the tests) has a hub per thread, and a hub that is gone
+        # took its sweeper with it.
+        hub = gevent.get_hub()
+        if hub not in self.sweepers:
+            self.sweepers[hub] = gevent.spawn(self._sweep)
 
     def _sweep(self) -> None:
         while True:

@@ -655,7 +655,7 @@ class PostgresStore:
 
     def version(self, workspace_id: str) -> object:
         """The workspace's replay change counter: triggers move it in the transaction of every change
-        of a row a replay answer is made of (semula/migrations/0017_replay_changes.postgresql.sql).
+        of a row a replay answer is made of (migrations/0017_replay_changes.postgresql.sql).
 
         Concurrent hits of a workspace read it together (VersionReads), each in a query that began
         after it asked: one row by primary key, whatever the number of hits waiting.

@@ -33,13 +33,14 @@ def migrate_all_but(store, prefix: str, tmp_path) -> None:
     migrate(store, before)
 
 
-def test_the_migrations_ship_inside_the_package():
+def test_a_checkout_reads_the_migrations_at_its_top_level():
+    """The wheel ships them inside the package (test_wheel_install); a checkout keeps them beside it."""
     import semula
 
-    package = os.path.dirname(semula.__file__)
+    top = os.path.join(os.path.dirname(os.path.dirname(semula.__file__)), "migrations")
     files = migration_files("sqlite")
-    assert files and all(os.path.dirname(str(p)) == os.path.join(package, "migrations") for p in files)
-    assert str(MIGRATIONS_DIR) == os.path.join(package, "migrations")
+    assert files and all(os.path.dirname(str(p)) == top for p in files)
+    assert str(MIGRATIONS_DIR) == top
 
 
 def test_a_fresh_database_is_missing_its_schema_until_migrated(empty_db_url):

@@ -8,6 +8,7 @@ client is a greenlet beside them.
 from __future__ import annotations
 
 import re
+import threading
 
 import gevent
 import pytest
@@ -365,6 +366,24 @@ def test_a_stopping_worker_closes_its_idle_lean_connections_within_a_sweep():
     finally:
         conn.close()
         server.stop()
+
+
+def test_the_sweeps_run_in_the_hub_that_serves_after_another_hub_is_gone():
+    """A server run in a thread of its own (test_websocket's) started the sweeps in its hub, which
+    ended with the thread: a server in this thread still gets its own (they failed in some orders)."""
+
+    def other_hub():
+        worker.IDLE.start()
+        worker.HEADS.start()
+        gevent.get_hub().destroy(destroy_loop=True)
+
+    thread = threading.Thread(target=other_hub)
+    thread.start()
+    thread.join(10)
+    test_a_stopping_worker_closes_its_idle_lean_connections_within_a_sweep()
+    for table in (worker.IDLE, worker.HEADS):
+        table.start()
+        assert not table.sweepers[gevent.get_hub()].dead
 
 
 HOST = b"Host: x\r\n"
