@@ -97,7 +97,9 @@ def with_answer(ctx: Context, entry: dict[str, Any], seq: int) -> dict[str, Any]
     """The entry row as answer `seq` of its sequence replays it (None when there is no such answer)."""
     if seq == 1:
         return entry
-    row = ctx.store.one("entry_answer", entry_id=entry["id"], seq=seq)
+    row = ctx.store.one(
+        "entry_answer", entry_id=entry["id"], workspace_id=ctx.principal.workspace_id, seq=seq
+    )
     if row is None:
         return None
     # Its own provider headers and stream gaps (none when it did not come from a provider).
