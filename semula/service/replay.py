@@ -203,7 +203,7 @@ def park(ctx: Context, call: Call) -> None:
         ctx, call.project, call.fingerprint, stored, call.stream, api=call.dialect.name, seq=call.seq
     )
     if call.pending_id is None:
-        call.entry = sequences.recorded(ctx, call.project["id"], call.fingerprint, call.seq)
+        call.entry = sequences.recorded_answer(ctx, call.project["id"], call.fingerprint, call.seq)
         if call.entry is None:
             raise TooManyMisses(
                 f"Project {call.project['name']!r} has {call.project['max_misses']} calls parked "

@@ -106,7 +106,7 @@ def with_answer(ctx: Context, entry: dict[str, Any], seq: int) -> dict[str, Any]
     return {**entry, "response": row["response"], "chunks": row["chunks"], "meta": row["meta"], "seq": seq}
 
 
-def recorded(ctx: Context, project_id: str, fingerprint: str, seq: int) -> dict[str, Any] | None:
+def recorded_answer(ctx: Context, project_id: str, fingerprint: str, seq: int) -> dict[str, Any] | None:
     """Answer `seq` of the request's sequence as it replays, if it is recorded (by now), else None."""
     entry = entries.lookup(ctx, project_id, fingerprint)
     if entry is None or entry["answers"] < seq:
