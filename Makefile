@@ -56,9 +56,11 @@ agents:
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not acceptance" -n $(TEST_WORKERS)
 
+# The query lint: every named statement on a tenant table names its workspace or project (tests/query_scoping.py).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python -m tests.query_scoping
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .

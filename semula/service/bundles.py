@@ -89,7 +89,9 @@ def _export_pieces(ctx: Context, row: dict[str, Any], secrets: tuple[str, ...]) 
         if entry["answers"] > 1:  # a sequence; an entry of one answer stays as it was
             item["later_answers"] = [
                 _later_answer(answer, secrets)
-                for answer in ctx.store.all("list_entry_answers", entry_id=entry["id"])
+                for answer in ctx.store.all(
+                    "list_entry_answers", entry_id=entry["id"], workspace_id=ctx.principal.workspace_id
+                )
             ]
         yield encode(('  "entries": [\n    ' if first else ",\n    ") + nested(item, 4))
         first = False
@@ -427,7 +429,13 @@ def _write(
     report["settings_changed"] = {key: values[key] for key in changed}
     stamp = now()
     with ctx.store.transaction(workspace) as tx:
-        tx.run("update_project", id=row["id"], now=stamp, **projects_service._columns(values))
+        tx.run(
+            "update_project",
+            id=row["id"],
+            workspace_id=workspace,
+            now=stamp,
+            **projects_service._columns(values),
+        )
         for batch in _read_prepared(spool, count):
             found = tx.all(
                 "entries_by_fingerprints",
@@ -446,7 +454,7 @@ def _write(
                 # Answers 2..n stored for it, and those pinned: an import leaves a pinned answer alone,
                 # in its place (the answers up to the last pinned one stay).
                 stored = (
-                    tx.all("list_entry_answers", entry_id=old["id"])
+                    tx.all("list_entry_answers", entry_id=old["id"], workspace_id=workspace)
                     if old is not None and old["answers"] > 1 and not old["pinned"]
                     else []
                 )
@@ -462,6 +470,7 @@ def _write(
                     "chunks": item.chunks,
                     "pinned": item.pinned,
                     "review_status": item.review_status,
+                    "workspace_id": workspace,
                     "now": stamp,
                 }
                 if old is None:
@@ -469,7 +478,6 @@ def _write(
                     inserts.append(
                         {
                             "id": entry_id,
-                            "workspace_id": workspace,
                             "project_id": row["id"],
                             "fingerprint": item.fingerprint,
                             **values_,
@@ -487,6 +495,7 @@ def _write(
                         marked.append(
                             {
                                 "id": old["id"],
+                                "workspace_id": workspace,
                                 "meta": item.meta,
                                 "pinned": item.pinned,
                                 "review_status": item.review_status,
@@ -494,7 +503,14 @@ def _write(
                             }
                         )
                         answer_marks += [
-                            {"entry_id": old["id"], "seq": seq, "pinned": pinned, "meta": meta, "now": stamp}
+                            {
+                                "entry_id": old["id"],
+                                "workspace_id": workspace,
+                                "seq": seq,
+                                "pinned": pinned,
+                                "meta": meta,
+                                "now": stamp,
+                            }
                             for seq, pinned, meta in marks
                             if seq > 1
                         ]
@@ -539,8 +555,8 @@ def _write_answers(
 ) -> None:
     """Answers 2..n of an imported entry as the bundle has them, but for the pinned ones (`kept`),
     left as they are; answers past `answers` (the bundle's, or up to the last pinned one) go."""
-    tx.run("drop_answers_after", entry_id=entry_id, answers=answers)
-    tx.run("drop_revisions_after", entry_id=entry_id, answers=answers)
+    tx.run("drop_answers_after", entry_id=entry_id, workspace_id=workspace, answers=answers)
+    tx.run("drop_revisions_after", entry_id=entry_id, workspace_id=workspace, answers=answers)
     for seq, (response, chunks, pinned, meta) in enumerate(item.later, start=2):
         if seq in kept:
             continue
@@ -639,7 +655,9 @@ def find_stored_secrets(ctx: Context, project: str, limit: int = 20) -> tuple[li
         if entry.get("meta"):
             item["meta"] = json.loads(entry["meta"])
         if entry["answers"] > 1:
-            answers = ctx.store.all("list_entry_answers", entry_id=entry["id"])
+            answers = ctx.store.all(
+                "list_entry_answers", entry_id=entry["id"], workspace_id=ctx.principal.workspace_id
+            )
             item["later_answers"] = [_stored_answer_item(answer) for answer in answers]
         add(redact.secret_paths(item, secrets, f"entries[{index}]"))
     return found, total

@@ -188,7 +188,12 @@ def answer(
         )
         resolved_at = now()
         if not tx.run(
-            "resolve_pending", id=pending_id, status="answered", entry_id=entry["id"], now=resolved_at
+            "resolve_pending",
+            id=pending_id,
+            workspace_id=ctx.principal.workspace_id,
+            status="answered",
+            entry_id=entry["id"],
+            now=resolved_at,
         ):
             raise PendingResolved(f"Pending call {pending_id} was resolved meanwhile.")
     notify(ctx, pending_id, "answered", entry["id"], resolved_at)
@@ -215,7 +220,12 @@ def cancel(ctx: Context, pending_id: str) -> dict[str, Any]:
     row = get_row(ctx, pending_id)
     resolved_at = now()
     if row["status"] != "pending" or not ctx.store.run(
-        "resolve_pending", id=pending_id, status="cancelled", entry_id=None, now=resolved_at
+        "resolve_pending",
+        id=pending_id,
+        workspace_id=ctx.principal.workspace_id,
+        status="cancelled",
+        entry_id=None,
+        now=resolved_at,
     ):
         raise PendingResolved(f"Pending call {pending_id} is {row['status']} already.")
     notify(ctx, pending_id, "cancelled", None, resolved_at)
@@ -322,7 +332,9 @@ def release_claim(ctx: Context, pending_id: str, worker: str) -> bool:
     """Give back a call this worker holds, so the next claim_next takes it at once; service only."""
     require(ctx, role="editor", scope="record")
     get_row(ctx, pending_id)
-    return bool(ctx.store.run("release_claim", id=pending_id, worker=worker))
+    return bool(
+        ctx.store.run("release_claim", id=pending_id, workspace_id=ctx.principal.workspace_id, worker=worker)
+    )
 
 
 def release(ctx: Context, pending_id: str, worker: str | None = None) -> dict[str, Any]:
@@ -346,7 +358,14 @@ def _try_claim(ctx: Context, pending_id: str, worker: str, lease: int) -> dict[s
     """One guarded UPDATE; the call in full when this worker won it, None when someone else did."""
     at = now()
     until = at + lease
-    row = ctx.store.one("claim_pending", id=pending_id, worker=worker, until=until, now=at)
+    row = ctx.store.one(
+        "claim_pending",
+        id=pending_id,
+        workspace_id=ctx.principal.workspace_id,
+        worker=worker,
+        until=until,
+        now=at,
+    )
     if row is None:
         return None
     metrics.pending_event("claimed")

@@ -70,7 +70,9 @@ def resolve_project(ctx: Context, path_project: str | None, header_project: str 
     if path_project:
         return projects_service.get_row(ctx, path_project)
     if ctx.principal.project_id:
-        row = ctx.store.one("get_project", id=ctx.principal.project_id)
+        row = ctx.store.one(
+            "get_project", id=ctx.principal.project_id, workspace_id=ctx.principal.workspace_id
+        )
         if row is None:
             raise NotFound("No such project.", code="project_not_found")
         return row
@@ -201,7 +203,7 @@ def park(ctx: Context, call: Call) -> None:
         ctx, call.project, call.fingerprint, stored, call.stream, api=call.dialect.name, seq=call.seq
     )
     if call.pending_id is None:
-        call.entry = sequences.recorded(ctx, call.project["id"], call.fingerprint, call.seq)
+        call.entry = sequences.recorded_answer(ctx, call.project["id"], call.fingerprint, call.seq)
         if call.entry is None:
             raise TooManyMisses(
                 f"Project {call.project['name']!r} has {call.project['max_misses']} calls parked "
@@ -291,7 +293,7 @@ def _entry_name(ctx: Context, entry_id: str) -> str:
     the bundle holds (its id exists only in this database); any other by its id and fingerprint."""
     row = entries_service.get_row(ctx, entry_id)
     fingerprint = row["fingerprint"][:MISS_FINGERPRINT] + "…"
-    revisions = ctx.store.all("list_revisions", entry_id=entry_id)
+    revisions = ctx.store.all("list_revisions", entry_id=entry_id, workspace_id=ctx.principal.workspace_id)
     if revisions and revisions[0]["actor"] == "import":
         return f"the bundle's entry with fingerprint {fingerprint}"
     return f"{entry_id} (fingerprint {fingerprint})"

@@ -97,14 +97,16 @@ def with_answer(ctx: Context, entry: dict[str, Any], seq: int) -> dict[str, Any]
     """The entry row as answer `seq` of its sequence replays it (None when there is no such answer)."""
     if seq == 1:
         return entry
-    row = ctx.store.one("entry_answer", entry_id=entry["id"], seq=seq)
+    row = ctx.store.one(
+        "entry_answer", entry_id=entry["id"], workspace_id=ctx.principal.workspace_id, seq=seq
+    )
     if row is None:
         return None
     # Its own provider headers and stream gaps (none when it did not come from a provider).
     return {**entry, "response": row["response"], "chunks": row["chunks"], "meta": row["meta"], "seq": seq}
 
 
-def recorded(ctx: Context, project_id: str, fingerprint: str, seq: int) -> dict[str, Any] | None:
+def recorded_answer(ctx: Context, project_id: str, fingerprint: str, seq: int) -> dict[str, Any] | None:
     """Answer `seq` of the request's sequence as it replays, if it is recorded (by now), else None."""
     entry = entries.lookup(ctx, project_id, fingerprint)
     if entry is None or entry["answers"] < seq:

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from semula import logs, metrics
+from semula.core import sampling
 
 logger = logging.getLogger("semula.access")
 
@@ -48,7 +49,7 @@ def finish(
     route = req.route or "unmatched"
     metrics.count_request(surface, route, status, outcome, seconds)
     quiet = status < 400 and route in QUIET
-    if not quiet and (outcome != "hit" or logs.sampled(HIT_SAMPLE)):
+    if not quiet and (outcome != "hit" or sampling.keep(HIT_SAMPLE)):
         fields: dict[str, Any] = {
             "method": req.method if req.method in METHODS else "OTHER",
             "route": route,

@@ -101,7 +101,11 @@ def test_save_images_refuses_what_is_not_an_image(cli, ctx, tmp_path):
 
 
 def answered_content(ctx, pending_id):
-    entry = ctx.store.one("get_entry", id=pending_service.get(ctx, pending_id)["entry_id"])
+    entry = ctx.store.one(
+        "get_entry",
+        workspace_id=ctx.principal.workspace_id,
+        id=pending_service.get(ctx, pending_id)["entry_id"],
+    )
     return json.loads(entry["response"])["choices"][0]["message"]["content"]
 
 

@@ -124,7 +124,9 @@ def test_sqlite_moves_the_request_to_the_end_of_entry_rows_and_keeps_everything(
             project_id=project["id"],
             fingerprint=saved[1]["fingerprint"],
             request=request_for(long_text),
-            response=json.loads(store.one("get_entry", id=saved[1]["id"])["response"]),
+            response=json.loads(
+                store.one("get_entry", workspace_id="wsp_default", id=saved[1]["id"])["response"]
+            ),
             chunks=None,
             actor="agent",
             summary="",

@@ -40,8 +40,9 @@ LIMIT :limit
 -- two racing claimers exactly one gets a row back (a row count of 1). An expired lease is no
 -- lease. RETURNING hands the winner the call in full, saving a round trip.
 UPDATE pending SET claimed_by = :worker, claim_expires_at = :until
-WHERE id = :id AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= :now)
-RETURNING *, (SELECT name FROM projects WHERE projects.id = pending.project_id) AS project_name
+WHERE id = :id AND workspace_id = :workspace_id AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= :now)
+RETURNING *, (SELECT name FROM projects WHERE projects.id = pending.project_id AND projects.workspace_id = :workspace_id)
+    AS project_name
 
 -- name: claim_pending.postgresql
 -- The same UPDATE, committed without waiting for the WAL flush (synchronous_commit off for this
@@ -50,14 +51,15 @@ RETURNING *, (SELECT name FROM projects WHERE projects.id = pending.project_id) 
 -- crash is a lease that ended early. Answers and everything else stay synchronous (decision 0022).
 WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
 UPDATE pending SET claimed_by = :worker, claim_expires_at = :until
-WHERE id = :id AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= :now)
+WHERE id = :id AND workspace_id = :workspace_id AND status = 'pending' AND (claim_expires_at IS NULL OR claim_expires_at <= :now)
   AND EXISTS (SELECT 1 FROM relaxed)
-RETURNING *, (SELECT name FROM projects WHERE projects.id = pending.project_id) AS project_name
+RETURNING *, (SELECT name FROM projects WHERE projects.id = pending.project_id AND projects.workspace_id = :workspace_id)
+    AS project_name
 
 -- name: release_claim
 -- Give a claimed call back (the answerer, docs/design/answerer.md, through the service only).
 UPDATE pending SET claimed_by = NULL, claim_expires_at = NULL
-WHERE id = :id AND status = 'pending' AND claimed_by = :worker
+WHERE id = :id AND workspace_id = :workspace_id AND status = 'pending' AND claimed_by = :worker
 
 -- name: take_lease
 -- The lease `name` (migration 0023) for :holder: taken when free or lapsed, renewed when held already.
@@ -67,6 +69,7 @@ ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded
 WHERE leases.holder = excluded.holder OR leases.expires_at <= :now
 
 -- name: metrics_projects
+-- across workspaces: the operator's scrape, every project's gauges.
 -- The scrape's gauges (semula.metrics.StoreCollector): one row per project, read by /metrics only.
 SELECT w.name AS workspace, p.name AS project, p.record_timeout, p.upstream_max_calls, p.upstream_max_tokens,
     COALESCE(u.calls, 0) AS upstream_calls,

@@ -20,7 +20,7 @@ LEFT JOIN (
 SELECT counter FROM replay_changes WHERE workspace_id = :workspace_id
 
 -- name: get_entry
-SELECT * FROM entries WHERE id = :id
+SELECT * FROM entries WHERE id = :id AND workspace_id = :workspace_id
 
 -- name: entry_by_response_id
 -- A Responses API entry by the id of its recorded response (previous_response_id, GET /v1/responses/{id}).
@@ -66,8 +66,8 @@ FROM entries WHERE project_id = :project_id AND fingerprint = :fingerprint AND c
 UPDATE upstream_usage SET prompt_tokens = prompt_tokens + :prompt_tokens,
     completion_tokens = completion_tokens + :completion_tokens
 WHERE project_id = :project_id AND :prompt_tokens + :completion_tokens > 0
-  AND EXISTS (SELECT 1 FROM entry_revisions WHERE id = :revision_id);
-SELECT entry_id AS id, number AS revision FROM entry_revisions WHERE id = :revision_id
+  AND EXISTS (SELECT 1 FROM entry_revisions WHERE id = :revision_id AND workspace_id = :workspace_id);
+SELECT entry_id AS id, number AS revision FROM entry_revisions WHERE id = :revision_id AND workspace_id = :workspace_id
 
 -- name: save_entry.postgresql
 WITH entry AS (
@@ -120,9 +120,10 @@ WHERE pd.id = :id AND pd.workspace_id = :workspace_id
 -- name: resolve_pending
 UPDATE pending SET status = :status, entry_id = :entry_id, resolved_at = :now, claimed_by = NULL,
     claim_expires_at = NULL
-WHERE id = :id AND status = 'pending'
+WHERE id = :id AND workspace_id = :workspace_id AND status = 'pending'
 
 -- name: resolved_among
+-- across workspaces: one process holds calls of every workspace, by their unguessable ids.
 -- The held calls (a JSON array of ids) that are no longer pending: one query per poll, whatever the count.
 SELECT id, status, entry_id, resolved_at FROM pending
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status <> 'pending'
@@ -157,7 +158,7 @@ SELECT id, fingerprint FROM pending WHERE project_id = :project_id AND status = 
 SELECT * FROM call_log WHERE project_id = :project_id ORDER BY id
 
 -- name: set_review_status
-UPDATE entries SET review_status = :review_status, updated_at = :now WHERE id = :id
+UPDATE entries SET review_status = :review_status, updated_at = :now WHERE id = :id AND workspace_id = :workspace_id
 
 -- name: entry_apis_in_project
 -- How many entries a project holds of each API: a miss with none of its own API names the others.
