@@ -103,9 +103,10 @@ def key(
 ) -> Key:
     """What decides the answer to a request, besides the rows store.version() covers, as one digest.
 
-    In a session only whether there is one: a session call is kept only when its answer does not
-    depend on its call number (one answer; decided by the entry and project rows, which the version
-    covers), and then every session gets the same answer. `headers` are the values of the request
+    In a session only whether there is one: a session call whose answer does not depend on its call
+    number (one answer; decided by the entry and project rows, which the version covers) gives every
+    session the same answer, and one whose answer does is kept as a sequence whose answer each call's
+    own number picks (keep(sequences=True), decision 0068). `headers` are the values of the request
     headers its API reads into the request (Anthropic's betas). The context is hashed as its
     repr(), which no other context of strings, None and booleans shares, then a tag for how the
     body is taken, then the body.
