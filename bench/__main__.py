@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from bench import dialects, firstsight, hold, replay, runs, sessions, sizes, workloads
 from bench.common import OUT, BenchError, machine
@@ -63,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-tools", action="store_true", help="firstsight: agent requests without tool definitions"
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="sessions: also serve the semula of this checkout (an older commit), interleaved",
+    )
     args = parser.parse_args(argv)
     replay.PATIENCE = args.patience
 
@@ -95,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
             text = dialects.run(duration=args.duration, rounds=args.rounds, warmup=args.warmup, dbs=dbs)
             sections += ["", "## Replay hits per API", "", text]
         if "sessions" in which:
-            text = sessions.run(duration=args.duration, rounds=args.rounds, warmup=args.warmup, dbs=dbs)
+            text = sessions.run(
+                duration=args.duration, rounds=args.rounds, warmup=args.warmup, dbs=dbs, before=args.before
+            )
             sections += ["", "## Replay hits in sessions", "", text]
         if "sizes" in which:
             text = sizes.run(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from semula.core import toolsets
 from semula.core.errors import BadRequest
 
 ROLES = ("user", "assistant", "system")
@@ -56,7 +57,7 @@ def check(body: Any, *, counting: bool = False) -> None:
         turn_uses |= _check_message(message, i, previous_uses if role == "user" else set())
         if role in ("user", "assistant"):
             last_role = role
-    _check_tools(body.get("tools"))
+    toolsets.checked("anthropic.messages", body.get("tools"), _check_tools)  # once per tool set
     _check_tool_choice(body.get("tool_choice"))
     for name, high in (("temperature", 1.0), ("top_p", 1.0)):
         _number(body, name, high)

@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from semula.core import toolsets
 from semula.core.errors import BadRequest
 
 OWN = "invalid_argument"  # the code of the dialect's own 400s: their message needs no prefix
@@ -187,7 +188,7 @@ def check(body: Any, *, counting: bool = False) -> None:
     system = body.get("systemInstruction")
     if system is not None:
         _check_content(system, "systemInstruction", system=True)
-    _check_tools(body.get("tools"))
+    toolsets.checked("gemini.generate_content", body.get("tools"), _check_tools)  # once per tool set
     _check_tool_config(body.get("toolConfig"))
     _check_generation(body.get("generationConfig"))
 

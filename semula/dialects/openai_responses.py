@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from semula.core import answers, jsonio, stream, templates
+from semula.core import answers, jsonio, stream, templates, toolsets
 from semula.core.chat_requests import MAX_TOOLS, check_length
 from semula.core.errors import BadRequest, InvalidAnswer
 from semula.dialects import RESPONSES, Dialect, Request, typed_sse
@@ -161,7 +161,7 @@ class OpenAIResponses(Dialect):
             raise _bad("input must be a string or an array of input items.", "input", "invalid_type")
         if body.get("instructions") is not None and not isinstance(body["instructions"], str):
             raise _bad("instructions must be a string.", "instructions", "invalid_type")
-        _check_tools(body.get("tools"))
+        toolsets.checked("openai.responses", body.get("tools"), _check_tools)  # once per tool set
         _check_text(body.get("text"))
         _check_parameters(body)
         if body.get("previous_response_id") is not None and not isinstance(body["previous_response_id"], str):

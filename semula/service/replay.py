@@ -144,11 +144,13 @@ def start(
     version: object = UNREAD,
     read_again: Callable[[], tuple[dict[str, Any], object]] | None = None,
     plain: bool = False,
+    number: int | None = None,
 ) -> Call:
     """Check the request as its API does, fingerprint it and look for its entry (in a session: the
     answer of its sequence this call gets).
 
-    `plain`: the body is as semula.core.jsonio.read() found it plain (Dialect.fingerprint).
+    `plain`: the body is as semula.core.jsonio.read() found it plain (Dialect.fingerprint). `number`:
+    its number in its session, when it was counted already (sequences.pick).
 
     `version` is the change counter value `project` was read after (ProjectRows), and `read_again`
     reads the project anew: when the counter read with the entry differs, the project may have
@@ -172,7 +174,7 @@ def start(
     call = Call(project, body, fingerprint, req, started, dialect, session=session, version=version)
     call.entry = entry
     if session is not None:
-        sequences.pick(ctx, call, project["sequences"] == "record" and may_park(ctx, call))
+        sequences.pick(ctx, call, project["sequences"] == "record" and may_park(ctx, call), number)
     return call
 
 

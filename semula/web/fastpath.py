@@ -115,14 +115,20 @@ def _warned(warning: str | None) -> list[tuple[str, str]]:
 
 class ProxyApp:
     def __init__(
-        self, fallback: WSGIApp, settings: Settings, store: Store, parking: Parking, calllog: CallLog
+        self,
+        fallback: WSGIApp,
+        settings: Settings,
+        store: Store,
+        parking: Parking,
+        calllog: CallLog,
+        counts: sequences.Counts | None = None,
     ):
         self.fallback = fallback
         self.settings = settings
         self.store = store
         self.parking = parking
         self.calllog = calllog
-        self.base = Context(store, settings, None, parking.release)  # type: ignore[arg-type]
+        self.base = Context(store, settings, None, parking.release, counts)  # type: ignore[arg-type]
         self.principals = policy.PrincipalCache()
         self.hits = hits.HitCache(settings.hit_cache_mb << 20)
         metrics.watch_kept(self.hits)
@@ -259,7 +265,12 @@ class ProxyApp:
         if match["gemini"]:  # the model and the method are in the path, not the body
             headers += (match["gemini_model"], match["gemini"])
         key = hits.key(ctx, speaks.name, match["project"], header_project, raw, session, headers)
-        kept = self.hits.find(ctx, key, raw)
+        kept = self.hits.find(ctx, key, raw, sequences=True)
+        number = None  # its number in its session, once counted
+        if kept is not None and kept.sequence is not None:
+            assert session is not None  # a kept sequence's key says it is in a session
+            number, seq = sequences.kept_number(ctx, kept, session)
+            kept = self.hits.find_answer(key, seq, kept.version) if seq is not None else None
         if kept is not None:
             data = self.hits.reply(kept)  # before the log: a failure is logged once, as an error
             self._log(ctx, kept, "hit", 200, started)
@@ -270,7 +281,7 @@ class ProxyApp:
         body = speaks.with_headers(parsed, _header(environ))
         if match["gemini"]:
             body = speaks.with_route(body, match["gemini_model"], match["gemini"])
-        call = self.start(ctx, (match["project"], header_project), body, speaks, session, plain)
+        call = self.start(ctx, (match["project"], header_project), body, speaks, session, plain, number)
         made.append(call)
         return self._replay(ctx, call, key, raw, started, start_response)
 
@@ -282,8 +293,10 @@ class ProxyApp:
         speaks: dialects.Dialect,
         session: str | None,
         plain: bool,
+        number: int | None = None,
     ) -> replay_service.Call:
-        """Look a call up (replay_service.start) in the project its path or header names (kept rows)."""
+        """Look a call up (replay_service.start) in the project its path or header names (kept rows);
+        `number`: its number in its session, when it was counted already."""
         project, version = self.projects.get(ctx, *selectors)
         return replay_service.start(
             ctx,
@@ -294,6 +307,7 @@ class ProxyApp:
             version=version,
             read_again=lambda: self.projects.read(ctx, *selectors),
             plain=plain,
+            number=number,
         )
 
     def _replay(
@@ -326,21 +340,29 @@ class ProxyApp:
             # chunk frame per word, 7x the CPU of the same answer without stream.
             data = b"".join(call.dialect.sse(events))
             if outcome == "hit" and events:
-                self._keep(key, call, events[0], version, raw, data)
+                self._keep(key, call, events[0], version, raw, data, sequences=True)
             self._log(ctx, call, outcome, 200, started)  # after what may fail: a call is logged once
             return self._sse(start_response, data, extra)
         assert body is not None
         data = jsonio.compact(body)
         if outcome == "hit":
-            self._keep(key, call, body, version, raw, data)
+            self._keep(key, call, body, version, raw, data, sequences=True)
         self._log(ctx, call, outcome, 200, started)
         return self._bytes(start_response, 200, data, extra)
 
-    def _keep(self, key: hits.Key, call: replay_service.Call, body: dict[str, Any], *rest: Any) -> None:
+    def _keep(
+        self,
+        key: hits.Key,
+        call: replay_service.Call,
+        body: dict[str, Any],
+        *rest: Any,
+        sequences: bool = False,
+    ) -> None:
         """Keep a hit for its next sight (service.hits): a cache, so a failure there (a bug, memory)
-        costs this call nothing: it is answered as found, and its next sight is a first sight."""
+        costs this call nothing: it is answered as found, and its next sight is a first sight.
+        `sequences`: a counted session call too (its caller finds kept sequences)."""
         try:
-            self.hits.keep(key, call, body, *rest)
+            self.hits.keep(key, call, body, *rest, sequences=sequences)
         except Exception as exc:
             logger.error("a replay hit was not kept", exc_info=exc)
 

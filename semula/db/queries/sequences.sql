@@ -3,11 +3,33 @@
 -- name: count_session_call
 -- The call number of this request in its session: one atomic statement on both databases, so two
 -- identical calls in flight at once, in any processes, get distinct numbers.
+-- (:n calls at once: service.sequences.Counts counts those of one request asked for together.)
 INSERT INTO session_calls (workspace_id, project_id, session, fingerprint, calls, updated_at)
-VALUES (:workspace_id, :project_id, :session, :fingerprint, 1, :now)
+VALUES (:workspace_id, :project_id, :session, :fingerprint, :n, :now)
 ON CONFLICT (project_id, session, fingerprint) DO UPDATE SET
-    calls = session_calls.calls + 1, updated_at = excluded.updated_at
+    calls = session_calls.calls + excluded.calls, updated_at = excluded.updated_at
 RETURNING calls
+
+-- name: count_session_calls
+-- The calls of several requests counted together (service.sequences.Counts, decision 0068): each row of
+-- :rows adds its `n` calls to its counter, and the counter after them comes back. Rows come sorted by
+-- their key, so two processes' statements take the counters' row locks in one order.
+INSERT INTO session_calls (workspace_id, project_id, session, fingerprint, calls, updated_at)
+SELECT r.value ->> 'workspace_id', r.value ->> 'project_id', r.value ->> 'session', r.value ->> 'fingerprint',
+    r.value ->> 'n', :now
+FROM json_each(:rows) AS r WHERE true
+ON CONFLICT (project_id, session, fingerprint) DO UPDATE SET
+    calls = session_calls.calls + excluded.calls, updated_at = excluded.updated_at
+RETURNING project_id, session, fingerprint, calls
+
+-- name: count_session_calls.postgresql
+INSERT INTO session_calls (workspace_id, project_id, session, fingerprint, calls, updated_at)
+SELECT r.workspace_id, r.project_id, r.session, r.fingerprint, r.n, :now
+FROM json_to_recordset(CAST(:rows AS JSON)) AS r (workspace_id TEXT, project_id TEXT, session TEXT,
+    fingerprint TEXT, n INTEGER)
+ON CONFLICT (project_id, session, fingerprint) DO UPDATE SET
+    calls = session_calls.calls + excluded.calls, updated_at = excluded.updated_at
+RETURNING project_id, session, fingerprint, calls
 
 -- name: reset_session
 DELETE FROM session_calls WHERE project_id = :project_id AND session = :session
