@@ -15,6 +15,7 @@ import pkgutil
 import re
 import sqlite3
 import time
+from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -250,7 +251,7 @@ def swept(world):
         prompt_tokens=0,
         completion_tokens=0,
     )
-    store.one("count_session_call", **keys, session="b-session")
+    store.one("count_session_call", **keys, session="b-session", n=1)
     store.run("ensure_upstream_usage", workspace_id=b_ws, project_id=b_row["id"])
     store.run("record_dry_run", **keys, model="gpt-4o", request=json.dumps(REQUEST))
     store.run("claim_flight", **keys, seq=1, holder="b-holder", until=time.time() + 600)
@@ -318,6 +319,7 @@ def statement_values(sql: str, world, keys: dict) -> list[dict]:
         "session": ["b-session"],
         "name": ["bee"],
         "seq": [1, 2],
+        "n": [1],
         "number": [1],
         "revision": [1],
         "answers": [0],
@@ -471,6 +473,10 @@ SERVICE_PARAMETERS = {
     "secret": lambda w, fn: sessions.start(w["a"]),
     "hashed": lambda w, fn: token_hash(w["a_token"]),
     "call": lambda w, fn: call_for(w, fn),
+    # A kept hit of the caller's own project (what service.hits found), with B's fingerprint.
+    "kept": lambda w, fn: SimpleNamespace(
+        sequence=(2, "repeat_last"), project=w["a_project"], fingerprint=w["fingerprint"]
+    ),
     "seq": lambda w, fn: 1,
     "number": lambda w, fn: 1,
     "pinned": lambda w, fn: True,
