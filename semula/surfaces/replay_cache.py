@@ -40,7 +40,12 @@ def directory(environ: Mapping[str, str]) -> Path | None:
         return None
     if value:
         return Path(value)
-    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except (KeyError, RuntimeError):  # no home directory to be found: nothing is kept
+            return None
     return Path(base) / "semula" / "replay"
 
 
@@ -124,11 +129,12 @@ def save(folder: Path, name: str, store: SQLiteStore) -> None:
         partial.unlink(missing_ok=True)
         store.copy_to(str(partial))
         os.replace(partial, folder / f"{name}.db")  # whole or not there, for starts running beside this one
+    except (OSError, DatabaseError) as exc:
+        logger.warning("replay_cache_unwritable", extra={"path": str(folder), "error": str(exc)})
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        return
+    with contextlib.suppress(OSError):  # another start may be dropping the same files
         kept = sorted(folder.glob("*.db"), key=lambda p: p.stat().st_mtime, reverse=True)
         for old in kept[KEEP:]:
             old.unlink(missing_ok=True)
-    except (OSError, DatabaseError) as exc:
-        logger.warning("replay_cache_unwritable", extra={"path": str(folder), "error": str(exc)})
-    finally:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
