@@ -1,7 +1,7 @@
 """Time from `semula replay BUNDLE` start to its first served hit, at 1k / 10k / 100k entries.
 
-    python -m bench replaystart [--counts 1000,10000,100000] [--runs 3]
-    python -m bench.replay_start [--counts ...] [--runs 3]      # the table alone
+    python -m bench replaystart [--bundle-entries 1000,10000,100000] [--rounds 3]
+    python -m bench.replay_start [--counts ...] [--runs 3] [--against OTHER_CHECKOUT]   # the table alone
 
 Issue #48's target: at most 1 s with a 10,000-entry bundle (~14 MB), median of 3 cold starts, and
 proportionate at 100,000. Each run starts a fresh process (its own temporary database) and posts the
@@ -13,6 +13,8 @@ request of one of the bundle's entries to the printed URL until a 200. Two rows 
   bundle with the same semula (decision 0062).
 
 A checkout without the cache (main before it) ignores the variable: both rows are its import.
+`--against DIR` starts another checkout's semula (`git archive REV | tar -x -C DIR`) in turn with
+this one's, run by run, so a change in the machine's load falls on both, and reports the ratio.
 """
 
 from __future__ import annotations
@@ -36,12 +38,15 @@ COUNTS = (1000, 10000, 100000)
 TIMEOUT = 600  # seconds a start may take before the run fails (100,000 entries on a busy machine)
 
 
-def one_run(bundle: Path, body: dict, cache: Path, log: Path) -> float:
-    """Seconds from the process's start to the first 200 for `body`."""
-    # PYTHONPATH picks the semula measured (another checkout's, to compare); the bench's by default.
-    env = {**os.environ, "SEMULA_REPLAY_CACHE": str(cache), "PYTHONPYCACHEPREFIX": str(CACHE / "pycache")}
-    env.setdefault("PYTHONPATH", str(ROOT))
-    # Compiled modules as an installed semula has them: compiling its sources costs a start ~0.5 s.
+def one_run(src: Path, bundle: Path, body: dict, cache: Path, log: Path) -> float:
+    """Seconds from the start of `src`'s `semula replay` to the first 200 for `body`."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(src),
+        "SEMULA_REPLAY_CACHE": str(cache),
+        # Compiled modules as an installed semula has them: compiling its sources costs ~0.5 s a start.
+        "PYTHONPYCACHEPREFIX": str(CACHE / "pycache"),
+    }
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     with log.open("wb") as err:
         started = time.monotonic()
@@ -75,30 +80,39 @@ def one_run(bundle: Path, body: dict, cache: Path, log: Path) -> float:
         proc.wait(60)
 
 
-def run(counts: tuple[int, ...] = COUNTS, runs: int = 3) -> str:
-    """A markdown table: start to first hit per bundle size, first start and cached."""
+def run(counts: tuple[int, ...] = COUNTS, runs: int = 3, against: Path | None = None) -> str:
+    """A markdown table: start to first hit per bundle size, first start and cached; with `against`
+    (another checkout), its starts interleaved with this one's, and the ratio."""
+    sources = [("this", ROOT)] + ([("against", against)] if against else [])
+    head = " | ".join(f"{name} p50 s (min-max)" for name, _ in sources)
     lines = [
-        "| entries | bundle MB | start | p50 s | min s | max s |",
-        "|---:|---:|---|---:|---:|---:|",
+        f"| entries | bundle MB | start | {head} |" + (" this / against |" if against else ""),
+        "|---:|---:|---|" + "---:|" * (len(sources) + bool(against)),
     ]
     with tempfile.TemporaryDirectory(prefix="semula-bench-replay-") as tmp:
         work = Path(tmp)
+        log = work / "replay.log"
         for count in counts:
             bundle = work / f"bundle-{count}.json"
             write_bundle(bundle, count)
             size = bundle.stat().st_size / 1e6
             body = request(count // 2)  # an entry from the middle of the bundle
-            log = work / "replay.log"
-            first = [one_run(bundle, body, Path(tempfile.mkdtemp(dir=work)), log) for _ in range(runs)]
-            cache = Path(tempfile.mkdtemp(dir=work))
-            one_run(bundle, body, cache, log)  # fills the cache
-            cached = [one_run(bundle, body, cache, log) for _ in range(runs)]
-            for name, times in (("first start", first), ("cached", cached)):
-                lines.append(
-                    f"| {count:,} | {size:.1f} | {name} | {statistics.median(times):.2f} "
-                    f"| {min(times):.2f} | {max(times):.2f} |"
-                )
-            print(lines[-2], lines[-1], sep="\n", file=sys.stderr, flush=True)
+            times: dict[tuple[str, str], list[float]] = {}
+            caches = {name: Path(tempfile.mkdtemp(dir=work)) for name, _ in sources}
+            for name, src in sources:
+                one_run(src, bundle, body, caches[name], log)  # fills the cache
+            for _ in range(runs):  # the checkouts in turn, so a change in the machine's load hits both
+                for name, src in sources:
+                    empty = Path(tempfile.mkdtemp(dir=work))
+                    for start, cache in (("first start", empty), ("cached", caches[name])):
+                        times.setdefault((start, name), []).append(one_run(src, bundle, body, cache, log))
+            for start in ("first start", "cached"):
+                cells = [times[start, name] for name, _ in sources]
+                row = " | ".join(f"{statistics.median(t):.2f} ({min(t):.2f}-{max(t):.2f})" for t in cells)
+                ratio = statistics.median(cells[0]) / statistics.median(cells[-1])
+                ratio = f" {ratio:.2f} |" if against else ""
+                lines.append(f"| {count:,} | {size:.1f} | {start} | {row} |{ratio}")
+            print(*lines[-2:], sep="\n", file=sys.stderr, flush=True)
             bundle.unlink()
     return "\n".join(lines)
 
@@ -109,8 +123,9 @@ def main() -> None:
     )
     parser.add_argument("--counts", default=",".join(str(n) for n in COUNTS), help="bundle sizes, in entries")
     parser.add_argument("--runs", type=int, default=3, help="cold starts per row (the median is reported)")
+    parser.add_argument("--against", type=Path, help="another checkout to compare (a `git archive` of main)")
     args = parser.parse_args()
-    print(run(tuple(int(n) for n in args.counts.split(",") if n.strip()), args.runs))
+    print(run(tuple(int(n) for n in args.counts.split(",") if n.strip()), args.runs, args.against))
 
 
 if __name__ == "__main__":
