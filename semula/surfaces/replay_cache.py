@@ -60,13 +60,17 @@ def digest(project: str, settings: Settings) -> hashlib.blake2b | None:
 
 
 def key(bundle: Path, project: str, settings: Settings) -> str | None:
-    """The name of the database made from `bundle` as it is now (see digest())."""
+    """The name of the database made from `bundle` as it is now (see digest()); None when it cannot be
+    read (the import then says why, as without a cache)."""
     made = digest(project, settings)
     if made is None:
         return None
-    with bundle.open("rb") as source:
-        while chunk := source.read(READ):
-            made.update(chunk)
+    try:
+        with bundle.open("rb") as source:
+            while chunk := source.read(READ):
+                made.update(chunk)
+    except OSError:
+        return None
     return made.hexdigest()
 
 
