@@ -42,6 +42,15 @@ def _with_dbname(url: str, name: str) -> str:
     return f"{base}/{name}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def replay_cache(tmp_path_factory) -> Iterator[None]:
+    """`semula replay` keeps imported bundles in the session's directory, never the user's cache
+    (started processes inherit it)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SEMULA_REPLAY_CACHE", str(tmp_path_factory.mktemp("replay-cache")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def pg_template() -> Iterator[str | None]:
     if not PG_URL:

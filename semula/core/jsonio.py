@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -224,23 +224,3 @@ def _check_strings(strings: Iterable[str], what: str) -> None:
                     f"{what} holds a lone UTF-16 surrogate (\\ud800-\\udfff without its pair), "
                     "which is not valid Unicode text."
                 ) from None
-
-
-def checked_events(
-    events: Iterable[tuple[str, Any]], what: str = "The bundle", *, base: int = 0
-) -> Iterator[tuple[str, Any]]:
-    """Pass a streaming parser's (event, value) pairs through, refusing nesting past MAX_DEPTH + base.
-
-    `base` is how many levels a container format adds around the values it carries (a bundle wraps
-    each request in the root object, the entries list and the entry).
-    """
-    depth = 0
-    limit = MAX_DEPTH + base
-    for event, value in events:
-        if event in ("start_map", "start_array"):
-            depth += 1
-            if depth > limit:
-                raise too_deep(what)
-        elif event in ("end_map", "end_array"):
-            depth -= 1
-        yield event, value

@@ -22,17 +22,17 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gevent
-import gevent.lock
-import gevent.queue
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidState
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request
 from websockets.protocol import State
 from websockets.server import ServerProtocol
+
+if TYPE_CHECKING:
+    import gevent.queue
 
 from semula.core import errors
 
@@ -72,6 +72,12 @@ class WebSocket:
     def __init__(self, sock: socket.socket, reader: Any, protocol: ServerProtocol):
         self._sock = sock
         self._reader = reader  # the connection's buffered reader: it may hold the client's first bytes
+        # gevent is imported by the first socket, not with the app: a fifth of `semula replay`'s start,
+        # whose threaded server takes no WebSocket (gunicorn's gevent worker has it imported already).
+        import gevent
+        import gevent.lock
+        import gevent.queue
+
         self._protocol = protocol
         self._messages: gevent.queue.Queue[bytes | None] = gevent.queue.Queue()
         self._sending = gevent.lock.Semaphore()

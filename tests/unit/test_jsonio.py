@@ -5,10 +5,9 @@ from __future__ import annotations
 import io
 import json
 
-import ijson
 import pytest
 
-from semula.core import jsonio
+from semula.core import bundle_format, jsonio
 from semula.core.errors import BadRequest
 
 
@@ -52,12 +51,16 @@ def test_malformed_json_is_400_without_echoing_the_body(raw):
     assert "not json" not in caught.value.message
 
 
-def test_streamed_events_are_limited_with_the_container_allowance():
-    allowed = nested(jsonio.MAX_DEPTH + 2).encode()
-    assert list(jsonio.checked_events(ijson.basic_parse(io.BytesIO(allowed)), base=2))
-    too_deep = nested(jsonio.MAX_DEPTH + 3).encode()
+@pytest.mark.parametrize("key", ["request", "response"])
+def test_a_streamed_bundle_is_limited_with_the_container_allowance(key):
+    def bundle(depth: int) -> io.BytesIO:
+        entry = f'{{"{key}": {nested(depth)}}}'
+        return io.BytesIO(f'{{"bundle": {{"format": "semula-bundle"}}, "entries": [{entry}]}}'.encode())
+
+    # A request or response nests as deep as a body may, inside the root, the entries and the entry.
+    assert [kind for kind, _ in bundle_format.read_bundle(bundle(jsonio.MAX_DEPTH))] == ["bundle", "entry"]
     with pytest.raises(BadRequest, match="The bundle nests deeper"):
-        list(jsonio.checked_events(ijson.basic_parse(io.BytesIO(too_deep)), base=2))
+        list(bundle_format.read_bundle(bundle(jsonio.MAX_DEPTH + 1)))
 
 
 @pytest.mark.parametrize(

@@ -108,6 +108,22 @@ ON CONFLICT (entry_id, seq) DO UPDATE SET
 WHERE entry_answers.workspace_id = excluded.workspace_id
 RETURNING revision
 
+-- name: import_new_answer
+-- Answer :seq of a sequence the import has just created the entry of: its first revision.
+INSERT INTO entry_answers (workspace_id, entry_id, seq, response, chunks, revision, pinned, created_at,
+    updated_at, meta)
+VALUES (:workspace_id, :entry_id, :seq, :response, :chunks, :number, :pinned, :now, :now, :meta)
+
+-- name: answers_of_entries
+-- Answers 2..n of the entries in :entry_ids (a JSON array), by entry and seq: one query per import batch.
+SELECT * FROM entry_answers
+WHERE workspace_id = :workspace_id AND entry_id IN (SELECT value FROM json_each(:entry_ids)) ORDER BY entry_id, seq
+
+-- name: answers_of_entries.postgresql
+SELECT * FROM entry_answers
+WHERE workspace_id = :workspace_id AND entry_id IN (SELECT jsonb_array_elements_text(CAST(:entry_ids AS jsonb)))
+ORDER BY entry_id, seq
+
 -- name: import_answer_marks
 -- Answer :seq of an imported sequence whose answers are the ones stored and only this answer's pin
 -- or meta differs: the bundle's, no new revision (as import_entry_marks).
