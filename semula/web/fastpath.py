@@ -143,8 +143,10 @@ class ProxyApp:
             version = match["gemini_version"] or ("v1beta" if match["gemini_models"] else "v1")
             req.route = f"{project_part}/{version}/{what.removeprefix('gemini/')}"
         else:
+            # A model's id is no part of its template: the metrics' labels stay a bounded set.
+            under = "models/{model}" if match["model_id"] else what
             req.route = access.proxy_route(
-                what, bool(match["project"]), bool(match["response_id"]), bool(match["items"])
+                under, bool(match["project"]), bool(match["response_id"]), bool(match["items"])
             )
         started = time.monotonic()
         ctx: Context | None = None

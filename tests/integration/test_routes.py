@@ -75,7 +75,7 @@ ROUTES = [
         (405, ANTHROPIC, "/p/{project}/v1/messages/count_tokens", True),
     ),
     (("GET", "/p/shop/v1/models", None, {}), (200, None, "/p/{project}/v1/models", False)),
-    (("GET", "/p/shop/v1/models/gpt-4", None, {}), (404, OPENAI, "/p/{project}/v1/models/gpt-4", False)),
+    (("GET", "/p/shop/v1/models/gpt-4", None, {}), (404, OPENAI, "/p/{project}/v1/models/{model}", False)),
     (("POST", "/p/shop/v1/models", None, {}), (405, OPENAI, "/p/{project}/v1/models", False)),
     (("GET", "/p/shop/v1/models", None, GOOG), (200, None, "/p/{project}/v1/models", False)),
     (("GET", "/p/shop/v1/models/gem", None, GOOG), (404, GOOGLE, "/p/{project}/v1/models/{model}", False)),
