@@ -170,3 +170,21 @@ def test_every_route_answers_as_before(ctx, client, make_token, access_lines):
     assert len(lines) == len(ROUTES)
     got = [(status, kind, line["route"], rid) for (status, kind, rid), line in zip(seen, lines, strict=True)]
     assert got == [expected for _, expected in ROUTES]
+
+
+def test_each_api_takes_the_token_where_its_clients_send_it(ctx, client, make_token):
+    projects.create(ctx, {"name": "shop", "mode": "replay"})
+    token = make_token("admin")["Authorization"].split()[1]
+    anthropic, google = {"x-api-key": token}, {"x-goog-api-key": token}
+    assert client.post("/p/shop/v1/messages", json=MESSAGES, headers=anthropic).status_code == 424
+    assert (
+        client.post("/p/shop/v1/messages/count_tokens", json=MESSAGES, headers=anthropic).status_code == 200
+    )
+    gemini = "/p/shop/v1beta/models/gem:generateContent"
+    assert client.post(gemini, json=CONTENTS, headers=google).status_code == 424
+    assert client.post(f"{gemini}?key={token}", json=CONTENTS).status_code == 424
+    assert client.get("/p/shop/v1/models", headers=google).json == {"models": []}
+    # Elsewhere those headers are not a token.
+    assert client.post("/p/shop/v1/chat/completions", json=CHAT, headers=anthropic).status_code == 401
+    assert client.post("/p/shop/v1/messages", json=MESSAGES, headers=google).status_code == 401
+    assert client.get("/p/shop/v1/models", headers=anthropic).status_code == 401
