@@ -369,7 +369,7 @@ _table: Table | None = None  # the routes of DIALECTS, remade when it changes
 
 def _load() -> None:
     if not DIALECTS:
-        DIALECTS.update((d.name, d) for d in _builtin())
+        DIALECTS.update((d.name, d) for d in _builtin())  # as register() would, one table for all
         _remake()
 
 

@@ -85,7 +85,9 @@ class Table:
         bound = [Bound(route, dialect, number) for number, (route, dialect) in enumerate(declared)]
         served = [b for b in bound if not b.route.keyed]
         for alternative in (b for b in bound if b.route.keyed):
-            [shared] = [b for b in served if b.route.path == alternative.route.path]
+            shared = next((b for b in served if b.route.path == alternative.route.path), None)
+            if shared is None:
+                raise ValueError(f"no route has the path of the keyed route {alternative.route.path}")
             shared.keyed = alternative
             alternative.groups = shared.groups  # the path's groups are the shared route's
         self.exact = {b.route.path: b for b in served if re.escape(b.route.path) == b.route.path}
@@ -128,7 +130,8 @@ class Table:
         if match is None:
             return None
         bound = self.by_group[match.lastgroup]  # type: ignore[index]
-        return bound, project, tuple(match[group] for group in bound.groups) + bound.route.args  # type: ignore[return-value]
+        values = tuple(match[group] for group in bound.groups) + bound.route.args
+        return bound, project, values  # type: ignore[return-value]
 
     def unknown_in(self, path: str) -> Dialect | None:
         """The dialect whose envelope a path under an API prefix that no route has is answered in."""
