@@ -27,6 +27,38 @@ from semula.core import answers, jsonio, stream, templates
 from semula.core.errors import InvalidAnswer, SemulaError
 from semula.dialects import GEMINI, Dialect, Request, answer_of, common_answer, tool_call
 from semula.dialects.gemini_checks import OWN, check, json_names
+from semula.dialects.routes import CALL, MODEL, MODELS, Route, keyed
+
+VERSIONS = ("v1beta", "v1")  # google-genai 1.x+ calls /v1, earlier clients /v1beta
+MODEL_IN_PATH = r"(?P<model>[^/:?#]{1,200})"
+
+
+def methods(*served: tuple[str, str]) -> tuple[Route, ...]:
+    """The routes of a model's methods (`/{version}/models/{model}:METHOD`), under both versions; the
+    method is the route's argument after the model."""
+    return tuple(
+        Route(
+            f"/{version}/models/{MODEL_IN_PATH}:{method}",
+            f"/{version}/models/{{model}}:{method}",
+            serves,
+            (method,),
+        )
+        for version in VERSIONS
+        for method, serves in served
+    )
+
+
+def google_key(environ: Any) -> str | None:
+    """The key a Google client sends: the `x-goog-api-key` header, else the `key` query parameter."""
+    header = environ.get("HTTP_X_GOOG_API_KEY")
+    if header is not None:
+        return header
+    for pair in environ.get("QUERY_STRING", "").split("&"):
+        name, _, value = pair.partition("=")
+        if name == "key":
+            return urllib.parse.unquote_plus(value)
+    return None
+
 
 # Google's status name for each HTTP status; semula's own statuses get the nearest one.
 STATUSES = {
@@ -138,12 +170,28 @@ def _event_data(event: bytes) -> bytes:
 class Gemini(Dialect):
     name = GEMINI
     title = "Gemini"
+    routes = (
+        *methods(("generateContent", CALL), ("streamGenerateContent", CALL), ("countTokens", "count_tokens")),
+        Route("/v1beta/models", "/v1beta/models", "gemini_models"),
+        Route(f"/v1beta/models/{MODEL_IN_PATH}", "/v1beta/models/{model}", "gemini_model"),
+        # GET /v1/models from a Google client is this API's model list, which google-genai calls under /v1.
+        keyed(MODELS, "gemini_models"),
+        keyed(MODEL, "gemini_model"),
+    )
+    summary = (
+        "POST /v1beta/models/{model}:generateContent, :streamGenerateContent and :countTokens"
+        " and GET /v1beta/models"
+    )
+    owns_prefix = "v1beta"
     stamped = ("responseId",)
     upstream_model_applies = False  # a project's upstream_model names an OpenAI model
     upstream_path = "/models"  # the model and the method follow (upstream_target)
     transport_fields = TRANSPORT
 
     # Requests
+
+    def api_key(self, environ: Any) -> str | None:
+        return google_key(environ)
 
     def with_route(self, body: Any, model: str, method: str) -> Any:
         """The body as stored: fields by their JSON names (`system_instruction` as `systemInstruction`),
@@ -357,6 +405,13 @@ class Gemini(Dialect):
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         for event in events:
             yield b"data: " + jsonio.compact(event) + b"\r\n\r\n"
+
+    def streams_array(self, in_path: tuple[str, ...], query: str) -> bool:
+        # Google streams :streamGenerateContent as one JSON array unless asked for `alt=sse`.
+        return in_path[-1:] == ("streamGenerateContent",) and "alt=sse" not in query
+
+    def json_array(self, pieces: Iterable[bytes]) -> Iterator[bytes]:
+        return json_array(pieces)
 
     def upstream(self, settings: Any) -> tuple[str, str | None]:
         return settings.gemini_url, settings.gemini_key

@@ -15,6 +15,7 @@ from semula.core import answers, chat_requests, jsonio, stream, templates
 from semula.core import fingerprint as fp
 from semula.core.errors import BadRequest, InvalidAnswer
 from semula.dialects import CHAT, Dialect, Request
+from semula.dialects.routes import Route
 
 
 def response_id() -> str:
@@ -57,6 +58,7 @@ def _with_refusal(completion: dict[str, Any]) -> dict[str, Any]:
 class OpenAIChat(Dialect):
     name = CHAT
     title = "Chat Completions"
+    routes = (Route("/v1/chat/completions", "/v1/chat/completions"),)
     stamped = ("id", "created")
     upstream_path = "/chat/completions"
     transport_fields = fp.TRANSPORT_FIELDS

@@ -23,6 +23,9 @@ from semula.core import answers, jsonio, stream, templates, toolsets
 from semula.core.chat_requests import MAX_TOOLS, check_length
 from semula.core.errors import BadRequest, InvalidAnswer
 from semula.dialects import RESPONSES, Dialect, Request, typed_sse
+from semula.dialects.routes import Route
+
+STORED = r"/v1/responses/(?P<id>[A-Za-z0-9_.:-]{1,200})"  # a recorded response's path
 
 NAME = RESPONSES
 ROLES = ("assistant", "system", "developer", "user")
@@ -120,6 +123,12 @@ def _check_parameters(body: dict[str, Any]) -> None:
 class OpenAIResponses(Dialect):
     name = NAME
     title = "Responses"
+    routes = (
+        Route("/v1/responses", "/v1/responses", websocket=True),  # decision 0056
+        Route(STORED, "/v1/responses/{id}", "stored_response"),
+        Route(STORED + "/input_items", "/v1/responses/{id}/input_items", "input_items"),
+    )
+    summary = "POST /v1/responses and GET /v1/responses/{id}"
     stamped = ("created_at",)
     upstream_path = "/responses"
     transport_fields = TRANSPORT

@@ -186,7 +186,7 @@ TOKEN_ID = path_param("token_id", "The token's id (`tok_…`).")
 
 API = {
     "type": "string",
-    "enum": dialects.names(),  # every API of the dialect registry
+    "enum": dialects.names(),  # every API of the dialect registry, as it is when the document is made
     "description": "The API the call was made in (docs/decisions/0030-dialects.md).",
 }
 CONVERSATION = {
@@ -1055,7 +1055,8 @@ SCHEMAS["BundleEntry"]["properties"]["later_answers"]["items"] = ref("BundleAnsw
 
 
 def document() -> dict[str, Any]:
-    """The OpenAPI document, with the server's version."""
+    """The OpenAPI document, with the server's version and the APIs registered now (dialects.register)."""
+    API["enum"] = dialects.names()
     try:
         semula_version = version("semula")
     except PackageNotFoundError:
