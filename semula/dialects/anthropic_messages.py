@@ -325,6 +325,8 @@ class AnthropicMessages(Dialect):
         for event in events:
             if event.get("type") == "error":
                 raise ValueError("the provider's stream ended with an error event")
+        if not any(event.get("type") == "message_stop" for event in events):
+            raise ValueError("the provider's stream ended before message_stop")
         return assemble(events), list(events)  # as sent, pings included: a replay sends them too
 
 

@@ -426,7 +426,11 @@ class Gemini(Dialect):
         for event in events:
             if "error" in event:
                 raise ValueError("the provider's stream ended with an error")
-        return assemble(events), events
+        response = assemble(events)
+        # The API has no end event: its last chunk says why the candidate finished.
+        if not response["candidates"][0].get("finishReason"):
+            raise ValueError("the provider's stream ended before its candidate finished")
+        return response, events
 
     def relay(self, block: bytes, data: Any, req: Request) -> bytes | None:
         return block + b"\r\n\r\n"

@@ -185,6 +185,14 @@ class OpenAIChat(Dialect):
         return body
 
     def from_stream(self, events: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        # OpenAI's error mid-stream is a chunk holding only `error`; a stream cut short leaves a choice
+        # without its finish_reason. Neither is an answer to save.
+        if any(isinstance(event, dict) and "error" in event for event in events):
+            raise ValueError("the provider's stream carried an error")
+        choices = [choice for event in events for choice in event.get("choices") or ()]
+        finished = {choice.get("index", 0) for choice in choices if choice.get("finish_reason")}
+        if not choices or finished != {choice.get("index", 0) for choice in choices}:
+            raise ValueError("the provider's stream ended before its choices finished")
         return stream.assemble_chunks(events), events
 
     def relay(self, block: bytes, data: Any, req: Request) -> bytes | None:
