@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from semula import metrics
+from semula import metrics, sockets
 from semula.db import DatabaseError, Store
 from semula.service import pending as pending_service
 
@@ -41,26 +40,12 @@ RENEWAL = pending_service.HOLD_LEASE / 3  # seconds between two renewals of the 
 
 def client_gone(sock: Any) -> Callable[[], bool] | None:
     """Whether a held call's client closed its connection (None when there is no socket to look at,
-    as under Flask's test client). A look is one non-blocking peek: the end of the stream or an
-    error is a client gone; bytes, or none yet, are a client still there (a client pipelining its
-    next request is waiting too). A connection the client only half-closed reads as gone, as nginx
-    takes it by default."""
+    as under Flask's test client). The end of the stream or an error is a client gone; bytes, or none
+    yet, are a client still there (a client pipelining its next request is waiting too). A connection
+    the client only half-closed reads as gone, as nginx takes it by default."""
     if sock is None:
         return None
-
-    def gone() -> bool:
-        timeout = sock.gettimeout()
-        sock.settimeout(0.0)
-        try:
-            return not sock.recv(1, socket.MSG_PEEK)
-        except BlockingIOError:
-            return False
-        except OSError:
-            return True
-        finally:
-            sock.settimeout(timeout)
-
-    return gone
+    return lambda: sockets.unread(sock) is None
 
 
 @dataclass
