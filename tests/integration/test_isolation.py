@@ -237,6 +237,9 @@ NO_OBJECT = {
     "pending.park",
     "pending.present",
     "pending.notify",
+    # The held calls' lease (decision 0063), by their unguessable ids, as the poll reads them; and pure.
+    "pending.hold_among",
+    "pending.abandoned",
     "entries.lookup",
     "entries.lookup_at",
     "entries.by_response_id",
