@@ -68,7 +68,7 @@ from gevent.pywsgi import Input, OldMessage, _InvalidClientRequest, format_date_
 from gevent.socket import wait_read
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler
 
-from semula import logs, metrics
+from semula import logs, metrics, sockets
 
 logger = logging.getLogger("semula.worker")
 
@@ -523,11 +523,18 @@ class Handler(PyWSGIHandler):
         return not reply.close
 
     def wake(self) -> None:
-        """End the wait for this connection's next request: its read sees the end of the stream."""
+        """End the wait for this connection's next request: its read sees the end of the stream.
+
+        Unless the request has begun to arrive: on a loaded worker the sweep can run after a client's
+        bytes came and before the greenlet waiting for them, and closing then loses a request the
+        client sent on a connection it had every reason to reuse (an SDK's pooled connection, idle
+        for just under keep-alive's time; issue #49). Such a connection is served; a stopping worker
+        closes it all the same."""
         sock = self.socket
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        if sock is None or (not self.server.closed and sockets.unread(sock)):
+            return
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
     def _request_environ(self, env: dict[str, Any]) -> None:
         """The environ's keys of the request line and the connection, pywsgi's and gunicorn's

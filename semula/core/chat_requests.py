@@ -17,6 +17,7 @@ from jsonschema.exceptions import SchemaError
 
 from semula.core import toolsets
 from semula.core.errors import BadRequest
+from semula.core.limits import MAX_BLOCKS, MAX_ITEMS, blocks
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 RESPONSE_FORMATS = ("text", "json_object", "json_schema")
@@ -34,7 +35,16 @@ MAX_TOOL_CALLS = 128
 
 def check(body: dict[str, Any]) -> None:
     """400 for the first field of a chat completion request that OpenAI would refuse."""
-    for index, message in enumerate(body["messages"]):
+    messages = body["messages"]
+    check_length("messages", messages, MAX_ITEMS)  # the caps first (decision 0063)
+    parts = blocks(messages, "content")
+    if parts > MAX_BLOCKS:
+        raise BadRequest(
+            f"Invalid 'messages': too many content parts: {parts}; at most {MAX_BLOCKS} in a request.",
+            param="messages",
+            code="array_above_max_length",
+        )
+    for index, message in enumerate(messages):
         _message(message, f"messages[{index}]")
     tools = body.get("tools")
     if tools is not None:

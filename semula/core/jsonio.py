@@ -18,6 +18,7 @@ every error go through json as before, so the values and the error texts are jso
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
@@ -78,7 +79,7 @@ def _read(raw: bytes | str, what: str, *, plain: bool) -> tuple[Any, bool]:
     # thousands of vector floats) want no such answer and do not pay for it.
     if isinstance(raw, bytes | str):
         try:
-            value = orjson.loads(raw)
+            value = _parse(raw)
         except orjson.JSONDecodeError:
             pass  # json names the error (or reads what orjson refuses: a byte order mark, UTF-16)
         else:
@@ -87,6 +88,23 @@ def _read(raw: bytes | str, what: str, *, plain: bool) -> tuple[Any, bool]:
             if found is not None:
                 return value, found
     return _loads(raw, what), False
+
+
+# Past this size a body is parsed with Python's cyclic GC paused: the 100,000s of objects orjson makes
+# for a large body each count towards a collection, and the collections, which walk every object
+# alive, took most of the parse (a 4.9 MB body of 100,000 items: 144 ms of CPU, 57 ms paused;
+# decision 0063). orjson never runs Python code in between, so no other greenlet runs while paused.
+PAUSE_GC_ABOVE = 256 * 1024
+
+
+def _parse(raw: bytes | str) -> Any:
+    if len(raw) <= PAUSE_GC_ABOVE or not gc.isenabled():
+        return orjson.loads(raw)
+    gc.disable()
+    try:
+        return orjson.loads(raw)
+    finally:
+        gc.enable()
 
 
 def stored(text: str | bytes) -> Any:

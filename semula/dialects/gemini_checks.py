@@ -14,6 +14,7 @@ from typing import Any
 
 from semula.core import toolsets
 from semula.core.errors import BadRequest
+from semula.core.limits import MAX_BLOCKS, MAX_ITEMS, blocks
 
 OWN = "invalid_argument"  # the code of the dialect's own 400s: their message needs no prefix
 ROLES = ("user", "model", "function")
@@ -183,6 +184,11 @@ def check(body: Any, *, counting: bool = False) -> None:
         raise bad("contents is not specified", "contents")
     if not isinstance(contents, list):
         raise wrong_type("contents", "TYPE_MESSAGE", contents)
+    if len(contents) > MAX_ITEMS:  # the caps first (decision 0063)
+        raise bad(f"too many contents: {len(contents)}; at most {MAX_ITEMS} in a request", "contents")
+    parts = blocks(contents, "parts")
+    if parts > MAX_BLOCKS:
+        raise bad(f"too many parts: {parts}; at most {MAX_BLOCKS} in a request", "contents")
     for i, content in enumerate(contents):
         _check_content(content, f"contents[{i}]")
     system = body.get("systemInstruction")

@@ -22,6 +22,7 @@ from typing import Any
 from semula.core import answers, jsonio, stream, templates, toolsets
 from semula.core.chat_requests import MAX_TOOLS, check_length
 from semula.core.errors import BadRequest, InvalidAnswer
+from semula.core.limits import MAX_BLOCKS, MAX_ITEMS, blocks
 from semula.dialects import RESPONSES, Dialect, Request, typed_sse
 from semula.dialects.routes import Route
 
@@ -164,6 +165,14 @@ class OpenAIResponses(Dialect):
         if items is None and not body.get("previous_response_id"):
             raise _bad("Missing required parameter: 'input'.", "input", "missing_required_parameter")
         if isinstance(items, list):
+            check_length("input", items, MAX_ITEMS)  # the caps first (decision 0063)
+            parts = blocks(items, "content")
+            if parts > MAX_BLOCKS:
+                raise _bad(
+                    f"Invalid 'input': too many content parts: {parts}; at most {MAX_BLOCKS} in a request.",
+                    "input",
+                    "array_above_max_length",
+                )
             for i, item in enumerate(items):
                 _check_item(item, f"input[{i}]")
         elif items is not None and not isinstance(items, str):

@@ -32,6 +32,7 @@ OUTCOMES = (
     "budget",
     "synthetic",
     "sequence_exhausted",
+    "abandoned",
     "error",
 )
 MAX_BUFFER = 10_000

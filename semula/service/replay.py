@@ -224,10 +224,11 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
     """A 424 whose message names the closest entry and the first path where the request differs."""
     rules = (json.loads(call.project["ignore_fields"]), json.loads(call.project["normalize"]))
     mine = call.dialect.canonical(call.body, *rules)
+    my_fields = fp.fields(mine)
     best, best_score = None, -1.0
     for row in _candidates(ctx, call):
         theirs = call.dialect.canonical(json.loads(row["request"]), *rules)
-        score = fp.closeness(mine, theirs)
+        score = fp.fields_closeness(my_fields, fp.fields(theirs))
         if score > best_score:
             best, best_score = (row, theirs), score
     name = call.project["name"]

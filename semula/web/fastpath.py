@@ -19,7 +19,7 @@ from semula.config import Settings
 from semula.core import errors, faults, jsonio
 from semula.db import DatabaseError, Store
 from semula.dialects.routes import CALL, Bound
-from semula.parking import Parking
+from semula.parking import GONE, Parking, client_gone
 from semula.service import Context, hits, record_through, sequences, synthetic
 from semula.service import replay as replay_service
 from semula.service.calllog import CallLog
@@ -39,6 +39,7 @@ ERROR_OUTCOMES = {
     "semula_upstream_budget": "budget",
     "semula_upstream_dry_run": "dry_run",
     "semula_sequence_exhausted": "sequence_exhausted",
+    "semula_client_gone": "abandoned",
 }
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -223,7 +224,7 @@ class ProxyApp:
             body = speaks.with_route(body, *in_path)
         call = self.start(ctx, (match["project"], header_project), body, speaks, session, plain, number)
         made.append(call)
-        return self._replay(ctx, call, key, raw, started, start_response)
+        return self._replay(ctx, call, key, raw, started, start_response, environ.get("gunicorn.sock"))
 
     def start(
         self,
@@ -258,9 +259,11 @@ class ProxyApp:
         raw: bytes,
         started: float,
         start_response: Callable[..., Any],
+        client: Any = None,
     ) -> Iterable[bytes]:
-        """Replay or record a call start() looked up; what it raises, __call__ answers."""
-        outcome = "hit" if call.entry else self._miss(ctx, call)
+        """Replay or record a call start() looked up (`client`: the connection's socket, watched
+        while a miss is held); what it raises, __call__ answers."""
+        outcome = "hit" if call.entry else self._miss(ctx, call, client)
         if call.live is not None:
             self._log(ctx, call, outcome, 200, started)
             start_response(OK, [*SSE_HEADERS, *call.live.headers, *access.finish(200)])
@@ -352,7 +355,7 @@ class ProxyApp:
         self._method(environ, "GET")
         return replay_service.input_items(ctx, project, in_path[0])
 
-    def _miss(self, ctx: Context, call: replay_service.Call) -> str:
+    def _miss(self, ctx: Context, call: replay_service.Call, client: Any = None) -> str:
         """Park and hold a miss in record mode; returns the outcome, or raises the right error."""
         if call.exhausted is not None:
             raise call.exhausted
@@ -385,13 +388,16 @@ class ProxyApp:
         replay_service.park(ctx, call)
         if call.entry is not None:  # answered while we parked
             return "hit"
-        result = self.parking.hold(call.pending_id, call.project["record_timeout"])
+        gone = client_gone(client)
+        result = self.parking.hold(call.pending_id, call.project["record_timeout"], gone)
         if result is None:
             raise errors.RecordTimeout(
                 f"Nobody answered pending call {call.pending_id} within {call.project['record_timeout']} s; "
                 "it stays pending, and a late answer is still saved."
             )
         status, entry_id = result
+        if status == GONE:
+            raise errors.ClientGone(f"The client of pending call {call.pending_id} went away.")
         if status != "answered":
             raise errors.Conflict(
                 f"Pending call {call.pending_id} was {status}.", code="semula_pending_cancelled"

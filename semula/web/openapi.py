@@ -340,6 +340,11 @@ SCHEMAS: dict[str, Any] = {
                 {"type": "integer", "description": "When the lease ends (Unix seconds)."}
             ),
             "entry_id": nullable({"type": "string"}),
+            "abandoned": {
+                "type": "boolean",
+                "description": "Pending with nobody waiting: its client went away, or its server stopped "
+                "holding it. Still answerable; the answer is recorded and releases nobody.",
+            },
         }
     ),
     "Shape": obj(
@@ -568,6 +573,11 @@ PATHS: dict[str, Any] = {
                     "status",
                     "Only this status (default pending); `all` for every status.",
                     {"type": "string", "enum": ["pending", "answered", "cancelled", "all"]},
+                ),
+                query(
+                    "abandoned",
+                    "Only the pending calls nobody waits for (true), or all others (false).",
+                    {"type": "boolean"},
                 ),
                 AFTER,
                 LIMIT,

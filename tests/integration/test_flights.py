@@ -159,6 +159,7 @@ def test_a_call_parked_on_one_host_is_released_by_an_answer_through_another(host
         now=now,
         api="chat",
         seq=1,
+        held_until=now + 30,
         max_misses=10,
     )
     with ThreadPoolExecutor(1) as pool:

@@ -109,3 +109,22 @@ def test_a_large_body_is_parsed_with_orjson(monkeypatch):
 )
 def test_stored_json_reads_as_json_reads_it(text):
     assert json.dumps(jsonio.stored(text)) == json.dumps(json.loads(text))
+
+
+def test_a_large_body_is_parsed_with_the_gc_paused_and_the_gc_is_left_as_it_was(monkeypatch):
+    """Decision 0063: the collections orjson's allocations set off took most of a large body's parse."""
+    import gc
+
+    seen = []
+    real = jsonio.orjson.loads
+    monkeypatch.setattr(jsonio.orjson, "loads", lambda raw: seen.append(gc.isenabled()) or real(raw))
+    large = json.dumps({"input": ["x" * 100] * (jsonio.PAUSE_GC_ABOVE // 100)}).encode()
+    assert jsonio.read(large)[0] == json.loads(large)
+    assert jsonio.read(b'{"small": true}')[0] == {"small": True}
+    assert seen == [False, True] and gc.isenabled()
+    gc.disable()
+    try:
+        jsonio.read(large)
+        assert not gc.isenabled()  # paused by someone else: left so
+    finally:
+        gc.enable()

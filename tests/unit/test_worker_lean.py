@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 
 import gevent
 import pytest
@@ -337,6 +338,33 @@ def test_a_lean_connection_idle_past_keepalive_is_closed(servers):
             assert conn.recv(65536) == b""  # closed after keep-alive's 2 s
     finally:
         conn.close()
+
+
+def test_a_request_that_came_before_the_sweep_closed_its_idle_connection_is_served(servers):
+    """The keep-alive close race (issue #49): on a loaded worker the sweep may run after a client's
+    next request arrived and before the greenlet waiting for it; the request is served, not lost."""
+    conn = socket.create_connection(("127.0.0.1", servers[Lean].server_port))
+    try:
+        conn.sendall(b"GET /p/list HTTP/1.1\r\nHost: x\r\n\r\n")
+        with gevent.Timeout(5):
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200 OK")
+        gevent.sleep(0.05)  # the handler waits for the next request, in the sweep's table
+        assert any(h.server is servers[Lean] for h in worker.IDLE.waiting)
+        conn.sendall(b"GET /p/list HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        # No yield since: the waiting greenlet has not run. The sweep comes first, past every time.
+        worker.IDLE.close_idle(time.monotonic() + 3600)
+        with gevent.Timeout(5):
+            assert exchange_rest(conn).startswith(b"HTTP/1.1 200 OK")
+    finally:
+        conn.close()
+
+
+def exchange_rest(conn) -> bytes:
+    """What the server still sends on a connection until it closes it."""
+    received = b""
+    while chunk := conn.recv(65536):
+        received += chunk
+    return received
 
 
 def test_an_app_failure_is_logged_by_the_lean_path(servers, caplog):

@@ -2,12 +2,16 @@
 
 -- name: list_pending
 -- Oldest first, the order claims take; the request text is left out, a list never needs it.
+-- :abandoned 1 keeps only the pending calls nobody waits for (migration 0024), 0 all others.
 SELECT pd.id, pd.project_id, pd.model, pd.stream, pd.status, pd.entry_id, pd.claimed_by,
-    pd.claim_expires_at, pd.created_at, pd.resolved_at, pd.api, pd.seq, p.name AS project_name
+    pd.claim_expires_at, pd.created_at, pd.resolved_at, pd.api, pd.seq, pd.held_until, p.name AS project_name
 FROM pending pd JOIN projects p ON p.id = pd.project_id
 WHERE pd.workspace_id = :workspace_id
   AND (CAST(:project_id AS TEXT) IS NULL OR pd.project_id = :project_id)
   AND (CAST(:status AS TEXT) IS NULL OR pd.status = :status)
+  AND (CAST(:abandoned AS INTEGER) IS NULL
+    OR (CAST(:abandoned AS INTEGER) = 1 AND pd.status = 'pending' AND COALESCE(pd.held_until, 0) <= :now)
+    OR (CAST(:abandoned AS INTEGER) = 0 AND (pd.status <> 'pending' OR pd.held_until > :now)))
   AND (CAST(:after AS TEXT) IS NULL OR pd.id > :after)
 ORDER BY pd.id
 LIMIT :limit
@@ -74,14 +78,16 @@ WHERE leases.holder = excluded.holder OR leases.expires_at <= :now
 SELECT w.name AS workspace, p.name AS project, p.record_timeout, p.upstream_max_calls, p.upstream_max_tokens,
     COALESCE(u.calls, 0) AS upstream_calls,
     COALESCE(u.prompt_tokens + u.completion_tokens, 0) AS upstream_tokens,
-    COALESCE(q.parked, 0) AS parked, q.oldest, COALESCE(q.claims_expired, 0) AS claims_expired
+    COALESCE(q.parked, 0) AS parked, q.oldest, COALESCE(q.claims_expired, 0) AS claims_expired,
+    COALESCE(q.abandoned, 0) AS abandoned
 FROM projects p
 JOIN workspaces w ON w.id = p.workspace_id
 LEFT JOIN upstream_usage u ON u.project_id = p.id
 LEFT JOIN (
     SELECT project_id, COUNT(*) AS parked, MIN(created_at) AS oldest,
         CAST(SUM(CASE WHEN claimed_by IS NOT NULL AND claim_expires_at <= :now THEN 1 ELSE 0 END) AS BIGINT)
-            AS claims_expired
+            AS claims_expired,
+        CAST(SUM(CASE WHEN COALESCE(held_until, 0) <= :now THEN 1 ELSE 0 END) AS BIGINT) AS abandoned
     FROM pending WHERE status = 'pending' GROUP BY project_id
 ) q ON q.project_id = p.id
 ORDER BY w.name, p.name

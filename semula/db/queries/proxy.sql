@@ -102,8 +102,9 @@ VALUES (:id, :workspace_id, :entry_id, :number, :response, :chunks, :actor, :sum
 -- Parks a miss unless the project already has max_misses parked; the partial unique index makes
 -- identical concurrent misses share one row.
 INSERT INTO pending (id, workspace_id, project_id, fingerprint, model, request, stream, status, created_at, api,
-    seq)
-SELECT :id, :workspace_id, :project_id, :fingerprint, :model, :request, :stream, 'pending', :now, :api, :seq
+    seq, held_until)
+SELECT :id, :workspace_id, :project_id, :fingerprint, :model, :request, :stream, 'pending', :now, :api, :seq,
+    :held_until
 WHERE (SELECT COUNT(*) FROM pending WHERE project_id = :project_id AND status = 'pending') < :max_misses
 ON CONFLICT (project_id, fingerprint, seq) WHERE status = 'pending' DO NOTHING
 RETURNING id
@@ -131,6 +132,16 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND status <> 'pending'
 -- name: resolved_among.postgresql
 -- Through an owner-run function: one process holds calls of every workspace, row-level security or not.
 SELECT * FROM semula_resolved_among(CAST(:ids AS jsonb))
+
+-- name: hold_among
+-- The held calls (a JSON array of ids) still pending are held until :until (a renewal), or were let go
+-- at :until (their last client here went away or gave up): migration 0024.
+-- across workspaces: a process's held calls, whichever workspace parked them, by the ids it parked.
+UPDATE pending SET held_until = :until
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending'
+
+-- name: hold_among.postgresql
+SELECT semula_hold_among(CAST(:ids AS jsonb), :until)
 
 -- name: insert_calls
 -- The call log's rows, written by Tx.many (semula.service.calllog): on SQLite once per row, which
