@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PORT ?= 8080
 
-.PHONY: install browser agents run test test-fast lint format bench clean
+.PHONY: install browser agents run test test-notice test-fast lint format bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,20 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/semula serve --dev --port $(PORT)
 
-test: $(STAMP) browser agents
-	$(BIN)/python -m pytest
+# In parallel (pytest-xdist, TEST_WORKERS processes; most tests wait on servers and databases, so more
+# than the cores): every test has its own database, each worker its own ports. The tests that run
+# real processes still run serially after the others (decision 0067).
+TEST_WORKERS ?= 4
+
+test: test-notice $(STAMP) browser agents
+	$(BIN)/python -m pytest -m "not acceptance" -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -m acceptance
+
+test-notice:
+	@echo "make test installs, when it can, Chromium (apt, as root) for the dashboard's browser tests and"
+	@echo "the pinned Claude Code, Codex and Gemini CLI (npm, under $(SEMULA_AGENTS_PREFIX)) that the"
+	@echo "real-agent tests drive; without them those tests are skipped with the reason (make test-fast"
+	@echo "needs neither)."
 
 # The dashboard's browser tests drive Debian's Chromium; as root it is installed here, otherwise
 # those tests are skipped and the summary says why.
@@ -42,11 +54,13 @@ agents:
 	  echo "$(AGENTS)" > $(SEMULA_AGENTS_PREFIX)/.semula-agents; fi
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not acceptance"
+	$(BIN)/python -m pytest -m "not acceptance" -n $(TEST_WORKERS)
 
+# The query lint: every named statement on a tenant table names its workspace or project (tests/query_scoping.py).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python -m tests.query_scoping
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .

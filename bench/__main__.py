@@ -1,13 +1,14 @@
-"""`python -m bench [replay|hold|dialects|sessions|sizes|firstsight] [options]`: run semula's benchmarks
-and print a report."""
+"""`python -m bench [replay|hold|dialects|sessions|sizes|firstsight|replaystart] [options]`: run semula's
+benchmarks and print a report."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from pathlib import Path
 
-from bench import dialects, firstsight, hold, replay, runs, sessions, sizes, workloads
+from bench import dialects, firstsight, hold, replay, replay_start, runs, sessions, sizes, workloads
 from bench.common import OUT, BenchError, machine
 
 
@@ -16,10 +17,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "which",
         nargs="*",
-        help="of replay, hold, dialects, sessions, sizes, firstsight (default: replay hold)",
+        help="of replay, hold, dialects, sessions, sizes, firstsight, replaystart (default: replay hold)",
     )
     parser.add_argument("--duration", type=int, default=10, help="seconds of each wrk run")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of wrk runs")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="interleaved rounds of wrk runs; replaystart: starts per row"
+    )
     parser.add_argument("--warmup", type=int, default=5, help="seconds of warm-up per server (0: none)")
     parser.add_argument(
         "--servers", default=",".join(replay.SERVERS), help=f"replay servers, of {', '.join(replay.SERVERS)}"
@@ -63,6 +66,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-tools", action="store_true", help="firstsight: agent requests without tool definitions"
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="sessions: also serve the semula of this checkout (an older commit), interleaved",
+    )
+    parser.add_argument(
+        "--bundle-entries",
+        default=",".join(str(n) for n in replay_start.COUNTS),
+        help="replaystart: entries in the bundles `semula replay` starts with",
+    )
     args = parser.parse_args(argv)
     replay.PATIENCE = args.patience
 
@@ -73,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{option} takes whole numbers separated by commas, not {text!r}")
 
     which = args.which or ["replay", "hold"]
-    if set(which) - {"replay", "hold", "dialects", "sessions", "sizes", "firstsight"}:
-        parser.error("choose among: replay, hold, dialects, sessions, sizes, firstsight")
+    if set(which) - {"replay", "hold", "dialects", "sessions", "sizes", "firstsight", "replaystart"}:
+        parser.error("choose among: replay, hold, dialects, sessions, sizes, firstsight, replaystart")
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
     sections = [
         f"# semula benchmarks, {time.strftime('%Y-%m-%d %H:%M')}",
@@ -95,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
             text = dialects.run(duration=args.duration, rounds=args.rounds, warmup=args.warmup, dbs=dbs)
             sections += ["", "## Replay hits per API", "", text]
         if "sessions" in which:
-            text = sessions.run(duration=args.duration, rounds=args.rounds, warmup=args.warmup, dbs=dbs)
+            text = sessions.run(
+                duration=args.duration, rounds=args.rounds, warmup=args.warmup, dbs=dbs, before=args.before
+            )
             sections += ["", "## Replay hits in sessions", "", text]
         if "sizes" in which:
             text = sizes.run(
@@ -119,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
                 tools=not args.no_tools,
             )
             sections += ["", "## First sight: server CPU per request", "", text]
+        if "replaystart" in which:
+            text = replay_start.run(numbers(args.bundle_entries, "--bundle-entries"), runs=args.rounds)
+            sections += ["", "## `semula replay`: start to first hit", "", text]
         if "hold" in which:
             for db in dbs:
                 try:

@@ -130,12 +130,18 @@ class Process:
             self.proc.wait(10)
 
 
-def semula_server(name: str, db_url: str, *, auth: bool, workers: int = 2, **env: str) -> tuple[Process, str]:
-    """`semula serve` on a free port, as users run it; returns the process and its base URL."""
+def semula_server(
+    name: str, db_url: str, *, auth: bool, workers: int = 2, src: Path | None = None, **env: str
+) -> tuple[Process, str]:
+    """`semula serve` on a free port, as users run it; returns the process and its base URL. `src`: the
+    semula of another checkout (an older commit, to compare two in one run), run from its directory."""
     port = free_port()
+    if src is not None:
+        env = {**env, "PYTHONPATH": str(src)}
     process = Process(
         name,
         [sys.executable, "-m", "semula", "serve", "--bind", f"{HOST}:{port}"],
+        cwd=src or ROOT,
         env={
             "SEMULA_DATABASE_URL": db_url,
             "SEMULA_AUTH": "on" if auth else "off",

@@ -25,38 +25,43 @@ from pathlib import Path
 PG_URL = os.environ.get("SEMULA_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
+def request(i: int) -> dict:
+    """Entry i's request: a system prompt and the customer's question."""
+    system = "You are a helpful assistant for an online shop. Answer briefly and politely. " * 2
+    return {
+        "model": "gpt-4o-mini",
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"Customer {i} asks: where is my order number {i * 7919}?"},
+        ],
+        "temperature": 0,
+    }
+
+
 def write_bundle(path: Path, count: int) -> None:
     """A bundle of `count` distinct entries, written as `semula export` would write it."""
     from semula.core import answers, bundle_format, fingerprint
 
-    system = "You are a helpful assistant for an online shop. Answer briefly and politely. " * 2
     items = []
     for i in range(count):
-        request = {
-            "model": "gpt-4o-mini",
-            "messages": [
-                {"role": "system", "content": system},
-                {"role": "user", "content": f"Customer {i} asks: where is my order number {i * 7919}?"},
-            ],
-            "temperature": 0,
-        }
+        request_ = request(i)
         response = answers.parse_answer(
             {"content": f"Order {i * 7919} left our warehouse yesterday and arrives in two days. " * 3},
-            request,
+            request_,
         )
-        items.append((fingerprint.fingerprint(request), request, response))
+        items.append((fingerprint.fingerprint(request_), request_, response))
     items.sort(key=lambda item: item[0])
     with open(path, "wb") as out:
         header = {"format": bundle_format.FORMAT, "version": bundle_format.VERSION}
         config = {"ignore_fields": [], "max_misses": 100, "normalize": [], "record_timeout": 300}
         out.write(f'{{\n  "bundle": {bundle_format.nested(header, 2)},\n'.encode())
         out.write(f'  "config": {bundle_format.nested(config, 2)},\n  "entries": [\n'.encode())
-        for n, (fp, request, response) in enumerate(items):
+        for n, (fp, request_, response) in enumerate(items):
             entry = {
                 "chunks": None,
                 "fingerprint": fp,
                 "pinned": False,
-                "request": request,
+                "request": request_,
                 "response": response,
                 "review_status": "unreviewed",
             }

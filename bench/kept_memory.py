@@ -28,9 +28,9 @@ def a_call() -> tuple[Any, ...]:
     seen: list[tuple[Any, ...]] = []
     keep = hits.HitCache.keep
 
-    def grab(self: Any, *args: Any) -> None:
+    def grab(self: Any, *args: Any, **options: Any) -> None:
         seen.append(args)
-        keep(self, *args)
+        keep(self, *args, **options)
 
     hits.HitCache.keep = grab  # type: ignore[method-assign]
     try:

@@ -233,9 +233,10 @@ def start_semula(
     *,
     auth: bool = True,
     database: PostgresDatabase | None = None,
+    src: Path | None = None,
     **env: str,
 ) -> Target:
-    process, url = semula_server(name, db_url, auth=auth, **env)
+    process, url = semula_server(name, db_url, auth=auth, src=src, **env)
     headers = {"Authorization": f"Bearer {token}"} if auth else {}
     target = Target(label, f"{url}/p/{PROJECT}/v1/chat/completions", headers, process, database)
     target.metrics_url = f"{url}/metrics"

@@ -1,15 +1,27 @@
-"""Time from `semula replay BUNDLE` start to its first served hit, with a 1,000-entry bundle.
+"""Time from `semula replay BUNDLE` start to its first served hit, at 1k / 10k / 100k entries.
 
-    .venv/bin/python -m bench.replay_start [--entries 1000] [--runs 5]
+    python -m bench replaystart [--bundle-entries 1000,10000,100000] [--rounds 3]
+    python -m bench.replay_start [--counts ...] [--runs 3] [--against OTHER_CHECKOUT]   # the table alone
 
-Issue 10's target: at most 1 s. Each run starts a fresh process (a cold temporary database,
-the bundle imported) and polls the printed URL with the bundle's first request until a 200.
+Issue #48's target: at most 1 s with a 10,000-entry bundle (~14 MB), median of 3 cold starts, and
+proportionate at 100,000. Each run starts a fresh process (its own temporary database) and posts the
+request of one of the bundle's entries to the printed URL until a 200. Two rows per size:
+
+- **first start**: an empty replay cache (`SEMULA_REPLAY_CACHE` a new directory each run), so the
+  bundle is read, checked and imported: what the first start after a bundle changed costs;
+- **cached**: the cache filled by one start before the measured ones: every later start of the same
+  bundle with the same semula (decision 0062).
+
+A checkout without the cache (main before it) ignores the variable: both rows are its import.
+`--against DIR` starts another checkout's semula (`git archive REV | tar -x -C DIR`) in turn with
+this one's, run by run, so a change in the machine's load falls on both, and reports the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -19,70 +31,101 @@ from pathlib import Path
 
 import requests
 
-from tests.bundle_helpers import write_bundle
+from bench.common import CACHE, ROOT, BenchError
+from bench.import_bundle import request, write_bundle
+
+COUNTS = (1000, 10000, 100000)
+TIMEOUT = 600  # seconds a start may take before the run fails (100,000 entries on a busy machine)
 
 
-def make_bundle(path: Path, count: int) -> dict:
-    """A bundle of `count` recorded questions; returns the first request, to ask for a hit."""
-    recorded = [
-        (
-            {
-                "model": "gpt-4o",
-                "messages": [
-                    {"role": "system", "content": "You are a helpful assistant. " * 10},
-                    {"role": "user", "content": f"Question number {i}: what is {i} squared?"},
-                ],
-            },
-            {"content": f"{i} squared is {i * i}. " * 5},
+def one_run(src: Path, bundle: Path, body: dict, cache: Path, log: Path) -> float:
+    """Seconds from the start of `src`'s `semula replay` to the first 200 for `body`."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(src),
+        "SEMULA_REPLAY_CACHE": str(cache),
+        # Compiled modules as an installed semula has them: compiling its sources costs ~0.5 s a start.
+        "PYTHONPYCACHEPREFIX": str(CACHE / "pycache"),
+    }
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    with log.open("wb") as err:
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "semula", "replay", str(bundle)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
+            cwd=bundle.parent,  # not ROOT: `-m semula` would import the checkout there first
         )
-        for i in range(count)
-    ]
-    write_bundle(path, recorded)
-    return recorded[0][0]
-
-
-def one_run(bundle: Path, request: dict) -> float:
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "semula", "replay", str(bundle)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
     try:
         url = proc.stdout.readline().strip()
+        if not url:
+            proc.wait(10)
+            raise BenchError(f"semula replay exited with {proc.returncode}: {log.read_text()[-2000:]}")
         with requests.Session() as session:
             while True:
                 r = session.post(
                     url + "/chat/completions",
-                    data=json.dumps(request),
+                    data=json.dumps(body),
                     headers={"Content-Type": "application/json"},
-                    timeout=10,
+                    timeout=30,
                 )
                 if r.status_code == 200:
                     return time.monotonic() - started
-                if time.monotonic() - started > 30:
-                    raise RuntimeError(f"no hit after 30 s: {r.status_code}")
+                if time.monotonic() - started > TIMEOUT:
+                    raise BenchError(f"no hit after {TIMEOUT} s: {r.status_code} {r.text[:300]}")
     finally:
         proc.terminate()
-        proc.wait(30)
+        proc.wait(60)
+
+
+def run(counts: tuple[int, ...] = COUNTS, runs: int = 3, against: Path | None = None) -> str:
+    """A markdown table: start to first hit per bundle size, first start and cached; with `against`
+    (another checkout), its starts interleaved with this one's, and the ratio."""
+    sources = [("this", ROOT)] + ([("against", against)] if against else [])
+    head = " | ".join(f"{name} p50 s (min-max)" for name, _ in sources)
+    lines = [
+        f"| entries | bundle MB | start | {head} |" + (" this / against |" if against else ""),
+        "|---:|---:|---|" + "---:|" * (len(sources) + bool(against)),
+    ]
+    with tempfile.TemporaryDirectory(prefix="semula-bench-replay-") as tmp:
+        work = Path(tmp)
+        log = work / "replay.log"
+        for count in counts:
+            bundle = work / f"bundle-{count}.json"
+            write_bundle(bundle, count)
+            size = bundle.stat().st_size / 1e6
+            body = request(count // 2)  # an entry from the middle of the bundle
+            times: dict[tuple[str, str], list[float]] = {}
+            caches = {name: Path(tempfile.mkdtemp(dir=work)) for name, _ in sources}
+            for name, src in sources:
+                one_run(src, bundle, body, caches[name], log)  # fills the cache
+            for _ in range(runs):  # the checkouts in turn, so a change in the machine's load hits both
+                for name, src in sources:
+                    empty = Path(tempfile.mkdtemp(dir=work))
+                    for start, cache in (("first start", empty), ("cached", caches[name])):
+                        times.setdefault((start, name), []).append(one_run(src, bundle, body, cache, log))
+            for start in ("first start", "cached"):
+                cells = [times[start, name] for name, _ in sources]
+                row = " | ".join(f"{statistics.median(t):.2f} ({min(t):.2f}-{max(t):.2f})" for t in cells)
+                ratio = statistics.median(cells[0]) / statistics.median(cells[-1])
+                ratio = f" {ratio:.2f} |" if against else ""
+                lines.append(f"| {count:,} | {size:.1f} | {start} | {row} |{ratio}")
+            print(*lines[-2:], sep="\n", file=sys.stderr, flush=True)
+            bundle.unlink()
+    return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--entries", type=int, default=1000)
-    parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        bundle = Path(tmp) / "bundle.json"
-        request = make_bundle(bundle, args.entries)
-        size = bundle.stat().st_size
-        times = [one_run(bundle, request) for _ in range(args.runs)]
-    print(
-        f"semula replay, {args.entries}-entry bundle ({size:,} bytes):"
-        f" start to first hit p50 {statistics.median(times) * 1000:.0f} ms, min {min(times) * 1000:.0f} ms,"
-        f" max {max(times) * 1000:.0f} ms over {args.runs} runs"
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--counts", default=",".join(str(n) for n in COUNTS), help="bundle sizes, in entries")
+    parser.add_argument("--runs", type=int, default=3, help="cold starts per row (the median is reported)")
+    parser.add_argument("--against", type=Path, help="another checkout to compare (a `git archive` of main)")
+    args = parser.parse_args()
+    print(run(tuple(int(n) for n in args.counts.split(",") if n.strip()), args.runs, args.against))
 
 
 if __name__ == "__main__":

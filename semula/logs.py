@@ -63,12 +63,6 @@ def begin_request(client_id: str | None, method: str = "") -> Request:
     return req
 
 
-def sampled(share: float) -> bool:
-    """Whether one of a sampled kind of record is kept, for a share from 0 (none) to 1 (all): the
-    replay hits' access lines (SEMULA_ACCESS_LOG_HITS) and call-log rows (SEMULA_CALL_LOG_HITS)."""
-    return share >= 1.0 or (share > 0.0 and random.random() < share)
-
-
 def request_id() -> str | None:
     req = CURRENT.get()
     return req.id if req is not None else None

@@ -67,7 +67,8 @@ REQUEST_SECONDS = Histogram(
 _latency: dict[str, Any] = {}
 PENDING_EVENTS = Counter(
     "semula_pending_events",
-    "Parked-call lifecycle events: parked, claimed, answered, cancelled, released, timeout, app_gone",
+    "Parked-call lifecycle events: parked, claimed, answered, cancelled, released, timeout, abandoned, "
+    "app_gone",
     ["event"],
 )
 # A worker's kept answers (semula/service/hits.py), read off its caches at each flush (KeptHits).
@@ -340,6 +341,11 @@ class StoreCollector:
         expired = GaugeMetricFamily(
             "semula_claims_expired", "Parked calls whose claim lease ran out unanswered", labels=labels
         )
+        abandoned = GaugeMetricFamily(
+            "semula_parked_abandoned_calls",
+            "Parked calls nobody waits for (their client went away); still answerable",
+            labels=labels,
+        )
         calls = GaugeMetricFamily("semula_upstream_calls", "Record-through calls spent", labels=labels)
         tokens = GaugeMetricFamily("semula_upstream_tokens", "Record-through tokens spent", labels=labels)
         calls_left = GaugeMetricFamily(
@@ -362,13 +368,14 @@ class StoreCollector:
             oldest.add_metric(key, max(0.0, at - row["oldest"]) if row["oldest"] is not None else 0.0)
             timeout.add_metric(key, row["record_timeout"])
             expired.add_metric(key, row["claims_expired"])
+            abandoned.add_metric(key, row["abandoned"])
             calls.add_metric(key, row["upstream_calls"])
             tokens.add_metric(key, row["upstream_tokens"])
             if row["upstream_max_calls"] is not None:
                 calls_left.add_metric(key, max(0, row["upstream_max_calls"] - row["upstream_calls"]))
             if row["upstream_max_tokens"] is not None:
                 tokens_left.add_metric(key, max(0, row["upstream_max_tokens"] - row["upstream_tokens"]))
-        yield from (parked, oldest, timeout, expired, calls, tokens, calls_left, tokens_left)
+        yield from (parked, oldest, timeout, expired, abandoned, calls, tokens, calls_left, tokens_left)
 
 
 def start_sampler(store: db.Store, interval: float = 5.0) -> None:

@@ -1,7 +1,8 @@
-"""Apply semula/migrations/NNNN_*.sql in order, each in its own transaction, recorded in semula_migrations.
+"""Apply migrations/NNNN_*.sql in order, each in its own transaction, recorded in semula_migrations.
 
-The migrations ship inside the package (package data), so an installed semula finds them wherever it
-is installed. A file named `NNNN_x.postgresql.sql` or `NNNN_x.sqlite.sql` applies to that dialect
+The checkout keeps them at its top level; the wheel ships them inside the package, as
+semula/migrations (setup.cfg maps the directory), so an installed semula finds them wherever it is
+installed. A file named `NNNN_x.postgresql.sql` or `NNNN_x.sqlite.sql` applies to that dialect
 only. Concurrent runs are safe: each migration takes the store's migration lock and re-checks.
 
 Which migrations a process knows is fixed when this module is imported (LOADED): an upgrade replaces
@@ -22,10 +23,18 @@ from pathlib import Path
 from semula.core import errors
 from semula.db import Store
 
+
+def shipped_migrations() -> Traversable:
+    """The installed package's semula/migrations, or else the checkout's top-level migrations/ (this
+    package run from its checkout, installed editable or on PYTHONPATH)."""
+    installed = resources.files(__package__).joinpath("migrations")
+    return installed if installed.is_dir() else Path(__file__).resolve().parents[1] / "migrations"
+
+
 MIGRATIONS_DIR: Traversable = (
     Path(os.environ["SEMULA_MIGRATIONS_DIR"])
     if os.environ.get("SEMULA_MIGRATIONS_DIR")
-    else resources.files(__package__).joinpath("migrations")
+    else shipped_migrations()
 )
 
 

@@ -8,6 +8,13 @@ PostgreSQL an answer committed by any other process (another worker, another hos
 that makes the loop ask at once rather than at its next turn (docs/decisions/0057-several-hosts.md);
 the poll stays, for notices lost or late. The primitives are threading's: under gunicorn's gevent
 worker they are monkey-patched into greenlets.
+
+The same loop keeps what the database knows of who waits (docs/decisions/0063-abandoned-calls.md):
+it renews the `held_until` of every call held here, and it looks, once per GONE_CHECK, whether each
+held call's client is still connected. A call whose clients all went away is let go at once: its
+hold ends (so the worker neither keeps the dead connection nor waits for it when stopping) and the
+call shows as abandoned, pending and answerable. So is a call whose holder was killed, once its
+lease lapses.
 """
 
 from __future__ import annotations
@@ -16,18 +23,43 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from semula import metrics
+from semula import metrics, sockets
 from semula.db import DatabaseError, Store
+from semula.service import pending as pending_service
 
 logger = logging.getLogger("semula.parking")
+
+GONE = "gone"  # the status hold() returns when its client went away
+GONE_CHECK = 1.0  # seconds between two looks at the held calls' clients
+RENEWAL = pending_service.HOLD_LEASE / 3  # seconds between two renewals of the calls held here
+
+
+def client_gone(sock: Any) -> Callable[[], bool] | None:
+    """Whether a held call's client closed its connection (None when there is no socket to look at,
+    as under Flask's test client). The end of the stream or an error is a client gone; bytes, or none
+    yet, are a client still there (a client pipelining its next request is waiting too). A connection
+    the client only half-closed reads as gone, as nginx takes it by default."""
+    if sock is None:
+        return None
+    return lambda: sockets.unread(sock) is None
+
+
+@dataclass
+class _Waiter:
+    """One request holding a call: its own event, so that its client going away ends its hold only."""
+
+    gone: Callable[[], bool] | None
+    event: threading.Event = field(default_factory=threading.Event)
+    left: bool = False  # its client went away
 
 
 @dataclass
 class _Hold:
-    event: threading.Event = field(default_factory=threading.Event)
-    holders: int = 0
+    waiters: list[_Waiter] = field(default_factory=list)
     status: str | None = None
     entry_id: str | None = None
 
@@ -42,32 +74,53 @@ class Parking:
         self._wake = threading.Event()  # set by a notice of a call held here: poll now
         self._thread: threading.Thread | None = None
         self.polls = 0
+        self._renewed = self._checked = time.monotonic()
 
     @property
     def held(self) -> int:
-        return sum(h.holders for h in self._holds.values())
+        return sum(len(h.waiters) for h in self._holds.values())
 
-    def hold(self, pending_id: str, timeout: float) -> tuple[str, str | None] | None:
-        """Wait until the call is resolved: (status, entry_id), or None on timeout."""
+    def hold(
+        self, pending_id: str, timeout: float, gone: Callable[[], bool] | None = None
+    ) -> tuple[str, str | None] | None:
+        """Wait until the call is resolved: (status, entry_id); (GONE, None) once `gone()` says the
+        client went away (client_gone); None on timeout."""
+        waiter = _Waiter(gone)
         with self._lock:
             hold = self._holds.setdefault(pending_id, _Hold())
-            hold.holders += 1
+            hold.waiters.append(waiter)
         self._ensure_running()
         metrics.HELD.inc()
         try:
-            if hold.event.wait(timeout):
+            waiter.event.wait(timeout)
+            if hold.status is not None:
                 metrics.pending_event("released")
                 logger.info("released", extra={"pending_id": pending_id, "status": hold.status})
                 return hold.status, hold.entry_id
+            if waiter.left:
+                metrics.pending_event("abandoned")
+                logger.info("client gone", extra={"pending_id": pending_id})
+                return GONE, None
             metrics.pending_event("timeout")
             logger.info("hold timed out", extra={"pending_id": pending_id, "timeout_s": timeout})
             return None
         finally:
             metrics.HELD.dec()
             with self._lock:
-                hold.holders -= 1
-                if hold.holders == 0 and self._holds.get(pending_id) is hold:
+                hold.waiters.remove(waiter)
+                last = not hold.waiters and self._holds.get(pending_id) is hold
+                if last:
                     del self._holds[pending_id]
+            if last:  # nobody here waits for it any more (an answer took it out of _holds)
+                self._let_go(pending_id)
+
+    def _let_go(self, pending_id: str) -> None:
+        """Mark a call nobody here waits for as abandoned now, rather than when its lease lapses (a
+        holder in another process renews it at its next renewal)."""
+        try:
+            pending_service.hold_among(self.store, [pending_id], time.time())
+        except DatabaseError as exc:  # it lapses with its lease all the same
+            logger.warning("let go failed", extra={"error": type(exc).__name__, "detail": exc.describe()})
 
     def release(self, pending_id: str, status: str, entry_id: str | None, resolved_at: float) -> None:
         with self._lock:
@@ -75,8 +128,30 @@ class Parking:
         if hold is None:
             return
         hold.status, hold.entry_id = status, entry_id
-        hold.event.set()
+        for waiter in hold.waiters:
+            waiter.event.set()
         metrics.RELEASE_SECONDS.observe(max(0.0, time.time() - resolved_at))
+
+    def check_clients(self) -> int:
+        """End the holds whose client went away; returns how many."""
+        with self._lock:
+            watched = [
+                w for h in self._holds.values() for w in h.waiters if w.gone is not None and not w.left
+            ]
+        ended = 0
+        for waiter in watched:
+            if waiter.gone is not None and waiter.gone():
+                waiter.left = True
+                waiter.event.set()
+                ended += 1
+        return ended
+
+    def renew(self) -> None:
+        """Tell the database the calls held here are still waited for (their lease, HOLD_LEASE)."""
+        with self._lock:
+            ids = list(self._holds)
+        if ids:
+            pending_service.hold_among(self.store, ids, time.time() + pending_service.HOLD_LEASE)
 
     def poll_once(self) -> int:
         """One query for every held call; returns how many were released."""
@@ -113,6 +188,13 @@ class Parking:
                 return
             try:
                 self.poll_once()
+                at = time.monotonic()
+                if at - self._checked >= GONE_CHECK:
+                    self._checked = at
+                    self.check_clients()
+                if at - self._renewed >= RENEWAL:
+                    self._renewed = at
+                    self.renew()
             except DatabaseError as exc:
                 logger.warning("poll failed", extra={"error": type(exc).__name__, "detail": exc.describe()})
 

@@ -68,7 +68,7 @@ from gevent.pywsgi import Input, OldMessage, _InvalidClientRequest, format_date_
 from gevent.socket import wait_read
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler
 
-from semula import logs, metrics
+from semula import logs, metrics, sockets
 
 logger = logging.getLogger("semula.worker")
 
@@ -523,11 +523,18 @@ class Handler(PyWSGIHandler):
         return not reply.close
 
     def wake(self) -> None:
-        """End the wait for this connection's next request: its read sees the end of the stream."""
+        """End the wait for this connection's next request: its read sees the end of the stream.
+
+        Unless the request has begun to arrive: on a loaded worker the sweep can run after a client's
+        bytes came and before the greenlet waiting for them, and closing then loses a request the
+        client sent on a connection it had every reason to reuse (an SDK's pooled connection, idle
+        for just under keep-alive's time; issue #49). Such a connection is served; a stopping worker
+        closes it all the same."""
         sock = self.socket
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        if sock is None or (not self.server.closed and sockets.unread(sock)):
+            return
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
     def _request_environ(self, env: dict[str, Any]) -> None:
         """The environ's keys of the request line and the connection, pywsgi's and gunicorn's
@@ -684,8 +691,8 @@ class Handler(PyWSGIHandler):
 class Idle:
     """The connections of a worker that wait on the lean path for their next request (IDLE), or for
     the rest of a request's head (HEADS), each with the time it may wait until. One greenlet per
-    table looks twice a second and acts on those past their time (`action`), and on every one once
-    the worker is stopping: a gevent timer for each wait cost a request ~12 us of its ~90 in process.
+    table (and hub) looks twice a second and acts on those past their time (`action`), and on every
+    one once the worker is stopping: a gevent timer for each wait cost a request ~12 us of its ~90.
     A connection so closes within half a second after keep-alive's idle time."""
 
     SWEEP = 0.5  # seconds between looks
@@ -693,11 +700,15 @@ class Idle:
     def __init__(self, action: Callable[[Handler], None]) -> None:
         self.action = action  # what is done to a connection past its time
         self.waiting: dict[Handler, float] = {}
-        self.sweeper: gevent.Greenlet | None = None
+        self.sweepers: dict[Any, gevent.Greenlet] = {}  # by hub
 
     def start(self) -> None:
-        if self.sweeper is None:  # in the worker (gunicorn forks it with this module imported)
-            self.sweeper = gevent.spawn(self._sweep)
+        # Started in the worker (gunicorn forks it with this module imported), a sweeper per hub: a
+        # process serving in several threads (the tests) has a hub per thread, and a hub that is gone
+        # took its sweeper with it.
+        hub = gevent.get_hub()
+        if hub not in self.sweepers:
+            self.sweepers[hub] = gevent.spawn(self._sweep)
 
     def _sweep(self) -> None:
         while True:

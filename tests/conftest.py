@@ -6,11 +6,16 @@ database cloned from a migrated template, so tests never see each other's rows.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import queue
+import shutil
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +42,15 @@ def _with_dbname(url: str, name: str) -> str:
     return f"{base}/{name}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def replay_cache(tmp_path_factory) -> Iterator[None]:
+    """`semula replay` keeps imported bundles in the session's directory, never the user's cache
+    (started processes inherit it)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SEMULA_REPLAY_CACHE", str(tmp_path_factory.mktemp("replay-cache")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def pg_template() -> Iterator[str | None]:
     if not PG_URL:
@@ -53,24 +67,95 @@ def pg_template() -> Iterator[str | None]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+class Clones:
+    """PostgreSQL databases cloned from the migrated template ahead of the tests that take them, and
+    dropped after them, by two threads: a clone takes PostgreSQL about as long to make and to drop as
+    a short test takes to run (0.2-1 s each), which the tests so do not wait for."""
+
+    AHEAD = 2  # clones made before a test asks
+
+    def __init__(self, template: str):
+        self.template = template
+        self.ready: queue.Queue[str | None] = queue.Queue(self.AHEAD)
+        self.done: queue.Queue[str | None] = queue.Queue()
+        self.stopping = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._make, daemon=True),
+            threading.Thread(target=self._drop, daemon=True),
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def take(self) -> str:
+        """A fresh clone's name (the error a clone failed with, if it did)."""
+        name = self.ready.get(timeout=300)
+        if name is None:
+            self.ready.put(None)  # for the next test to fail as fast
+            raise AssertionError("the clones' thread failed: see its traceback in the output")
+        return name
+
+    def give_back(self, name: str) -> None:
+        self.done.put(name)
+
+    def close(self) -> None:
+        self.stopping.set()
+        while self.threads[0].is_alive():  # unblock its put, dropping what it made
+            with contextlib.suppress(queue.Empty):
+                if (name := self.ready.get(timeout=0.1)) is not None:
+                    self.done.put(name)
+        while not self.ready.empty():
+            if (name := self.ready.get()) is not None:
+                self.done.put(name)
+        self.done.put(None)
+        self.threads[1].join(120)
+
+    def _make(self) -> None:
+        try:
+            with _pg_admin() as conn:
+                while not self.stopping.is_set():
+                    name = f"semula_t_{os.getpid()}_{next(_counter)}"
+                    conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+                    self.ready.put(name)
+        except BaseException:
+            self.ready.put(None)
+            raise
+
+    def _drop(self) -> None:
+        with _pg_admin() as conn:
+            while (name := self.done.get()) is not None:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def pg_clones(pg_template) -> Iterator[Clones]:
+    clones = Clones(pg_template)
+    yield clones
+    clones.close()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory) -> Path:
+    """A migrated SQLite file that each test's database is a copy of."""
+    path = tmp_path_factory.mktemp("template") / "semula.db"
+    store = connect(f"sqlite:///{path}", pool_size=1)
+    migrate(store)
+    store.close()
+    return path
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request: pytest.FixtureRequest, tmp_path, pg_template) -> Iterator[str]:
-    """A fresh, migrated database URL of each dialect."""
+def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    """A fresh, migrated database URL of each dialect: a copy of a template migrated once."""
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/semula.db"
-        store = connect(url, pool_size=1)
-        migrate(store)
-        store.close()
-        yield url
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), tmp_path / "semula.db")
+        yield f"sqlite:///{tmp_path}/semula.db"
         return
     if not PG_URL:
         pytest.skip(PG_SKIP)
-    name = f"semula_t_{os.getpid()}_{next(_counter)}"
-    with _pg_admin() as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    clones = request.getfixturevalue("pg_clones")
+    name = clones.take()
     yield _with_dbname(PG_URL, name)
-    with _pg_admin() as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    clones.give_back(name)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

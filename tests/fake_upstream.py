@@ -23,9 +23,10 @@ class _Server(ThreadingHTTPServer):
 class FakeUpstream:
     """Answers POST /v1/chat/completions, /v1/responses and /v1/messages (over TLS given a server
     context); `mode` is ok, error (echoes the key back), invalid, redirect (307 to itself), "hang up"
-    (answers, then closes the connection without saying so) or "stream error" (an Anthropic stream
-    ends in an error event). Through a proxy, `calls` shows the
-    absolute URL it was asked for."""
+    (answers, then closes the connection without saying so), "stream error" (a stream ends in the
+    API's error event instead of its last events), "cut short" (a stream stops before its last
+    events, the connection closed as if all was said) or "down" (every call a 503). Through a proxy,
+    `calls` shows the absolute URL it was asked for."""
 
     def __init__(self, delay: float = 0.0, tls: ssl.SSLContext | None = None):
         self.delay = delay
@@ -75,6 +76,8 @@ class FakeUpstream:
                     credential = self.headers.get("x-goog-api-key", "")
                 if fake.mode == "rich":
                     respond = fake.respond_rich
+                if fake.mode == "down":  # every API's call fails, as when the provider is down
+                    respond = fake.respond_down
                 status, content_type, data = respond(body, credential)
                 if fake.chunk_delay and content_type == "text/event-stream":
                     self.send_response(status)
@@ -162,8 +165,22 @@ class FakeUpstream:
         ]
         if (body.get("stream_options") or {}).get("include_usage"):
             chunks.append({**chunk, "choices": [], "usage": usage})
-        data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
-        return 200, "text/event-stream", data.encode()
+        events = [*(f"data: {json.dumps(c)}\n\n" for c in chunks), "data: [DONE]\n\n"]
+        # OpenAI's error mid-stream is a data line holding an error object; no [DONE] follows it.
+        error = {"error": {"message": "overloaded", "type": "server_error", "param": None, "code": None}}
+        return 200, "text/event-stream", self._ending(events, 3, f"data: {json.dumps(error)}\n\n")
+
+    def respond_down(self, body: dict[str, Any], credential: str) -> tuple[int, str, bytes]:
+        return 503, "application/json", json.dumps({"error": {"message": "The service is down."}}).encode()
+
+    def _ending(self, events: list[str], last: int, error: str) -> bytes:
+        """A stream's events as sent in this mode: whole, its `last` events cut off, or those replaced
+        by `error` (the API's error event)."""
+        if self.mode == "cut short":
+            events = events[:-last]
+        elif self.mode == "stream error":
+            events = [*events[:-last], error]
+        return "".join(events).encode()
 
     def respond_rich(self, body: dict[str, Any], authorization: str) -> tuple[int, str, bytes]:
         """A chat completion with every field OpenAI sends today, n choices, logprobs, and fields semula
@@ -311,11 +328,12 @@ class FakeUpstream:
             {"type": "response.output_item.done", "output_index": 0, "item": message},
             {"type": "response.completed", "response": response},
         ]
-        data = "".join(
+        sent = [
             f"event: {e['type']}\ndata: {json.dumps({**e, 'sequence_number': n})}\n\n"
             for n, e in enumerate(events)
-        )
-        return 200, "text/event-stream", data.encode()
+        ]
+        error = {"type": "error", "code": "server_error", "message": "overloaded", "param": None}
+        return 200, "text/event-stream", self._ending(sent, 1, f"event: error\ndata: {json.dumps(error)}\n\n")
 
     def respond_gemini(self, body: dict[str, Any], key: str, path: str) -> tuple[int, str, bytes]:
         """The Gemini API's :generateContent (JSON), :streamGenerateContent?alt=sse (data: chunks with
@@ -345,7 +363,9 @@ class FakeUpstream:
                 "usageMetadata": usage,
             },
         ]
-        return 200, "text/event-stream", "".join(f"data: {json.dumps(c)}\r\n\r\n" for c in chunks).encode()
+        sent = [f"data: {json.dumps(c)}\r\n\r\n" for c in chunks]
+        error = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
+        return 200, "text/event-stream", self._ending(sent, 1, f"data: {json.dumps(error)}\r\n\r\n")
 
     def respond_embeddings(self, body: dict[str, Any], authorization: str) -> tuple[int, str, bytes]:
         """POST /v1/embeddings: bag-of-words vectors (texts that share words are close), as floats or
@@ -428,10 +448,10 @@ class FakeUpstream:
             },
             {"type": "message_stop"},
         ]
-        if self.mode == "stream error":  # the API's error event mid-stream, as when it is overloaded
-            events[-2:] = [{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}]
-        data = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
-        return 200, "text/event-stream", data.encode()
+        sent = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events]
+        # The API's error event mid-stream, as when it is overloaded.
+        error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+        return 200, "text/event-stream", self._ending(sent, 2, f"event: error\ndata: {json.dumps(error)}\n\n")
 
     def close(self) -> None:
         self.server.shutdown()

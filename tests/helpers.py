@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -64,10 +66,26 @@ def wait_for(
         time.sleep(interval)
 
 
+PORTS = 1000  # ports of each pytest-xdist worker's own range
+FIRST_PORT = 20000  # the ranges lie below Linux's ephemeral ports (32768-60999), which connections take
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+_ports = itertools.count(random.randrange(PORTS))  # another run's tests may be on this machine too
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, for a server started after this returns. From this xdist worker's
+    own range: a port that bind(0) gives back could be given to another worker's server, or to a
+    connection's own end, before this one's server binds it."""
+    base = FIRST_PORT + _WORKER % ((32768 - FIRST_PORT) // PORTS) * PORTS
+    for _ in range(PORTS):
+        port = base + next(_ports) % PORTS
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use, or lingering after a close
+            return port
+    raise AssertionError(f"no free port in {base}-{base + PORTS - 1}")
 
 
 class Server:

@@ -74,25 +74,6 @@ def encode(text: str) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
-def _events(source: IO[bytes]) -> Iterator[tuple[str, Any]]:
-    guard = Surrogates(source)
-    try:
-        # The root object, the entries list and the entry wrap each request and response.
-        parsed = ijson.basic_parse(guard, use_float=True)
-        yield from jsonio.checked_events(parsed, base=WRAPPING)
-    except ijson.JSONError as exc:
-        raise json_error(exc) from None
-    except jsonio.InvalidJSON as exc:
-        raise InvalidBundle(exc.message) from None
-    except UnicodeDecodeError as exc:  # the parser's own decoding: bytes that are not UTF-8 text
-        # A lone low surrogate escape fails the parser's decoding too, perhaps in the bytes the scan
-        # held back for the next read: scanned to the end, it says which it was.
-        guard.finish()
-        raise InvalidBundle(
-            f"The bundle is not valid UTF-8 text: a string holds bytes that are not UTF-8 ({exc.reason})."
-        ) from None
-
-
 def json_error(exc: Exception) -> InvalidBundle:
     # The first line only: the parser's later lines quote the bundle, which may hold anything.
     raw = exc.args[0] if exc.args else ""
@@ -180,13 +161,24 @@ _STARTS = {"start_map": dict, "start_array": list}
 _ENDS = frozenset({"end_map", "end_array"})
 
 
-def build(event: str, value: Any, events: Iterator[tuple[str, Any]]) -> Any:
-    """The whole JSON value that starts with this event (a small builder: the hot loop of an import)."""
+# The deepest a container may open: jsonio.MAX_DEPTH for a request, within what a bundle wraps it in.
+DEPTH_LIMIT = jsonio.MAX_DEPTH + WRAPPING
+
+
+def too_deep() -> InvalidBundle:
+    return InvalidBundle(jsonio.too_deep("The bundle").message)
+
+
+def build(event: str, value: Any, events: Iterator[tuple[str, Any]], around: int) -> Any:
+    """The whole JSON value that starts with this event (a small builder: the hot loop of an import),
+    inside `around` open containers; refused when it nests past DEPTH_LIMIT."""
     make = _STARTS.get(event)
     if make is None:
         return value
     root = make()
     stack: list[Any] = [root]
+    if around + 1 > DEPTH_LIMIT:
+        raise too_deep()
     key = None
     for event, value in events:
         if event == "map_key":
@@ -206,6 +198,8 @@ def build(event: str, value: Any, events: Iterator[tuple[str, Any]]) -> Any:
             top.append(item)
         if make:
             stack.append(item)
+            if around + len(stack) > DEPTH_LIMIT:
+                raise too_deep()
     return root
 
 
@@ -216,7 +210,25 @@ def read_bundle(
 
     `entry_started` is called when an entry's first event has been read, before it is built.
     """
-    events = _events(source)
+    guard = Surrogates(source)
+    try:
+        # The parser's events go straight to the loops below and build(), which checks their nesting
+        # (a generator between, counting them again, was a third of a large import's reading).
+        yield from _read(ijson.basic_parse(guard, use_float=True), entry_started)
+    except ijson.JSONError as exc:
+        raise json_error(exc) from None
+    except UnicodeDecodeError as exc:  # the parser's own decoding: bytes that are not UTF-8 text
+        # A lone low surrogate escape fails the parser's decoding too, perhaps in the bytes the scan
+        # held back for the next read: scanned to the end, it says which it was.
+        guard.finish()
+        raise InvalidBundle(
+            f"The bundle is not valid UTF-8 text: a string holds bytes that are not UTF-8 ({exc.reason})."
+        ) from None
+
+
+def _read(
+    events: Iterator[tuple[str, Any]], entry_started: Callable[[], None] | None
+) -> Iterator[tuple[str, Any]]:
     first = next(events, None)
     if first is None:
         raise InvalidBundle("The bundle is empty.")
@@ -233,7 +245,7 @@ def read_bundle(
         seen.add(key)
         event, value = next(events)
         if key != "entries":
-            yield key, build(event, value, events)
+            yield key, build(event, value, events, 1)  # inside the root object
             continue
         if "bundle" not in seen:
             raise InvalidBundle('The bundle header ("bundle") must come before "entries".', param="bundle")
@@ -244,7 +256,7 @@ def read_bundle(
                 break
             if entry_started is not None:
                 entry_started()
-            yield "entry", build(event, value, events)
+            yield "entry", build(event, value, events, 2)  # inside the root object and the entries
     if "bundle" not in seen:
         raise InvalidBundle('This is not a semula bundle: it has no "bundle" header.', param="bundle")
     for _ in events:

@@ -15,14 +15,16 @@ import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from semula.core import toolsets
 from semula.core.errors import BadRequest
+from semula.core.limits import MAX_BLOCKS, MAX_ITEMS, blocks
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 RESPONSE_FORMATS = ("text", "json_object", "json_schema")
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
-# Digests of the tools lists, tool schemas and response schemas found valid: an agent sends the same
-# tools with every request, and checking a schema against the metaschema costs about a millisecond.
+# Digests of the tool schemas and response schemas found valid: checking a schema against the
+# metaschema costs about a millisecond (whole tool sets: semula.core.toolsets).
 _VALID_SCHEMAS: dict[bytes, None] = {}
 _VALID_SCHEMAS_SIZE = 4096
 # OpenAI's caps on arrays, checked before their items so that a request far past one is refused for
@@ -33,19 +35,24 @@ MAX_TOOL_CALLS = 128
 
 def check(body: dict[str, Any]) -> None:
     """400 for the first field of a chat completion request that OpenAI would refuse."""
-    for index, message in enumerate(body["messages"]):
+    messages = body["messages"]
+    check_length("messages", messages, MAX_ITEMS)  # the caps first (decision 0063)
+    parts = blocks(messages, "content")
+    if parts > MAX_BLOCKS:
+        raise BadRequest(
+            f"Invalid 'messages': too many content parts: {parts}; at most {MAX_BLOCKS} in a request.",
+            param="messages",
+            code="array_above_max_length",
+        )
+    for index, message in enumerate(messages):
         _message(message, f"messages[{index}]")
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
             raise _type("tools", "an array", tools)
         check_length("tools", tools, MAX_TOOLS)
-        # An agent sends the same tools with every request: one digest for all of them.
-        digest = _digest(tools)
-        if digest is None or digest not in _VALID_SCHEMAS:
-            for index, tool in enumerate(tools):
-                _tool(tool, f"tools[{index}]")
-            _remember(digest)
+        # An agent sends the same tools with every request: checked once per tool set.
+        toolsets.checked("openai.chat", tools, _tools)
     response_format = body.get("response_format")
     if response_format is not None:
         _response_format(response_format)
@@ -104,6 +111,11 @@ def _tool_calls(calls: Any, param: str) -> None:
                 raise _missing(f"{where}.function.{key}")
             if not isinstance(function[key], str):
                 raise _type(f"{where}.function.{key}", "a string", function[key])
+
+
+def _tools(tools: list[Any]) -> None:
+    for index, tool in enumerate(tools):
+        _tool(tool, f"tools[{index}]")
 
 
 def _tool(tool: Any, param: str) -> None:
@@ -166,8 +178,8 @@ def _schema(schema: Any, param: str, what: str) -> None:
     _remember(digest)
 
 
-def _digest(value: list[Any] | dict[str, Any]) -> bytes | None:
-    """The memo key of a tools list or a schema: a list's bytes never equal an object's."""
+def _digest(value: dict[str, Any]) -> bytes | None:
+    """The memo key of a schema."""
     try:
         # orjson's bytes tell 1 from 1.0 and true from 1, as the metaschema does.
         return hashlib.sha256(orjson.dumps(value)).digest()

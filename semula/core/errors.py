@@ -140,6 +140,15 @@ class RecordTimeout(SemulaError):
     type = "server_error"
 
 
+class ClientGone(SemulaError):
+    """The client of a held call went away; the call stays pending, abandoned, and still answerable."""
+
+    status = 499  # nginx's "client closed request": nobody reads this response
+    code = "semula_client_gone"
+    type = "server_error"
+    headers = (("Connection", "close"),)
+
+
 class TooManyMisses(SemulaError):
     """The project has max_misses calls parked already; answer some first."""
 

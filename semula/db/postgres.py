@@ -30,6 +30,7 @@ from semula.db import (
     refuse_nul,
     takes_rows,
 )
+from semula.rounds import Round, Rounds
 
 # Any fixed 64-bit number: every semula process migrating one database takes the same lock.
 MIGRATION_LOCK = 0x53454D554C41
@@ -287,31 +288,15 @@ Key = Hashable  # what a version is read for (a workspace's change counter)
 Query = Callable[[list[Key]], dict[Key, object]]
 
 
-class _Batch:
-    __slots__ = ("keys", "done", "_ended", "found", "error")
+class _Batch(Round):
+    __slots__ = ("keys", "found")
 
     def __init__(self) -> None:
+        super().__init__()
         self.keys: set[Key] = set()
-        self.done = False  # set under VersionReads' lock, with _ended released
-        # Held from the batch's making until it is done, so waiting for it is taking it (and handing
-        # it on): a lock costs a tenth of what a threading.Event does to make, and a batch is made
-        # for every read that finds none open (each kept hit on PostgreSQL, each first sight).
-        self._ended = threading.Lock()
-        self._ended.acquire()
         self.found: dict[Key, object] = {}
-        self.error: BaseException | None = None
-
-    def wait(self) -> None:
-        with self._ended:
-            pass
-
-    def end(self) -> None:
-        self.done = True
-        self._ended.release()
 
     def answer(self, key: Key) -> object:
-        if self.error is not None:
-            raise self.error
         return self.found.get(key, object())  # no such project: a value equal to nothing
 
 
@@ -321,47 +306,20 @@ class VersionReads:
 
     A caller gets its value from a query that began *after* it asked, as a query of its own would
     (so it sees every commit that completed before it asked): keys that arrive while a query is in
-    flight wait for it to end and are then read together by one of them. One query per group is in
-    flight at a time (the store reads a workspace's counter in a group of its own, as its tenant).
+    flight wait for it to end and are then read together by one of them (semula.rounds). One query per
+    group is in flight at a time (the store reads a workspace's counter in a group of its own, as its
+    tenant).
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._open: dict[Hashable, _Batch] = {}  # per group, the batch not sent yet
-        self._flying: dict[Hashable, _Batch] = {}  # per group, the batch being read
+        self._rounds: Rounds[_Batch] = Rounds(lambda: _Batch())  # the class as it is when a round is made
 
     def read(self, workspace: Hashable, key: Key, query: Query) -> object:
-        with self._lock:
-            batch = self._open.get(workspace)
-            if batch is None:
-                batch = self._open[workspace] = _Batch()
-            batch.keys.add(key)
-        while True:
-            with self._lock:
-                if batch.done:
-                    break
-                flying = self._flying.get(workspace)
-                if flying is None:  # nothing in flight, so ours is the batch not sent yet: it goes now
-                    self._flying[workspace] = batch
-                    del self._open[workspace]
-            if flying is None:
-                self._send(workspace, batch, query)
-                break
-            flying.wait()  # the query in flight (ours, or one that began before we asked)
-        return batch.answer(key)
-
-    def _send(self, workspace: Hashable, batch: _Batch, query: Query) -> None:
-        try:
+        def send(batch: _Batch) -> None:
             batch.found = query(sorted(batch.keys))
-        except Exception as exc:
-            batch.error = exc  # every caller of the batch raises it, this one in read()
-        except BaseException as exc:  # this greenlet or thread is being stopped: the others need not be
-            batch.error = Unavailable(type(exc).__name__)
-            raise
-        finally:
-            with self._lock:  # sent and not yet done is always in flight (read() relies on it)
-                del self._flying[workspace]
-                batch.end()
+
+        batch, _ = self._rounds.join(workspace, lambda batch: batch.keys.add(key), send)
+        return batch.answer(key)
 
 
 class _Listener:
@@ -655,7 +613,7 @@ class PostgresStore:
 
     def version(self, workspace_id: str) -> object:
         """The workspace's replay change counter: triggers move it in the transaction of every change
-        of a row a replay answer is made of (semula/migrations/0017_replay_changes.postgresql.sql).
+        of a row a replay answer is made of (migrations/0017_replay_changes.postgresql.sql).
 
         Concurrent hits of a workspace read it together (VersionReads), each in a query that began
         after it asked: one row by primary key, whatever the number of hits waiting.

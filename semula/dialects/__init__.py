@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from semula.core import answers, jsonio, recorded_meta
 from semula.core import fingerprint as fp
 from semula.core.errors import BadRequest, SemulaError
+from semula.dialects.routes import Route, Table
 
 CHAT = "openai.chat"
 RESPONSES = "openai.responses"
@@ -47,6 +48,14 @@ class Dialect:
 
     name: ClassVar[str]
     title: ClassVar[str]  # the API's name for people: "Chat Completions", "Anthropic Messages"
+    # Its HTTP routes (semula/dialects/routes.py): every route's errors are in this API's envelope.
+    routes: ClassVar[tuple[Route, ...]] = ()
+    # Its routes in words, for the error that names the APIs semula speaks (else its POST routes).
+    summary: ClassVar[str | None] = None
+    # The version prefix of its paths (without a slash), when unknown paths under it are this API's.
+    owns_prefix: ClassVar[str | None] = None
+    # The header besides x-request-id its SDKs read a response's request id from (Anthropic's).
+    request_id_header: ClassVar[str | None] = None
     upstream_path: ClassVar[str]
     transport_fields: ClassVar[frozenset[str]]
     upstream_model_applies: ClassVar[bool] = True  # whether a project's upstream_model replaces the model
@@ -65,6 +74,11 @@ class Dialect:
 
     def synthetic_response(self, request: Mapping[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
+
+    def api_key(self, environ: Mapping[str, Any]) -> str | None:
+        """The semula token a client of this API sends where its provider takes its key, when not in
+        the Authorization header (Anthropic's x-api-key, Google's x-goog-api-key or ?key=)."""
+        return None
 
     def with_headers(self, body: Any, header: Callable[[str], str | None]) -> Any:
         """The body with what the API carries in headers and a recording must keep (Anthropic's betas)."""
@@ -242,6 +256,15 @@ class Dialect:
         """The events as server-sent events on the wire, as the API frames them."""
         raise NotImplementedError
 
+    def streams_array(self, in_path: tuple[str, ...], query: str) -> bool:
+        """Whether a call on this route (`in_path`: what its path says, `query`: its query string) wants
+        its stream as one JSON array rather than server-sent events (json_array())."""
+        return False
+
+    def json_array(self, pieces: Iterable[bytes]) -> Iterator[bytes]:
+        """A stream's server-sent events (as sse() frames them) as one JSON array, sent as they come."""
+        raise NotImplementedError
+
     def keeps_json(self, req: Request, recorded: dict[str, Any]) -> bool:
         """Whether a rendered body of this recorded response may be kept and sent again through
         restamp_json(): yes when restamp() renews its stamps as render() does (every API but Chat
@@ -331,7 +354,7 @@ def answer_of(completion: dict[str, Any]) -> tuple[str | None, str | None, list[
     return choice.get("finish_reason"), message.get("content") or message.get("refusal"), calls
 
 
-def _registry() -> dict[str, Dialect]:
+def _builtin() -> tuple[Dialect, ...]:
     from semula.dialects.anthropic_messages import AnthropicMessages
     from semula.dialects.gemini import Gemini
     from semula.dialects.gemini_embeddings import GeminiEmbeddings
@@ -339,7 +362,7 @@ def _registry() -> dict[str, Dialect]:
     from semula.dialects.openai_embeddings import OpenAIEmbeddings
     from semula.dialects.openai_responses import OpenAIResponses
 
-    speaks = (
+    return (
         OpenAIChat(),
         OpenAIResponses(),
         OpenAIEmbeddings(),
@@ -347,16 +370,53 @@ def _registry() -> dict[str, Dialect]:
         Gemini(),
         GeminiEmbeddings(),
     )
-    return {d.name: d for d in speaks}
 
 
 DIALECTS: dict[str, Dialect] = {}
+_table: Table | None = None  # the routes of DIALECTS, remade when it changes
+
+
+def _load() -> None:
+    if not DIALECTS:
+        DIALECTS.update((d.name, d) for d in _builtin())  # as register() would, one table for all
+        _remake()
+
+
+def register(dialect: Dialect) -> None:
+    """Speak one more API: the one call a new API needs. Its routes are served by the proxy, their
+    errors in its envelope, their calls counted under their route templates, and its name is in the
+    OpenAPI document's `api` values (docs/decisions/0064-one-registration-per-api.md)."""
+    _load()
+    if dialect.name in DIALECTS:
+        raise ValueError(f"an API called {dialect.name!r} is registered already")
+    DIALECTS[dialect.name] = dialect
+    _remake()
+
+
+def unregister(name: str) -> None:
+    """Speak an API registered with register() no more."""
+    _load()
+    del DIALECTS[name]
+    _remake()
+
+
+def _remake() -> None:
+    """The route table of the registry as it now is, swapped in whole (a request sees one or the other)."""
+    global _table
+    _table = Table(DIALECTS.values(), DIALECTS[CHAT])
+
+
+def table() -> Table:
+    """The routes of every registered API (semula/dialects/routes.py)."""
+    if _table is None:
+        _load()
+    return _table  # type: ignore[return-value]
 
 
 def get(name: str | None) -> Dialect:
     """The dialect called `name` (None is Chat Completions, as rows and bundles from before dialects)."""
     if not DIALECTS:
-        DIALECTS.update(_registry())
+        _load()
     dialect = DIALECTS.get(name or CHAT)
     if dialect is None:
         raise BadRequest(f"unknown api {name!r}; this server speaks: {', '.join(sorted(DIALECTS))}.")

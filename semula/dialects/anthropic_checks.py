@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from semula.core import toolsets
 from semula.core.errors import BadRequest
+from semula.core.limits import MAX_BLOCKS, blocks
 
 ROLES = ("user", "assistant", "system")
 TOOL_CHOICES = ("auto", "any", "tool", "none")
@@ -41,6 +43,9 @@ def check(body: Any, *, counting: bool = False) -> None:
         raise bad("Field required" if messages is None else "Input should be a valid list", "messages")
     if len(messages) > MAX_MESSAGES:  # before they are looked at (decision 0054)
         raise bad(f"too many messages: {len(messages)}; at most {MAX_MESSAGES} in a request", "messages")
+    content_blocks = blocks(messages, "content")
+    if content_blocks > MAX_BLOCKS:  # decision 0063
+        raise bad(f"too many content blocks: {content_blocks}; at most {MAX_BLOCKS} in a request", "messages")
     _check_system(body.get("system"))
     # The tool_use ids of the assistant turn before the current user turn: what a tool_result may
     # answer. Consecutive messages of one role are one turn; a system message ends no turn.
@@ -56,7 +61,7 @@ def check(body: Any, *, counting: bool = False) -> None:
         turn_uses |= _check_message(message, i, previous_uses if role == "user" else set())
         if role in ("user", "assistant"):
             last_role = role
-    _check_tools(body.get("tools"))
+    toolsets.checked("anthropic.messages", body.get("tools"), _check_tools)  # once per tool set
     _check_tool_choice(body.get("tool_choice"))
     for name, high in (("temperature", 1.0), ("top_p", 1.0)):
         _number(body, name, high)

@@ -17,13 +17,14 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from semula.core import answers, stream, templates
 from semula.core.errors import InvalidAnswer, SemulaError
 from semula.dialects import ANTHROPIC, Dialect, Request, answer_of, common_answer, tool_call, typed_sse
 from semula.dialects.anthropic_checks import HEADER_FIELDS, bad, check
+from semula.dialects.routes import Route
 
 DEFAULT_VERSION = "2023-06-01"
 TRANSPORT = frozenset({"stream", "metadata", "service_tier", "anthropic-version"})
@@ -76,6 +77,12 @@ def tool_use_id(call_id: str) -> str:
 class AnthropicMessages(Dialect):
     name = ANTHROPIC
     title = "Anthropic Messages"
+    routes = (
+        Route("/v1/messages", "/v1/messages"),
+        Route("/v1/messages/count_tokens", "/v1/messages/count_tokens", "count_tokens"),
+    )
+    summary = "POST /v1/messages and POST /v1/messages/count_tokens"
+    request_id_header = "request-id"  # what the Anthropic SDKs expose as _request_id
     stamped = ("id",)
     upstream_model_applies = False  # a project's upstream_model names an OpenAI model
     upstream_path = "/messages"
@@ -84,6 +91,9 @@ class AnthropicMessages(Dialect):
     answer_headers = ("HTTP_ANTHROPIC_BETA",)
 
     # Requests
+
+    def api_key(self, environ: Mapping[str, Any]) -> str | None:
+        return environ.get("HTTP_X_API_KEY")  # the Anthropic SDKs send their key as x-api-key
 
     def with_headers(self, body: Any, header: Callable[[str], str | None]) -> Any:
         if not isinstance(body, dict):
@@ -315,6 +325,8 @@ class AnthropicMessages(Dialect):
         for event in events:
             if event.get("type") == "error":
                 raise ValueError("the provider's stream ended with an error event")
+        if not any(event.get("type") == "message_stop" for event in events):
+            raise ValueError("the provider's stream ended before message_stop")
         return assemble(events), list(events)  # as sent, pings included: a replay sends them too
 
 

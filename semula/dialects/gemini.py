@@ -20,13 +20,45 @@ import json
 import re
 import secrets
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from semula.core import answers, jsonio, stream, templates
 from semula.core.errors import InvalidAnswer, SemulaError
 from semula.dialects import GEMINI, Dialect, Request, answer_of, common_answer, tool_call
-from semula.dialects.gemini_checks import OWN, check
+from semula.dialects.gemini_checks import OWN, check, json_names
+from semula.dialects.routes import CALL, MODEL, MODELS, Route, keyed
+
+VERSIONS = ("v1beta", "v1")  # google-genai 1.x+ calls /v1, earlier clients /v1beta
+MODEL_IN_PATH = r"(?P<model>[^/:?#]{1,200})"
+
+
+def methods(*served: tuple[str, str]) -> tuple[Route, ...]:
+    """The routes of a model's methods (`/{version}/models/{model}:METHOD`), under both versions; the
+    method is the route's argument after the model."""
+    return tuple(
+        Route(
+            f"/{version}/models/{MODEL_IN_PATH}:{method}",
+            f"/{version}/models/{{model}}:{method}",
+            serves,
+            (method,),
+        )
+        for version in VERSIONS
+        for method, serves in served
+    )
+
+
+def google_key(environ: Any) -> str | None:
+    """The key a Google client sends: the `x-goog-api-key` header, else the `key` query parameter."""
+    header = environ.get("HTTP_X_GOOG_API_KEY")
+    if header is not None:
+        return header
+    for pair in environ.get("QUERY_STRING", "").split("&"):
+        name, _, value = pair.partition("=")
+        if name == "key":
+            return urllib.parse.unquote_plus(value)
+    return None
+
 
 # Google's status name for each HTTP status; semula's own statuses get the nearest one.
 STATUSES = {
@@ -106,9 +138,51 @@ def to_json_schema(schema: Any) -> Any:
     return out
 
 
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+
+
+def json_array(pieces: Iterable[bytes]) -> Iterator[bytes]:
+    """A stream's server-sent events as Google streams `:streamGenerateContent` without `alt=sse`: one
+    JSON array whose elements are the events' data, each sent as soon as its event has come whole."""
+    pending, opened = b"", False
+    for piece in pieces:
+        *events, pending = _EVENT_END.split(pending + piece)
+        out = []
+        for event in events:
+            data = _event_data(event)
+            if data:
+                out.append((b",\r\n" if opened else b"[") + data)
+                opened = True
+        if out:
+            yield b"".join(out)
+    data = _event_data(pending)
+    if data:
+        yield (b",\r\n" if opened else b"[") + data + b"]"
+    else:
+        yield b"]" if opened else b"[]"
+
+
+def _event_data(event: bytes) -> bytes:
+    """An event's data (its `data:` lines joined), or b"" for an event without any."""
+    return b"\n".join(line[5:].removeprefix(b" ") for line in event.splitlines() if line.startswith(b"data:"))
+
+
 class Gemini(Dialect):
     name = GEMINI
     title = "Gemini"
+    routes = (
+        *methods(("generateContent", CALL), ("streamGenerateContent", CALL), ("countTokens", "count_tokens")),
+        Route("/v1beta/models", "/v1beta/models", "gemini_models"),
+        Route(f"/v1beta/models/{MODEL_IN_PATH}", "/v1beta/models/{model}", "gemini_model"),
+        # GET /v1/models from a Google client is this API's model list, which google-genai calls under /v1.
+        keyed(MODELS, "gemini_models"),
+        keyed(MODEL, "gemini_model"),
+    )
+    summary = (
+        "POST /v1beta/models/{model}:generateContent, :streamGenerateContent and :countTokens"
+        " and GET /v1beta/models"
+    )
+    owns_prefix = "v1beta"
     stamped = ("responseId",)
     upstream_model_applies = False  # a project's upstream_model names an OpenAI model
     upstream_path = "/models"  # the model and the method follow (upstream_target)
@@ -116,11 +190,15 @@ class Gemini(Dialect):
 
     # Requests
 
+    def api_key(self, environ: Any) -> str | None:
+        return google_key(environ)
+
     def with_route(self, body: Any, model: str, method: str) -> Any:
-        """The body as stored: the path's model in `model`, `stream: true` for a streamed method."""
+        """The body as stored: fields by their JSON names (`system_instruction` as `systemInstruction`),
+        the path's model in `model`, `stream: true` for a streamed method."""
         if not isinstance(body, dict):
             return body
-        stored = {**body, "model": model_id(model)}
+        stored = {**json_names(body), "model": model_id(model)}
         stored.pop("stream", None)
         if method == "streamGenerateContent":
             stored["stream"] = True
@@ -163,6 +241,7 @@ class Gemini(Dialect):
 
     def count_tokens(self, body: Any) -> dict[str, Any]:
         """:countTokens: an estimate (four characters a token), not the provider's tokenizer."""
+        body = json_names(body)
         check(body, counting=True)
         inner = (
             body.get("generateContentRequest")
@@ -327,6 +406,13 @@ class Gemini(Dialect):
         for event in events:
             yield b"data: " + jsonio.compact(event) + b"\r\n\r\n"
 
+    def streams_array(self, in_path: tuple[str, ...], query: str) -> bool:
+        # Google streams :streamGenerateContent as one JSON array unless asked for `alt=sse`.
+        return in_path[-1:] == ("streamGenerateContent",) and "alt=sse" not in query
+
+    def json_array(self, pieces: Iterable[bytes]) -> Iterator[bytes]:
+        return json_array(pieces)
+
     def upstream(self, settings: Any) -> tuple[str, str | None]:
         return settings.gemini_url, settings.gemini_key
 
@@ -340,7 +426,11 @@ class Gemini(Dialect):
         for event in events:
             if "error" in event:
                 raise ValueError("the provider's stream ended with an error")
-        return assemble(events), events
+        response = assemble(events)
+        # The API has no end event: its last chunk says why the candidate finished.
+        if not response["candidates"][0].get("finishReason"):
+            raise ValueError("the provider's stream ended before its candidate finished")
+        return response, events
 
     def relay(self, block: bytes, data: Any, req: Request) -> bytes | None:
         return block + b"\r\n\r\n"

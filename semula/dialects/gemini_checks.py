@@ -12,7 +12,9 @@ import json
 import re
 from typing import Any
 
+from semula.core import toolsets
 from semula.core.errors import BadRequest
+from semula.core.limits import MAX_BLOCKS, MAX_ITEMS, blocks
 
 OWN = "invalid_argument"  # the code of the dialect's own 400s: their message needs no prefix
 ROLES = ("user", "model", "function")
@@ -31,6 +33,125 @@ CALLING_MODES = ("MODE_UNSPECIFIED", "AUTO", "ANY", "NONE", "VALIDATED")
 MIME_TYPES = ("text/plain", "application/json", "application/xml", "application/yaml", "text/x.enum")
 SCHEMA_MIME_TYPES = ("application/json", "text/x.enum")
 FUNCTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}\Z")
+
+
+# Google's JSON parser takes every field by its proto name (`system_instruction`, as Google's own curl
+# examples write them) or by its JSON name (`systemInstruction`, as the SDKs send them). The request
+# semula stores, checks, views and forwards names each field it knows the second way: a message type's
+# fields, each with the type of its value (None: a scalar, an enum or free JSON, not walked).
+_FIELDS: dict[str, dict[str, str | None]] = {
+    "request": {  # generateContent, countTokens, embedContent and batchEmbedContents, in one
+        "contents": "content",
+        "systemInstruction": "content",
+        "tools": "tool",
+        "toolConfig": "toolConfig",
+        "safetySettings": None,
+        "generationConfig": "generationConfig",
+        "cachedContent": None,
+        "generateContentRequest": "request",
+        "requests": "request",
+        "content": "content",
+        "taskType": None,
+        "outputDimensionality": None,
+    },
+    "content": {"parts": "part"},
+    "part": {
+        "inlineData": "blob",
+        "fileData": "blob",
+        "functionCall": None,
+        "functionResponse": "functionResponse",
+        "executableCode": None,
+        "codeExecutionResult": None,
+        "thoughtSignature": None,
+        "videoMetadata": "videoMetadata",
+        "partMetadata": None,
+        "mediaResolution": None,
+    },
+    "blob": {"mimeType": None, "fileUri": None, "displayName": None},
+    "videoMetadata": {"startOffset": None, "endOffset": None},
+    "functionResponse": {"willContinue": None, "parts": "part"},
+    "tool": {
+        "functionDeclarations": "declaration",
+        "googleSearch": None,
+        "googleSearchRetrieval": None,
+        "codeExecution": None,
+        "urlContext": None,
+        "computerUse": None,
+        "fileSearch": None,
+        "googleMaps": None,
+    },
+    "declaration": {
+        "parameters": "schema",
+        "parametersJsonSchema": None,
+        "response": "schema",
+        "responseJsonSchema": None,
+    },
+    "toolConfig": {"functionCallingConfig": "callingConfig", "retrievalConfig": None},
+    "callingConfig": {"allowedFunctionNames": None},
+    "generationConfig": {
+        "stopSequences": None,
+        "responseMimeType": None,
+        "responseSchema": "schema",
+        "responseJsonSchema": None,
+        "responseModalities": None,
+        "candidateCount": None,
+        "maxOutputTokens": None,
+        "topP": None,
+        "topK": None,
+        "presencePenalty": None,
+        "frequencyPenalty": None,
+        "responseLogprobs": None,
+        "enableEnhancedCivicAnswers": None,
+        "speechConfig": None,
+        "thinkingConfig": "thinkingConfig",
+        "imageConfig": None,
+        "mediaResolution": None,
+    },
+    "thinkingConfig": {"includeThoughts": None, "thinkingBudget": None, "thinkingLevel": None},
+    "schema": {  # Google's OpenAPI-style Schema: `properties` maps names (kept as written) to schemas
+        "properties": "schemas",
+        "items": "schema",
+        "anyOf": "schema",
+        "propertyOrdering": None,
+        "maxItems": None,
+        "minItems": None,
+        "maxLength": None,
+        "minLength": None,
+        "maxProperties": None,
+        "minProperties": None,
+    },
+}
+
+
+def json_names(body: Any, kind: str = "request") -> Any:
+    """The request with every field semula knows named as Google's JSON names it (lowerCamelCase),
+    whichever way the client wrote it; a field written both ways is a 400, as Google's parser says."""
+    if isinstance(body, list):
+        return [json_names(item, kind) for item in body]
+    if not isinstance(body, dict):
+        return body
+    if kind == "schemas":
+        return {name: json_names(schema, "schema") for name, schema in body.items()}
+    fields = _FIELDS[kind]
+    out: dict[str, Any] = {}
+    for key, value in body.items():
+        name = _camel(key) if "_" in key else key
+        if name != key and name not in fields:
+            name = key  # not a field semula knows: kept as written
+        if name in out:
+            raise BadRequest(
+                f'Invalid JSON payload received. Duplicate field "{_snake(name)}" (given as both '
+                f"{_snake(name)} and {name}).",
+                param=name,
+                code=OWN,
+            )
+        child = fields.get(name)
+        out[name] = json_names(value, child) if child else value
+    return out
+
+
+def _camel(name: str) -> str:
+    return re.sub(r"_([a-z0-9])", lambda m: m[1].upper(), name)
 
 
 def bad(message: str, param: str | None = None) -> BadRequest:
@@ -63,12 +184,17 @@ def check(body: Any, *, counting: bool = False) -> None:
         raise bad("contents is not specified", "contents")
     if not isinstance(contents, list):
         raise wrong_type("contents", "TYPE_MESSAGE", contents)
+    if len(contents) > MAX_ITEMS:  # the caps first (decision 0063)
+        raise bad(f"too many contents: {len(contents)}; at most {MAX_ITEMS} in a request", "contents")
+    parts = blocks(contents, "parts")
+    if parts > MAX_BLOCKS:
+        raise bad(f"too many parts: {parts}; at most {MAX_BLOCKS} in a request", "contents")
     for i, content in enumerate(contents):
         _check_content(content, f"contents[{i}]")
     system = body.get("systemInstruction")
     if system is not None:
         _check_content(system, "systemInstruction", system=True)
-    _check_tools(body.get("tools"))
+    toolsets.checked("gemini.generate_content", body.get("tools"), _check_tools)  # once per tool set
     _check_tool_config(body.get("toolConfig"))
     _check_generation(body.get("generationConfig"))
 

@@ -17,9 +17,10 @@ from typing import Any
 from semula.core import vectors
 from semula.core.errors import BadRequest, InvalidAnswer
 from semula.dialects import GEMINI_EMBEDDINGS, Dialect, Request
-from semula.dialects.gemini import Gemini, google_error
+from semula.dialects.gemini import Gemini, google_error, methods
 from semula.dialects.gemini_checks import OWN, bad, wrong_type
 from semula.dialects.openai_embeddings import embeddings_view, vector_numbers
+from semula.dialects.routes import CALL
 
 MAX_REQUESTS = 250  # Google's limit on one batch's requests
 TASK_TYPES = (
@@ -67,11 +68,15 @@ def expected_length(request: Mapping[str, Any]) -> int | None:
 class GeminiEmbeddings(Dialect):
     name = GEMINI_EMBEDDINGS
     title = "Gemini embeddings"
+    routes = methods(("embedContent", CALL), ("batchEmbedContents", CALL))
+    summary = "POST /v1beta/models/{model}:embedContent and :batchEmbedContents"
+    owns_prefix = "v1beta"
     upstream_model_applies = False
     upstream_path = "/models"
     transport_fields = frozenset()
     makes_vectors = True
 
+    api_key = Gemini.api_key
     with_route = Gemini.with_route
     upstream = Gemini.upstream
     upstream_headers = Gemini.upstream_headers

@@ -15,6 +15,7 @@ from semula.core import answers, chat_requests, jsonio, stream, templates
 from semula.core import fingerprint as fp
 from semula.core.errors import BadRequest, InvalidAnswer
 from semula.dialects import CHAT, Dialect, Request
+from semula.dialects.routes import Route
 
 
 def response_id() -> str:
@@ -57,6 +58,7 @@ def _with_refusal(completion: dict[str, Any]) -> dict[str, Any]:
 class OpenAIChat(Dialect):
     name = CHAT
     title = "Chat Completions"
+    routes = (Route("/v1/chat/completions", "/v1/chat/completions"),)
     stamped = ("id", "created")
     upstream_path = "/chat/completions"
     transport_fields = fp.TRANSPORT_FIELDS
@@ -183,6 +185,14 @@ class OpenAIChat(Dialect):
         return body
 
     def from_stream(self, events: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        # OpenAI's error mid-stream is a chunk holding only `error`; a stream cut short leaves a choice
+        # without its finish_reason. Neither is an answer to save.
+        if any(isinstance(event, dict) and "error" in event for event in events):
+            raise ValueError("the provider's stream carried an error")
+        choices = [choice for event in events for choice in event.get("choices") or ()]
+        finished = {choice.get("index", 0) for choice in choices if choice.get("finish_reason")}
+        if not choices or finished != {choice.get("index", 0) for choice in choices}:
+            raise ValueError("the provider's stream ended before its choices finished")
         return stream.assemble_chunks(events), events
 
     def relay(self, block: bytes, data: Any, req: Request) -> bytes | None:

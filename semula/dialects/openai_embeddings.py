@@ -22,6 +22,7 @@ from typing import Any
 from semula.core import answers, vectors
 from semula.core.errors import BadRequest, InvalidAnswer
 from semula.dialects import Dialect, Request
+from semula.dialects.routes import Route
 
 NAME = "openai.embeddings"
 ENCODINGS = ("float", "base64")
@@ -123,6 +124,7 @@ def _canonical_body(body: Mapping[str, Any]) -> Mapping[str, Any]:
 class OpenAIEmbeddings(Dialect):
     name = NAME
     title = "Embeddings"
+    routes = (Route("/v1/embeddings", "/v1/embeddings"),)
     upstream_path = "/embeddings"
     upstream_model_applies = False  # a project's upstream_model is a chat model: embeddings keep theirs
     transport_fields = frozenset({"encoding_format", "user"})

@@ -19,10 +19,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from semula.core import answers, jsonio, stream, templates
+from semula.core import answers, jsonio, stream, templates, toolsets
 from semula.core.chat_requests import MAX_TOOLS, check_length
 from semula.core.errors import BadRequest, InvalidAnswer
+from semula.core.limits import MAX_BLOCKS, MAX_ITEMS, blocks
 from semula.dialects import RESPONSES, Dialect, Request, typed_sse
+from semula.dialects.routes import Route
+
+STORED = r"/v1/responses/(?P<id>[A-Za-z0-9_.:-]{1,200})"  # a recorded response's path
 
 NAME = RESPONSES
 ROLES = ("assistant", "system", "developer", "user")
@@ -120,6 +124,12 @@ def _check_parameters(body: dict[str, Any]) -> None:
 class OpenAIResponses(Dialect):
     name = NAME
     title = "Responses"
+    routes = (
+        Route("/v1/responses", "/v1/responses", websocket=True),  # decision 0056
+        Route(STORED, "/v1/responses/{id}", "stored_response"),
+        Route(STORED + "/input_items", "/v1/responses/{id}/input_items", "input_items"),
+    )
+    summary = "POST /v1/responses and GET /v1/responses/{id}"
     stamped = ("created_at",)
     upstream_path = "/responses"
     transport_fields = TRANSPORT
@@ -155,13 +165,21 @@ class OpenAIResponses(Dialect):
         if items is None and not body.get("previous_response_id"):
             raise _bad("Missing required parameter: 'input'.", "input", "missing_required_parameter")
         if isinstance(items, list):
+            check_length("input", items, MAX_ITEMS)  # the caps first (decision 0063)
+            parts = blocks(items, "content")
+            if parts > MAX_BLOCKS:
+                raise _bad(
+                    f"Invalid 'input': too many content parts: {parts}; at most {MAX_BLOCKS} in a request.",
+                    "input",
+                    "array_above_max_length",
+                )
             for i, item in enumerate(items):
                 _check_item(item, f"input[{i}]")
         elif items is not None and not isinstance(items, str):
             raise _bad("input must be a string or an array of input items.", "input", "invalid_type")
         if body.get("instructions") is not None and not isinstance(body["instructions"], str):
             raise _bad("instructions must be a string.", "instructions", "invalid_type")
-        _check_tools(body.get("tools"))
+        toolsets.checked("openai.responses", body.get("tools"), _check_tools)  # once per tool set
         _check_text(body.get("text"))
         _check_parameters(body)
         if body.get("previous_response_id") is not None and not isinstance(body["previous_response_id"], str):

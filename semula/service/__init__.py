@@ -6,13 +6,16 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marshmallow import Schema, ValidationError
 
 from semula.config import Settings
 from semula.core.errors import BadRequest
 from semula.db import Store
+
+if TYPE_CHECKING:
+    from semula.service.sequences import Counts
 
 ROLES = ("viewer", "editor", "admin")
 SCOPES = ("replay", "record", "full")
@@ -46,6 +49,9 @@ class Context:
     # a call held by this process is released at once instead of at its next poll. The app that
     # holds calls passes its own Parking's release; the CLI holds none and passes nothing.
     on_resolved: Callable[[str, str, str | None, float], None] | None = None
+    # The server's session-call counts, written together (service.sequences.Counts); without them
+    # (the CLI, a test's context) each call is counted by a statement of its own.
+    counts: Counts | None = None
 
     def __post_init__(self) -> None:
         # Hosted mode: every statement runs as the caller's workspace, so PostgreSQL's
@@ -54,7 +60,7 @@ class Context:
             self.store = self.store.scoped(self.principal.workspace_id)
 
     def as_(self, principal: Principal) -> Context:
-        return Context(self.store, self.settings, principal, self.on_resolved)
+        return Context(self.store, self.settings, principal, self.on_resolved, self.counts)
 
 
 def now() -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import re
 import shutil
 import tempfile
 import time
@@ -92,7 +93,9 @@ def _export_pieces(ctx: Context, row: dict[str, Any], secrets: tuple[str, ...]) 
         if entry["answers"] > 1:  # a sequence; an entry of one answer stays as it was
             item["later_answers"] = [
                 _later_answer(answer, secrets)
-                for answer in ctx.store.all("list_entry_answers", entry_id=entry["id"])
+                for answer in ctx.store.all(
+                    "list_entry_answers", entry_id=entry["id"], workspace_id=ctx.principal.workspace_id
+                )
             ]
         yield encode(('  "entries": [\n    ' if first else ",\n    ") + nested(item, 4))
         first = False
@@ -123,6 +126,47 @@ class EntrySchema(Schema):
 
 
 _ENTRY = EntrySchema()
+_ENTRY_KEYS = frozenset(_ENTRY.fields)
+_APIS = frozenset(dialects.names())
+_REVIEW_STATUSES = frozenset(entries_service.REVIEW_STATUSES)
+_FINGERPRINT = re.compile(FINGERPRINT_PATTERN)
+
+
+def _load_entry(value: dict[str, Any]) -> dict[str, Any]:
+    """_ENTRY.load(value), without the schema's work per field for an entry as `semula export` writes
+    it (a sixth of a large import's time); any other entry, one with an error among them, is loaded
+    by the schema, so its errors are the schema's."""
+    get = value.get
+    api, fingerprint, request = get("api", dialects.CHAT), get("fingerprint"), get("request")
+    response, chunks, later = get("response"), get("chunks"), get("later_answers", [])
+    pinned, review = get("pinned", False), get("review_status", "unreviewed")
+    if (
+        value.keys() <= _ENTRY_KEYS
+        and type(request) is dict
+        and response is not None
+        and (chunks is None or (type(chunks) is list and all(type(chunk) is dict for chunk in chunks)))
+        and get("meta") is None
+        and type(later) is list
+        and not later
+        and type(pinned) is bool
+        and type(review) is str
+        and review in _REVIEW_STATUSES
+        and type(api) is str
+        and api in _APIS
+        and (fingerprint is None or (type(fingerprint) is str and _FINGERPRINT.match(fingerprint)))
+    ):
+        return {
+            "api": api,
+            "fingerprint": fingerprint,
+            "request": dict(request),
+            "response": response,
+            "chunks": None if chunks is None else [dict(chunk) for chunk in chunks],
+            "meta": None,
+            "pinned": pinned,
+            "review_status": review,
+            "later_answers": [],
+        }
+    return _ENTRY.load(value)
 
 
 def _check_config(value: Any) -> dict[str, Any]:
@@ -195,7 +239,7 @@ def _prepare(
     if not isinstance(value, dict):
         raise InvalidBundle(f"{where}: an entry must be an object.", param=where)
     try:
-        data = _ENTRY.load(value)
+        data = _load_entry(value)
     except ValidationError as exc:
         raise fail(*first_error(exc)) from None
     request = data["request"]
@@ -430,7 +474,13 @@ def _write(
     report["settings_changed"] = {key: values[key] for key in changed}
     stamp = now()
     with ctx.store.transaction(workspace) as tx:
-        tx.run("update_project", id=row["id"], now=stamp, **projects_service._columns(values))
+        tx.run(
+            "update_project",
+            id=row["id"],
+            workspace_id=workspace,
+            now=stamp,
+            **projects_service._columns(values),
+        )
         for batch in _read_prepared(spool, count):
             found = tx.all(
                 "entries_by_fingerprints",
@@ -438,7 +488,19 @@ def _write(
                 fingerprints=dumps([item.fingerprint for item in batch]),
             )
             existing = {r["fingerprint"]: r for r in found}
+            # Answers 2..n stored for them, read for the batch at once (a pinned entry is skipped whole).
+            stored_answers: dict[str, list[dict[str, Any]]] = {}
+            sequenced = [r["id"] for r in found if r["answers"] > 1 and not r["pinned"]]
+            for answer in (
+                tx.all("answers_of_entries", entry_ids=dumps(sequenced), workspace_id=workspace)
+                if sequenced
+                else ()
+            ):
+                stored_answers.setdefault(answer["entry_id"], []).append(answer)
             inserts, updates, revisions = [], [], []
+            # Answers 2..n of new entries and their revisions (number 1), written with the batch.
+            new_answers: list[dict[str, Any]] = []
+            new_answer_revisions: list[dict[str, Any]] = []
             # Entries whose answers are the ones stored, and answers 2..n of them, whose pin, review
             # or meta differs.
             marked, answer_marks = [], []
@@ -448,11 +510,7 @@ def _write(
                 old = existing.get(item.fingerprint)
                 # Answers 2..n stored for it, and those pinned: an import leaves a pinned answer alone,
                 # in its place (the answers up to the last pinned one stay).
-                stored = (
-                    tx.all("list_entry_answers", entry_id=old["id"])
-                    if old is not None and old["answers"] > 1 and not old["pinned"]
-                    else []
-                )
+                stored = stored_answers.get(old["id"], []) if old is not None else []
                 kept = {answer["seq"] for answer in stored if answer["pinned"]}
                 values_ = {
                     "answers": max([1 + len(item.later), *kept]),
@@ -465,6 +523,7 @@ def _write(
                     "chunks": item.chunks,
                     "pinned": item.pinned,
                     "review_status": item.review_status,
+                    "workspace_id": workspace,
                     "now": stamp,
                 }
                 if old is None:
@@ -472,7 +531,6 @@ def _write(
                     inserts.append(
                         {
                             "id": entry_id,
-                            "workspace_id": workspace,
                             "project_id": row["id"],
                             "fingerprint": item.fingerprint,
                             **values_,
@@ -490,6 +548,7 @@ def _write(
                         marked.append(
                             {
                                 "id": old["id"],
+                                "workspace_id": workspace,
                                 "meta": item.meta,
                                 "pinned": item.pinned,
                                 "review_status": item.review_status,
@@ -497,7 +556,14 @@ def _write(
                             }
                         )
                         answer_marks += [
-                            {"entry_id": old["id"], "seq": seq, "pinned": pinned, "meta": meta, "now": stamp}
+                            {
+                                "entry_id": old["id"],
+                                "workspace_id": workspace,
+                                "seq": seq,
+                                "pinned": pinned,
+                                "meta": meta,
+                                "now": stamp,
+                            }
                             for seq, pinned, meta in marks
                             if seq > 1
                         ]
@@ -507,8 +573,6 @@ def _write(
                     entry_id, number = old["id"], old["revision"] + 1
                     updates.append({"id": entry_id, "revision": number, **values_})
                     report["updated"] += 1
-                if item.later or (old is not None and old["answers"] > 1):
-                    sequences.append((entry_id, item, values_["answers"], kept))
                 revisions.append(
                     {
                         "id": new_id("revision"),
@@ -522,11 +586,21 @@ def _write(
                         "now": stamp,
                     }
                 )
+                if old is None:
+                    for seq, (response, chunks, pinned, meta) in enumerate(item.later, start=2):
+                        answer = {"workspace_id": workspace, "entry_id": entry_id, "seq": seq, "number": 1}
+                        answer |= {"response": response, "chunks": chunks, "now": stamp}
+                        new_answers.append(answer | {"pinned": pinned, "meta": meta})
+                        new_answer_revisions.append(answer | _IMPORTED | {"id": new_id("revision")})
+                elif item.later or old["answers"] > 1:
+                    sequences.append((entry_id, item, values_["answers"], kept))
             tx.many("import_insert_entry", inserts)
             tx.many("import_update_entry", updates)
             tx.many("insert_revision", revisions)
             tx.many("import_entry_marks", marked)
             tx.many("import_answer_marks", answer_marks)
+            tx.many("import_new_answer", new_answers)
+            tx.many("insert_answer_revision", new_answer_revisions)
             for entry_id, item, answers, kept in sequences:
                 _write_answers(tx, workspace, entry_id, item, stamp, answers, kept)
             if progress:
@@ -537,13 +611,16 @@ def _write(
     return {"object": "import_report", "project": row["name"], "entries": count, **report}
 
 
+_IMPORTED = {"actor": "import", "summary": "imported from a bundle"}
+
+
 def _write_answers(
     tx: Any, workspace: str, entry_id: str, item: _Prepared, stamp: float, answers: int, kept: set[int]
 ) -> None:
     """Answers 2..n of an imported entry as the bundle has them, but for the pinned ones (`kept`),
     left as they are; answers past `answers` (the bundle's, or up to the last pinned one) go."""
-    tx.run("drop_answers_after", entry_id=entry_id, answers=answers)
-    tx.run("drop_revisions_after", entry_id=entry_id, answers=answers)
+    tx.run("drop_answers_after", entry_id=entry_id, workspace_id=workspace, answers=answers)
+    tx.run("drop_revisions_after", entry_id=entry_id, workspace_id=workspace, answers=answers)
     for seq, (response, chunks, pinned, meta) in enumerate(item.later, start=2):
         if seq in kept:
             continue
@@ -642,7 +719,9 @@ def find_stored_secrets(ctx: Context, project: str, limit: int = 20) -> tuple[li
         if entry.get("meta"):
             item["meta"] = json.loads(entry["meta"])
         if entry["answers"] > 1:
-            answers = ctx.store.all("list_entry_answers", entry_id=entry["id"])
+            answers = ctx.store.all(
+                "list_entry_answers", entry_id=entry["id"], workspace_id=ctx.principal.workspace_id
+            )
             item["later_answers"] = [_stored_answer_item(answer) for answer in answers]
         add(redact.secret_paths(item, secrets, f"entries[{index}]"))
     return found, total

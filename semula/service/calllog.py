@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from semula import logs
+from semula.core import sampling
 from semula.core.errors import BadRequest
 from semula.core.ids import new_ids
 from semula.db import DatabaseError, Store
@@ -34,6 +34,7 @@ OUTCOMES = (
     "synthetic",
     "sequence_exhausted",
     "fault",
+    "abandoned",
     "error",
 )
 MAX_BUFFER = 10_000
@@ -62,7 +63,7 @@ class CallLog:
         A replay hit is logged only for `hit_share` of them, drawn at random: a test suite replaying
         thousands of calls a second can keep its call log (and the write each row costs) small.
         """
-        if row["outcome"] == "hit" and not logs.sampled(self.hit_share):
+        if row["outcome"] == "hit" and not sampling.keep(self.hit_share):
             return
         if not self.batched:
             self._write([row])

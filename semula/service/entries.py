@@ -360,8 +360,11 @@ def get(ctx: Context, entry_id: str) -> dict[str, Any]:
     require(ctx, role="viewer")
     row = get_row(ctx, entry_id)
     out = present(row, full=True)
-    out["sequence"] = [_present_answer(row, a) for a in _answers(ctx.store, row)]
-    out["revisions"] = [_present_revision(r) for r in ctx.store.all("list_revisions", entry_id=row["id"])]
+    out["sequence"] = [_present_answer(row, a) for a in _answers(ctx.store, ctx.principal.workspace_id, row)]
+    out["revisions"] = [
+        _present_revision(r)
+        for r in ctx.store.all("list_revisions", entry_id=row["id"], workspace_id=ctx.principal.workspace_id)
+    ]
     return out
 
 
@@ -388,7 +391,7 @@ def _edit(ctx: Context, row: dict[str, Any], seq: int, payload: Any, summary: st
     """Answer `seq` replaced by `payload`, validated as any answer to the entry's request is."""
     dialect = dialects.get(row.get("api"))
     request = json.loads(row["request"])
-    old, _ = decode(_answer(ctx.store, row, seq))
+    old, _ = decode(_answer(ctx.store, ctx.principal.workspace_id, row, seq))
     response, chunks = dialect.accept(payload, request, dialect.conversation(request))
     # A follow-up request names the recorded response's id: an edit keeps it.
     recorded_id = dialect.response_id(old)
@@ -401,8 +404,10 @@ def _edit(ctx: Context, row: dict[str, Any], seq: int, payload: Any, summary: st
 def _revert(ctx: Context, row: dict[str, Any], seq: int, number: Any, summary: str) -> None:
     if isinstance(number, bool) or not isinstance(number, int) or number < 1:
         raise BadRequest("revision must be a whole number from 1.", param="revision")
-    _answer(ctx.store, row, seq)
-    old = ctx.store.one("get_revision", entry_id=row["id"], seq=seq, number=number)
+    _answer(ctx.store, ctx.principal.workspace_id, row, seq)
+    old = ctx.store.one(
+        "get_revision", entry_id=row["id"], seq=seq, number=number, workspace_id=ctx.principal.workspace_id
+    )
     if old is None:
         of = f"answer {seq} of entry {row['id']}" if seq > 1 else f"Entry {row['id']}"
         raise NotFound(f"{of[0].upper()}{of[1:]} has no revision {number}.", code="revision_not_found")
@@ -425,18 +430,24 @@ def _replace(
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:
         if seq == 1:
             updated = tx.one(
-                "replace_entry_response", id=row["id"], response=response_json, chunks=chunks_json, now=now()
+                "replace_entry_response",
+                id=row["id"],
+                workspace_id=ctx.principal.workspace_id,
+                response=response_json,
+                chunks=chunks_json,
+                now=now(),
             )
         else:
             updated = tx.one(
                 "replace_answer_response",
                 entry_id=row["id"],
+                workspace_id=ctx.principal.workspace_id,
                 seq=seq,
                 response=response_json,
                 chunks=chunks_json,
                 now=now(),
             )
-            tx.run("entry_unreviewed", id=row["id"], now=now())
+            tx.run("entry_unreviewed", id=row["id"], workspace_id=ctx.principal.workspace_id, now=now())
         if updated is None:
             raise _no_answer(row, seq)
         _add_revision(
@@ -467,13 +478,26 @@ def set_pinned(ctx: Context, entry_id: str, pinned: bool) -> dict[str, Any]:
 
 
 def _pin(ctx: Context, row: dict[str, Any], seq: int, pinned: bool) -> None:
-    if bool(_answer(ctx.store, row, seq)["pinned"]) == pinned:
+    if bool(_answer(ctx.store, ctx.principal.workspace_id, row, seq)["pinned"]) == pinned:
         return
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:
         if seq == 1:
-            tx.run("set_entry_pinned", id=row["id"], pinned=int(pinned), now=now())
+            tx.run(
+                "set_entry_pinned",
+                id=row["id"],
+                workspace_id=ctx.principal.workspace_id,
+                pinned=int(pinned),
+                now=now(),
+            )
         else:
-            tx.run("set_answer_pinned", entry_id=row["id"], seq=seq, pinned=int(pinned), now=now())
+            tx.run(
+                "set_answer_pinned",
+                entry_id=row["id"],
+                workspace_id=ctx.principal.workspace_id,
+                seq=seq,
+                pinned=int(pinned),
+                now=now(),
+            )
         audit.record(tx, ctx, "entry.pin" if pinned else "entry.unpin", row["id"], [_field(seq, "pinned")])
 
 
@@ -485,7 +509,13 @@ def review(ctx: Context, entry_id: str, status: Any) -> dict[str, Any]:
     row = get_row(ctx, entry_id)
     if row["review_status"] != status:
         with ctx.store.transaction(ctx.principal.workspace_id) as tx:
-            tx.run("set_review_status", id=row["id"], review_status=status, now=now())
+            tx.run(
+                "set_review_status",
+                id=row["id"],
+                workspace_id=ctx.principal.workspace_id,
+                review_status=status,
+                now=now(),
+            )
             audit.record(tx, ctx, "entry.review", row["id"], ["review_status"])
     return present(get_row(ctx, entry_id))
 
@@ -495,7 +525,7 @@ def delete(ctx: Context, entry_id: str) -> dict[str, Any]:
     require(ctx, role="editor")
     row = get_row(ctx, entry_id)
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:
-        tx.run("delete_entry", id=row["id"])
+        tx.run("delete_entry", id=row["id"], workspace_id=ctx.principal.workspace_id)
         audit.record(tx, ctx, "entry.delete", row["id"])
     return {"object": "entry.deleted", "id": row["id"], "deleted": True}
 
@@ -511,20 +541,20 @@ def _first(row: dict[str, Any]) -> dict[str, Any]:
     return {**{key: row[key] for key in keys}, "meta": row.get("meta"), "seq": 1}
 
 
-def _answers(store: Store | Tx, row: dict[str, Any]) -> list[dict[str, Any]]:
+def _answers(store: Store | Tx, workspace_id: str, row: dict[str, Any]) -> list[dict[str, Any]]:
     """Every answer of the entry's sequence, 1..n, as stored."""
     if (row.get("answers") or 1) == 1:
         return [_first(row)]
-    return [_first(row), *store.all("list_entry_answers", entry_id=row["id"])]
+    return [_first(row), *store.all("list_entry_answers", entry_id=row["id"], workspace_id=workspace_id)]
 
 
-def _answer(store: Store | Tx, row: dict[str, Any], seq: Any) -> dict[str, Any]:
+def _answer(store: Store | Tx, workspace_id: str, row: dict[str, Any], seq: Any) -> dict[str, Any]:
     """Answer `seq` as stored; 404 when the sequence has no such answer."""
     if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= (row.get("answers") or 1):
         raise _no_answer(row, seq)
     if seq == 1:
         return _first(row)
-    found = store.one("entry_answer", entry_id=row["id"], seq=seq)
+    found = store.one("entry_answer", entry_id=row["id"], workspace_id=workspace_id, seq=seq)
     if found is None:
         raise _no_answer(row, seq)
     return {**found, "created_at": row["created_at"], "updated_at": row["updated_at"]}
@@ -565,8 +595,8 @@ def get_answer(ctx: Context, entry_id: str, seq: int) -> dict[str, Any]:
     """Answer `seq` of an entry's sequence in full, with its revisions, oldest first."""
     require(ctx, role="viewer")
     row = get_row(ctx, entry_id)
-    out = _present_answer(row, _answer(ctx.store, row, seq))
-    revisions = ctx.store.all("list_revisions", entry_id=row["id"])
+    out = _present_answer(row, _answer(ctx.store, ctx.principal.workspace_id, row, seq))
+    revisions = ctx.store.all("list_revisions", entry_id=row["id"], workspace_id=ctx.principal.workspace_id)
     out["revisions"] = [_present_revision(r) for r in revisions if (r.get("seq") or 1) == seq]
     return out
 
@@ -575,7 +605,7 @@ def edit_answer(ctx: Context, entry_id: str, seq: int, payload: Any, *, summary:
     """Replace answer `seq`, as edit() replaces an entry's (answer 1: the same thing)."""
     require(ctx, role="editor")
     row = get_row(ctx, entry_id)
-    _answer(ctx.store, row, seq)
+    _answer(ctx.store, ctx.principal.workspace_id, row, seq)
     _edit(ctx, row, seq, payload, summary)
     return get_answer(ctx, entry_id, seq)
 
@@ -599,7 +629,7 @@ def delete_answer(ctx: Context, entry_id: str, seq: int) -> dict[str, Any]:
     entry is refused (409): delete the entry instead."""
     require(ctx, role="editor")
     row = get_row(ctx, entry_id)
-    _answer(ctx.store, row, seq)
+    _answer(ctx.store, ctx.principal.workspace_id, row, seq)
     have = row.get("answers") or 1
     if have == 1:
         raise Conflict(
@@ -633,17 +663,19 @@ def _rearrange(
     entry_id = row["id"]
     stamp = now()
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:
-        locked = tx.one("lock_entry_answers", id=entry_id, now=stamp)
+        locked = tx.one("lock_entry_answers", id=entry_id, workspace_id=ctx.principal.workspace_id, now=stamp)
         if locked is None or locked["answers"] != (row.get("answers") or 1):
             raise Conflict("The entry's answers changed meanwhile; look again.", code="answers_changed")
         # Read again under the lock: an edit meanwhile is moved, not undone.
+        workspace_id = ctx.principal.workspace_id
         old = _answers(
-            tx, tx.one("get_entry_in_workspace", id=entry_id, workspace_id=ctx.principal.workspace_id)
+            tx, workspace_id, tx.one("get_entry_in_workspace", id=entry_id, workspace_id=workspace_id)
         )
         first = old[order[0] - 1]
         tx.run(
             "set_first_answer",
             id=entry_id,
+            workspace_id=workspace_id,
             response=first["response"],
             chunks=first["chunks"],
             revision=first["revision"],
@@ -653,12 +685,12 @@ def _rearrange(
             answers=len(order),
             now=stamp,
         )
-        tx.run("drop_answers_after", entry_id=entry_id, answers=1)
+        tx.run("drop_answers_after", entry_id=entry_id, workspace_id=workspace_id, answers=1)
         for seq, was in enumerate(order[1:], start=2):
             answer = old[was - 1]
             tx.run(
                 "restore_answer",
-                workspace_id=ctx.principal.workspace_id,
+                workspace_id=workspace_id,
                 entry_id=entry_id,
                 seq=seq,
                 response=answer["response"],
@@ -670,10 +702,10 @@ def _rearrange(
                 now=stamp,
             )
         for gone in sorted(set(range(1, len(old) + 1)) - set(order)):
-            tx.run("drop_answer_revisions", entry_id=entry_id, seq=gone)
+            tx.run("drop_answer_revisions", entry_id=entry_id, workspace_id=workspace_id, seq=gone)
         for seq, was in enumerate(order, start=1):
             if seq != was:
-                tx.run("move_answer_revisions", entry_id=entry_id, seq=was, to=seq)
-        tx.run("settle_answer_revisions", entry_id=entry_id)
+                tx.run("move_answer_revisions", entry_id=entry_id, workspace_id=workspace_id, seq=was, to=seq)
+        tx.run("settle_answer_revisions", entry_id=entry_id, workspace_id=workspace_id)
         audit.record(tx, ctx, action, entry_id, fields)
     return get(ctx, entry_id)

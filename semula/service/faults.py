@@ -154,7 +154,13 @@ def _save(
     """Store a project's rules, audited. A removed rule's counts go with it, so the same rule added
     again counts from one."""
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:
-        tx.run("set_project_faults", id=row["id"], faults=dumps(rules_), now=now())
+        tx.run(
+            "set_project_faults",
+            id=row["id"],
+            workspace_id=row["workspace_id"],
+            faults=dumps(rules_),
+            now=now(),
+        )
         for rule in removed:
             tx.run("drop_fault_counts", project_id=row["id"], rule=faults.rule_key(rule))
         audit.record(tx, ctx, action, row["name"], ["faults"])

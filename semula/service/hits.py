@@ -77,7 +77,7 @@ SHARED_COST = 1024
 # A Shared's number is never reused (itertools.count): 32 bits would run out after some 4 billion
 # Shareds, ten days of a hit with headers of its own kept 5,000 times a second.
 _HEAD = struct.Struct("<qQBHHH")  # version, Shared's number, flags, lengths of three texts
-_PACKED, _DIGEST, _HEXED = 1, 2, 4
+_PACKED, _DIGEST, _HEXED, _COUNTED = 1, 2, 4, 8
 _HEX = re.compile(r"[0-9a-f]{64}")
 
 Key = bytes
@@ -103,9 +103,10 @@ def key(
 ) -> Key:
     """What decides the answer to a request, besides the rows store.version() covers, as one digest.
 
-    In a session only whether there is one: a session call is kept only when its answer does not
-    depend on its call number (one answer; decided by the entry and project rows, which the version
-    covers), and then every session gets the same answer. `headers` are the values of the request
+    In a session only whether there is one: a session call whose answer does not depend on its call
+    number (one answer; decided by the entry and project rows, which the version covers) gives every
+    session the same answer, and one whose answer does is kept as a sequence whose answer each call's
+    own number picks (keep(sequences=True), decision 0068). `headers` are the values of the request
     headers its API reads into the request (Anthropic's betas). The context is hashed as its
     repr(), which no other context of strings, None and booleans shares, then a tag for how the
     body is taken, then the body.
@@ -156,7 +157,17 @@ class Kept:
     """A kept hit as find() gives it: its answer's bytes (packed or not), its stamps and what the call
     log reads. The cache holds it as bytes (_encode), and makes this of them for each hit."""
 
-    __slots__ = ("version", "data", "packed", "stamps", "fingerprint", "entry_id", "shared", "digest")
+    __slots__ = (
+        "version",
+        "data",
+        "packed",
+        "stamps",
+        "fingerprint",
+        "entry_id",
+        "shared",
+        "digest",
+        "sequence",
+    )
 
     def __init__(
         self,
@@ -168,6 +179,7 @@ class Kept:
         entry_id: str,
         shared: Shared,
         digest: bytes | None,
+        sequence: tuple[int, str] | None = None,
     ):
         self.version = version
         self.data = data  # the reply as sent (a JSON body, or a stream's events), packed or not
@@ -177,6 +189,9 @@ class Kept:
         self.entry_id = entry_id
         self.shared = shared
         self.digest = digest  # a large body's SHA-256, which a body must have to be served this hit
+        # A kept sequence (its answers and after_last): no answer of its own, which its call's number
+        # decides (HitCache.find_answer)
+        self.sequence = sequence
 
     # What the call log and the access line read of a call (replay.log_row), for a hit.
     pending_id = None
@@ -216,12 +231,15 @@ def _encode(
     fingerprint: str,
     entry_id: str,
     digest: bytes | None,
+    *,
+    counted: bool = False,
 ) -> bytes:
     """A kept hit as the bytes the cache holds: _HEAD (with the lengths of what follows), the digest
     (with _DIGEST), the fingerprint (with _HEXED its version, then its SHA-256 as 32 bytes rather than
     64 hex digits), the entry id, the stamps as JSON, then the answer's bytes to the end. A text past
-    64 KiB cannot be held (struct.error): such a hit is not kept."""
-    flags = (_PACKED if packed else 0) | (_DIGEST if digest is not None else 0)
+    64 KiB cannot be held (struct.error): such a hit is not kept. A kept sequence (`counted`) holds
+    its answers and after_last where the stamps are, and no answer."""
+    flags = (_PACKED if packed else 0) | (_DIGEST if digest is not None else 0) | (_COUNTED if counted else 0)
     head, colon, tail = fingerprint.rpartition(":")
     if colon and _HEX.fullmatch(tail):
         flags |= _HEXED
@@ -254,7 +272,15 @@ def _decode(held: bytes, shared: Shared) -> Kept:
     at += entry
     stamps = orjson.loads(held[at : at + stamped])
     data = held[at + stamped :]
+    if flags & _COUNTED:
+        sequence = (stamps["answers"], stamps["after_last"])
+        return Kept(version, data, False, {}, fingerprint, entry_id, shared, digest, sequence)
     return Kept(version, data, bool(flags & _PACKED), stamps, fingerprint, entry_id, shared, digest)
+
+
+def answer_key(key: Key, seq: int) -> Key:
+    """Where answer `seq` of a kept sequence is kept: its request's key and the number."""
+    return key + seq.to_bytes(4, "big")
 
 
 def cost(key: Key, held: bytes | _Seen) -> int:
@@ -280,16 +306,19 @@ class HitCache:
         self._numbers: dict[int, Shared] = {}  # the same Shareds by the number a kept hit holds
         self._count = itertools.count()
 
-    def find(self, ctx: Context, key: Key, raw: bytes) -> Kept | None:
+    def find(self, ctx: Context, key: Key, raw: bytes, *, sequences: bool = False) -> Kept | None:
         """The kept hit for this request, if the rows it came from are unchanged since it was kept.
 
         A first sight, or a request only noted so far, reads nothing: its call reads the change
-        counter with its entry (Call.version), and keep() keeps it under that value.
+        counter with its entry (Call.version), and keep() keeps it under that value. With `sequences`,
+        a kept sequence too (Kept.sequence: no answer until its call is counted, find_answer()).
         """
         held = self._kept.get(key)
         if held is None or isinstance(held, _Seen):
             return None
         version, number, flags, *_ = _HEAD.unpack_from(held)
+        if flags & _COUNTED and not sequences:
+            return None
         if flags & _DIGEST and hashlib.sha256(raw).digest() != held[_HEAD.size : _HEAD.size + 32]:
             return None  # another large body with the same length and ends
         shared = self._numbers[number]
@@ -300,8 +329,18 @@ class HitCache:
             return None
         require(ctx, role="viewer", scope="replay")
         kept = _decode(held, shared)
-        self.served += 1
+        if kept.sequence is None:  # a kept sequence is served once its answer is found (find_answer)
+            self.served += 1
         return kept
+
+    def find_answer(self, key: Key, seq: int, version: int) -> Kept | None:
+        """Answer `seq` of the kept sequence find() gave for `key` (read at its `version`), if it was
+        kept at that version too."""
+        held = self._kept.get(answer_key(key, seq))
+        if held is None or isinstance(held, _Seen) or _HEAD.unpack_from(held)[0] != version:
+            return None
+        self.served += 1
+        return _decode(held, self._shared_of(held))
 
     @property
     def held_bytes(self) -> int:
@@ -322,9 +361,14 @@ class HitCache:
         version: object,
         raw: bytes,
         data: bytes,
+        *,
+        sequences: bool = False,
     ) -> None:
         """Keep a hit its call found at this change counter `version` (None: read later, or not at
         all); a first sight only notes that it was seen.
+
+        With `sequences`, a counted session call (its answer depends on its number) is kept too: the
+        request as a kept sequence, and its answer as answer `call.seq` of it (find_answer()).
 
         `body` is the response as render() made it and `data` its bytes as sent (jsonio.compact()); a
         stream is kept as the bytes it was sent as (`data`, `body` then its first event) when its
@@ -336,8 +380,11 @@ class HitCache:
             return  # a project with fault rules looks at each call (decision 0061)
         if call.stream and not call.dialect.keeps_stream(call.request):
             return
-        if call.session is not None and (call.call_number or call.project["sequences"] == "record"):
-            return  # its answer depends on its number in the session, or would for a caller who may record
+        if call.session is not None and call.project["sequences"] == "record":
+            return  # its answer would depend on its number in the session for a caller who may record
+        counted = call.session is not None and call.call_number is not None
+        if counted and not sequences:
+            return  # its answer depends on its number in the session
         if version is None or key not in self._kept:
             self._put(key, SEEN)
             return
@@ -355,7 +402,23 @@ class HitCache:
             data, stamps = made
         packed = packing.pack(data) if self._bytes * 2 > self.max_bytes else None
         shared = self._shared_for(call, entry)
+        digest = hashlib.sha256(raw).digest() if len(raw) > MAX_BODY else None
         try:
+            if counted:
+                sequence = {"answers": entry["answers"], "after_last": call.project["after_last"]}
+                marker = _encode(
+                    version,
+                    shared.number,
+                    b"",
+                    False,
+                    sequence,
+                    call.fingerprint,
+                    entry["id"],
+                    digest,
+                    counted=True,
+                )
+                self._put(key, marker, admitted=True)
+                key = answer_key(key, call.seq)
             held = _encode(
                 version,
                 shared.number,
@@ -364,7 +427,7 @@ class HitCache:
                 {name: stamps[name] for name in dialect.stamped if name in stamps},
                 call.fingerprint,
                 entry["id"],
-                hashlib.sha256(raw).digest() if len(raw) > MAX_BODY else None,
+                digest,
             )
         except Exception:  # a stamp orjson cannot write, a text past 64 KiB: not kept
             if not shared.users:

@@ -13,6 +13,7 @@ from semula import dialects, metrics
 from semula.core import answers
 from semula.core.errors import BadRequest, Conflict, InvalidAnswer, NotFound, PendingResolved
 from semula.core.ids import new_id
+from semula.db import Store
 from semula.service import Context, dumps, now, page, quotas
 from semula.service import entries as entries_service
 from semula.service import projects as projects_service
@@ -32,6 +33,10 @@ MAX_HISTORY = 100
 # rare; losing them all this many times over means the claim guard and the candidates query disagree,
 # and spinning on that would hold the caller (and its worker) forever.
 CLAIM_LOOKS = 50
+# How long a parked call counts as waited for without its holder renewing it (semula.parking renews
+# the calls it holds every third of it): past it, nobody waits and the call is abandoned
+# (docs/decisions/0063-abandoned-calls.md).
+HOLD_LEASE = 30.0
 
 
 def park(
@@ -60,6 +65,7 @@ def park(
             api=api,
             max_misses=project["max_misses"],
             now=now(),
+            held_until=now() + HOLD_LEASE,
             **params,
         )
         if inserted is not None:
@@ -71,6 +77,7 @@ def park(
             return inserted["id"]
         shared = ctx.store.one("pending_by_fingerprint", **params)
         if shared is not None:
+            hold_among(ctx.store, [shared["id"]], now() + HOLD_LEASE)  # someone waits for it again
             logger.info(
                 "parked", extra={"pending_id": shared["id"], "project": project["name"], "shared": True}
             )
@@ -78,6 +85,18 @@ def park(
         # Neither inserted nor found: the cap is reached, or the identical call we collided with
         # was resolved in between; one more try tells the two apart.
     return None
+
+
+def hold_among(store: Store, ids: list[str], until: float) -> None:
+    """Mark the calls among `ids` still pending as waited for until `until` (a renewal by their
+    holder), or as let go at it (`until` now: their last client here went away or gave up)."""
+    store.run("hold_among", ids=json.dumps(ids), until=until)
+
+
+def abandoned(row: dict[str, Any], at: float | None = None) -> bool:
+    """Whether a call is pending with nobody waiting for it: its holder's lease lapsed or was let go."""
+    held_until = row.get("held_until")
+    return row["status"] == "pending" and (held_until is None or held_until <= (at or now()))
 
 
 def get_row(ctx: Context, pending_id: str) -> dict[str, Any]:
@@ -122,6 +141,7 @@ def present(row: dict[str, Any], *, full: bool = False, ctx: Context | None = No
         "claimed_until": int(row["claim_expires_at"]) if claimed else None,
         "entry_id": row["entry_id"],
         "seq": row.get("seq") or 1,
+        "abandoned": abandoned(row),
     }
     if full:
         request = json.loads(row["request"])
@@ -188,7 +208,12 @@ def answer(
         )
         resolved_at = now()
         if not tx.run(
-            "resolve_pending", id=pending_id, status="answered", entry_id=entry["id"], now=resolved_at
+            "resolve_pending",
+            id=pending_id,
+            workspace_id=ctx.principal.workspace_id,
+            status="answered",
+            entry_id=entry["id"],
+            now=resolved_at,
         ):
             raise PendingResolved(f"Pending call {pending_id} was resolved meanwhile.")
     notify(ctx, pending_id, "answered", entry["id"], resolved_at)
@@ -215,7 +240,12 @@ def cancel(ctx: Context, pending_id: str) -> dict[str, Any]:
     row = get_row(ctx, pending_id)
     resolved_at = now()
     if row["status"] != "pending" or not ctx.store.run(
-        "resolve_pending", id=pending_id, status="cancelled", entry_id=None, now=resolved_at
+        "resolve_pending",
+        id=pending_id,
+        workspace_id=ctx.principal.workspace_id,
+        status="cancelled",
+        entry_id=None,
+        now=resolved_at,
     ):
         raise PendingResolved(f"Pending call {pending_id} is {row['status']} already.")
     notify(ctx, pending_id, "cancelled", None, resolved_at)
@@ -251,10 +281,12 @@ def list_pending(
     *,
     project: str | None = None,
     status: str | None = "pending",
+    abandoned: bool | None = None,
     after: str | None = None,
     limit: int = 50,
 ) -> dict[str, Any]:
-    """Parked calls, oldest first, as an OpenAI list; status None (or "all") lists every status."""
+    """Parked calls, oldest first, as an OpenAI list; status None (or "all") lists every status,
+    `abandoned` True only the pending calls nobody waits for, False all others."""
     require(ctx, role="viewer", scope="record")
     if status == "all":
         status = None
@@ -265,6 +297,8 @@ def list_pending(
         workspace_id=ctx.principal.workspace_id,
         project_id=_project_filter(ctx, project),
         status=status,
+        abandoned=None if abandoned is None else int(abandoned),
+        now=now(),
         after=after,
         limit=limit + 1,
     )
@@ -322,7 +356,9 @@ def release_claim(ctx: Context, pending_id: str, worker: str) -> bool:
     """Give back a call this worker holds, so the next claim_next takes it at once; service only."""
     require(ctx, role="editor", scope="record")
     get_row(ctx, pending_id)
-    return bool(ctx.store.run("release_claim", id=pending_id, worker=worker))
+    return bool(
+        ctx.store.run("release_claim", id=pending_id, workspace_id=ctx.principal.workspace_id, worker=worker)
+    )
 
 
 def release(ctx: Context, pending_id: str, worker: str | None = None) -> dict[str, Any]:
@@ -346,7 +382,14 @@ def _try_claim(ctx: Context, pending_id: str, worker: str, lease: int) -> dict[s
     """One guarded UPDATE; the call in full when this worker won it, None when someone else did."""
     at = now()
     until = at + lease
-    row = ctx.store.one("claim_pending", id=pending_id, worker=worker, until=until, now=at)
+    row = ctx.store.one(
+        "claim_pending",
+        id=pending_id,
+        workspace_id=ctx.principal.workspace_id,
+        worker=worker,
+        until=until,
+        now=at,
+    )
     if row is None:
         return None
     metrics.pending_event("claimed")

@@ -318,7 +318,7 @@ def create(ctx: Context, data: dict[str, Any]) -> dict[str, Any]:
             audit.record(tx, ctx, "project.create", name, list(changes))
     except UniqueViolation:
         raise Conflict(f"A project named {name!r} exists already.", code="project_exists") from None
-    return present(ctx.store.one("get_project", id=project_id))
+    return present(ctx.store.one("get_project", id=project_id, workspace_id=ctx.principal.workspace_id))
 
 
 def update(ctx: Context, name: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -334,7 +334,13 @@ def update(ctx: Context, name: str, data: dict[str, Any]) -> dict[str, Any]:
     values = {k: current[k] for k in DEFAULTS} | changed
     refingerprinted = None
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:
-        tx.run("update_project", id=row["id"], now=now(), **_columns(values))
+        tx.run(
+            "update_project",
+            id=row["id"],
+            workspace_id=ctx.principal.workspace_id,
+            now=now(),
+            **_columns(values),
+        )
         if "ignore_fields" in changed or "normalize" in changed:
             # What makes two requests the same changed: every entry's fingerprint is taken again, in
             # this transaction, or the change is refused (decision 0059).
@@ -348,7 +354,7 @@ def update(ctx: Context, name: str, data: dict[str, Any]) -> dict[str, Any]:
         others = [k for k in changed if k != "answerer"]
         if others:
             audit.record(tx, ctx, "project.settings", name, others)
-    out = present(ctx.store.one("get_project", id=row["id"]))
+    out = present(ctx.store.one("get_project", id=row["id"], workspace_id=ctx.principal.workspace_id))
     if refingerprinted is not None:
         out["refingerprinted"] = refingerprinted.report()
     return out

@@ -153,7 +153,7 @@ def _budget_or_entry(
     # budget is taken only while fewer than `seq` answers replay for the fingerprint, in one statement.
     if _take_budget(ctx, project, fingerprint, seq or 1):
         return None
-    entry = sequences.recorded(ctx, project["id"], fingerprint, seq or 1)
+    entry = sequences.recorded_answer(ctx, project["id"], fingerprint, seq or 1)
     if entry is not None:
         return entry
     _refused(ctx, project, "budget")

@@ -71,7 +71,9 @@ def resolve_project(ctx: Context, path_project: str | None, header_project: str 
     if path_project:
         return projects_service.get_row(ctx, path_project)
     if ctx.principal.project_id:
-        row = ctx.store.one("get_project", id=ctx.principal.project_id)
+        row = ctx.store.one(
+            "get_project", id=ctx.principal.project_id, workspace_id=ctx.principal.workspace_id
+        )
         if row is None:
             raise NotFound("No such project.", code="project_not_found")
         return row
@@ -143,11 +145,13 @@ def start(
     version: object = UNREAD,
     read_again: Callable[[], tuple[dict[str, Any], object]] | None = None,
     plain: bool = False,
+    number: int | None = None,
 ) -> Call:
     """Check the request as its API does, fingerprint it and look for its entry (in a session: the
     answer of its sequence this call gets).
 
-    `plain`: the body is as semula.core.jsonio.read() found it plain (Dialect.fingerprint).
+    `plain`: the body is as semula.core.jsonio.read() found it plain (Dialect.fingerprint). `number`:
+    its number in its session, when it was counted already (sequences.pick).
 
     `version` is the change counter value `project` was read after (ProjectRows), and `read_again`
     reads the project anew: when the counter read with the entry differs, the project may have
@@ -171,7 +175,7 @@ def start(
     call = Call(project, body, fingerprint, req, started, dialect, session=session, version=version)
     call.entry = entry
     if session is not None:
-        sequences.pick(ctx, call, project["sequences"] == "record" and may_park(ctx, call))
+        sequences.pick(ctx, call, project["sequences"] == "record" and may_park(ctx, call), number)
     return call
 
 
@@ -202,7 +206,7 @@ def park(ctx: Context, call: Call) -> None:
         ctx, call.project, call.fingerprint, stored, call.stream, api=call.dialect.name, seq=call.seq
     )
     if call.pending_id is None:
-        call.entry = sequences.recorded(ctx, call.project["id"], call.fingerprint, call.seq)
+        call.entry = sequences.recorded_answer(ctx, call.project["id"], call.fingerprint, call.seq)
         if call.entry is None:
             raise TooManyMisses(
                 f"Project {call.project['name']!r} has {call.project['max_misses']} calls parked "
@@ -221,10 +225,11 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
     """A 424 whose message names the closest entry and the first path where the request differs."""
     rules = (json.loads(call.project["ignore_fields"]), json.loads(call.project["normalize"]))
     mine = call.dialect.canonical(call.body, *rules)
+    my_fields = fp.fields(mine)
     best, best_score = None, -1.0
     for row in _candidates(ctx, call):
         theirs = call.dialect.canonical(json.loads(row["request"]), *rules)
-        score = fp.closeness(mine, theirs)
+        score = fp.fields_closeness(my_fields, fp.fields(theirs))
         if score > best_score:
             best, best_score = (row, theirs), score
     name = call.project["name"]
@@ -292,7 +297,7 @@ def _entry_name(ctx: Context, entry_id: str) -> str:
     the bundle holds (its id exists only in this database); any other by its id and fingerprint."""
     row = entries_service.get_row(ctx, entry_id)
     fingerprint = row["fingerprint"][:MISS_FINGERPRINT] + "…"
-    revisions = ctx.store.all("list_revisions", entry_id=entry_id)
+    revisions = ctx.store.all("list_revisions", entry_id=entry_id, workspace_id=ctx.principal.workspace_id)
     if revisions and revisions[0]["actor"] == "import":
         return f"the bundle's entry with fingerprint {fingerprint}"
     return f"{entry_id} (fingerprint {fingerprint})"

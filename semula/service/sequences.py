@@ -2,21 +2,28 @@
 
 One fingerprint holds answers 1..n: answer 1 in its entry row, answers 2..n in `entry_answers`, and
 the entry's `answers` column counts them. A session counts the calls of each request in
-`session_calls`, one atomic upsert per call on both databases. A request whose answer does not
-depend on that count (one answer, no recording of sequences, not `after_last: fail`) is never
-counted, so it costs what it costs outside a session (docs/decisions/0036-sequences-and-sessions.md).
+`session_calls`, one atomic upsert per call on both databases; the server counts the calls of a
+process asked for while such a write is in flight together, in the next one (Counts, decision 0068).
+A request whose answer does not depend on that count (one answer, no recording of sequences, not
+`after_last: fail`) is never counted, so it costs what it costs outside a session
+(docs/decisions/0036-sequences-and-sessions.md).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from semula.core.errors import BadRequest, SequenceExhausted
+from semula.rounds import Round, Rounds
 from semula.service import Context, entries, now, projects
 from semula.service.auth import require
 
 if TYPE_CHECKING:
+    from semula.service.hits import Kept
     from semula.service.replay import Call
 
 # Not "." or "..": a URL path holds them as dot segments, which clients and servers remove.
@@ -40,12 +47,13 @@ def counted(project: dict[str, Any], answers: int, recording: bool) -> bool:
     return recording or answers > 1 or project["after_last"] == "fail"
 
 
-def pick(ctx: Context, call: Call, recording: bool) -> None:
+def pick(ctx: Context, call: Call, recording: bool, number: int | None = None) -> None:
     """Count a session call if its answer depends on it and point `call` at the answer it gets.
 
     `recording`: the call may record answer k (sequences: record, and it may park). Then a call past
     the last answer is a miss for answer k (call.entry None, call.seq k); otherwise `after_last` decides
-    (`fail`: call.entry None and call.exhausted the error to answer with).
+    (`fail`: call.entry None and call.exhausted the error to answer with). `number`: the call was
+    counted already (a kept sequence whose answer is not kept, service.hits), as this call number.
     """
     entry = call.entry
     if entry is None and not recording:
@@ -53,37 +61,130 @@ def pick(ctx: Context, call: Call, recording: bool) -> None:
     answers = entry["answers"] if entry is not None else 0
     if not counted(call.project, answers, recording):
         return
-    number = _count(ctx, call)
+    number = _count(ctx, call) if number is None else number
     call.call_number = number
-    if number <= answers:
-        seq = number
-    elif recording:
+    if number > answers and recording:
         call.seq, call.entry = number, None
         return
-    elif call.project["after_last"] == "cycle":
-        seq = (number - 1) % answers + 1
-    elif call.project["after_last"] == "fail":
+    seq = answer_number(number, answers, call.project["after_last"])
+    if seq is None:
         call.entry, call.exhausted = None, exhausted(call, number, answers)
         return
-    else:
-        seq = answers
     call.seq = seq
     if seq > 1:
         assert entry is not None
         call.entry = with_answer(ctx, entry, seq)
 
 
+def answer_number(number: int, answers: int, after_last: str) -> int | None:
+    """The answer call `number` of a request with `answers` answers gets (None: after_last `fail`, and
+    past the last)."""
+    if number <= answers:
+        return number
+    if after_last == "cycle":
+        return (number - 1) % answers + 1
+    if after_last == "fail":
+        return None
+    return answers
+
+
 def _count(ctx: Context, call: Call) -> int:
+    assert call.session is not None
+    return count(ctx, call.project["id"], call.session, call.fingerprint)
+
+
+def count(ctx: Context, project_id: str, session: str, fingerprint: str) -> int:
+    """The number of this call of a request in its session: its counter, raised by one."""
+    if ctx.counts is not None:
+        return ctx.counts.count(ctx, (project_id, session, fingerprint))
     row = ctx.store.one(
         "count_session_call",
         workspace_id=ctx.principal.workspace_id,
-        project_id=call.project["id"],
-        session=call.session,
-        fingerprint=call.fingerprint,
+        project_id=project_id,
+        session=session,
+        fingerprint=fingerprint,
+        n=1,
         now=now(),
     )
     assert row is not None
     return int(row["calls"])
+
+
+def kept_number(ctx: Context, kept: Kept, session: str) -> tuple[int, int | None]:
+    """Count a call of a kept sequence (service.hits): its number, and the answer that number gets
+    (None: after_last `fail`, past the last; the call goes the whole way with its number, and fails)."""
+    answers, after_last = kept.sequence or (1, "repeat_last")
+    number = count(ctx, kept.project["id"], session, kept.fingerprint)
+    return number, answer_number(number, answers, after_last)
+
+
+CountKey = tuple[str, str, str]  # a counter: project id, session, fingerprint
+Offload = Callable[[Callable[[], Any]], Any]  # runs a function elsewhere and returns its result when done
+
+
+class _Counted(Round):
+    """The calls one write counts: how many of each counter, and (once written) each one's first number."""
+
+    __slots__ = ("asked", "first")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: dict[CountKey, int] = {}
+        self.first: dict[CountKey, int] = {}
+
+
+class Counts:
+    """The session calls of this process, counted in as few writes as they can be: the calls asked for
+    while a write of their workspace is in flight are counted together by the next one
+    (semula.rounds; `count_session_calls`: one statement, one commit), each counter raised by its
+    number of calls.
+
+    A caller's number comes from a write that began after it asked, as a write of its own would: it is
+    above every number given out (in any process) before it asked, and the numbers of one counter are
+    distinct and without gaps, so the k-th call gets answer k across workers and hosts. Calls of one
+    counter in one write are numbered in the order they asked. What a round saves is the commit of its
+    own each call waited for: under 50 concurrent calls of one counter, each queued on the one before
+    it for its row lock and its commit (decision 0068).
+
+    `offload` runs each write elsewhere (the server: SQLite's writes in a native thread, so the event
+    loop goes on taking calls, which join the next round, while the write waits for the lock).
+    """
+
+    def __init__(self, offload: Offload | None = None):
+        self.offload = offload
+        self.rounds: Rounds[_Counted] = Rounds(_Counted)
+
+    def count(self, ctx: Context, key: CountKey) -> int:
+        """This call's number in its session: the counter of `key` raised by one."""
+
+        def ask(round_: _Counted) -> int:
+            place = round_.asked.get(key, 0)
+            round_.asked[key] = place + 1
+            return place
+
+        # Under row-level security a statement writes as one tenant: a round per workspace.
+        round_, place = self.rounds.join(ctx.principal.workspace_id, ask, lambda r: self._send(ctx, r))
+        return round_.first[key] + place
+
+    def _send(self, ctx: Context, round_: _Counted) -> None:
+        group = ctx.principal.workspace_id
+        asked = sorted(round_.asked.items())  # one lock order for every process's writes
+        rows = [
+            {"workspace_id": group, "project_id": p, "session": s, "fingerprint": f, "n": n}
+            for (p, s, f), n in asked
+        ]
+
+        def write() -> list[dict[str, Any]]:
+            if len(rows) == 1:  # one request's calls: the plain statement, cheaper than a JSON array
+                [row] = rows
+                written = ctx.store.one("count_session_call", **row, now=now())
+                assert written is not None
+                return [{**row, "calls": written["calls"]}]
+            return ctx.store.all("count_session_calls", rows=orjson.dumps(rows).decode(), now=now())
+
+        for row in self.offload(write) if self.offload is not None else write():
+            key = (row["project_id"], row["session"], row["fingerprint"])
+            round_.first[key] = int(row["calls"]) - round_.asked[key] + 1
 
 
 def calls_so_far(ctx: Context, call: Call) -> int:
@@ -97,14 +198,16 @@ def with_answer(ctx: Context, entry: dict[str, Any], seq: int) -> dict[str, Any]
     """The entry row as answer `seq` of its sequence replays it (None when there is no such answer)."""
     if seq == 1:
         return entry
-    row = ctx.store.one("entry_answer", entry_id=entry["id"], seq=seq)
+    row = ctx.store.one(
+        "entry_answer", entry_id=entry["id"], workspace_id=ctx.principal.workspace_id, seq=seq
+    )
     if row is None:
         return None
     # Its own provider headers and stream gaps (none when it did not come from a provider).
     return {**entry, "response": row["response"], "chunks": row["chunks"], "meta": row["meta"], "seq": seq}
 
 
-def recorded(ctx: Context, project_id: str, fingerprint: str, seq: int) -> dict[str, Any] | None:
+def recorded_answer(ctx: Context, project_id: str, fingerprint: str, seq: int) -> dict[str, Any] | None:
     """Answer `seq` of the request's sequence as it replays, if it is recorded (by now), else None."""
     entry = entries.lookup(ctx, project_id, fingerprint)
     if entry is None or entry["answers"] < seq:

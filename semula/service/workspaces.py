@@ -31,6 +31,7 @@ def present(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def get_row(ctx: Context, name: str) -> dict[str, Any]:
+    _operator(ctx)
     row = ctx.store.one("get_workspace_by_name", name=name)
     if row is None:
         raise NotFound(f"No workspace named {name!r}.", code="workspace_not_found")

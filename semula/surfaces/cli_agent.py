@@ -96,19 +96,25 @@ def save_images(item: dict[str, Any], directory: Path, *, err: bool = False) -> 
     help="Only calls with this status (all: every status).",
 )
 @click.option(
+    "--abandoned/--waited-for",
+    default=None,
+    help="Only the pending calls nobody waits for any more (their client went away), or only the others.",
+)
+@click.option(
     "--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="At most this many calls."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the API's list object as JSON.")
-def pending(project: str | None, status: str, limit: int, as_json: bool) -> None:
-    """List parked calls, oldest first (claimed ones show who holds them)."""
-    listing = call(client().list_pending, project=project, status=status, limit=limit)
+def pending(project: str | None, status: str, abandoned: bool | None, limit: int, as_json: bool) -> None:
+    """List parked calls, oldest first (claimed ones show who holds them; CLIENT says whether a
+    pending call's client still waits for it or went away: abandoned, still answerable)."""
+    listing = call(client().list_pending, project=project, status=status, abandoned=abandoned, limit=limit)
     if as_json:
         emit_json(listing)
         return
     if not listing["data"]:
         click.echo("no calls" if status == "all" else f"no {status} calls")
         return
-    rows = [("ID", "PROJECT", "API", "MODEL", "STATUS", "AGE", "CLAIMED")]
+    rows = [("ID", "PROJECT", "API", "MODEL", "STATUS", "CLIENT", "AGE", "CLAIMED")]
     for p in listing["data"]:
         claimed = (
             f"{p['claimed_by']} ({_duration(p['claimed_until'] - time.time())} left)"
@@ -122,6 +128,7 @@ def pending(project: str | None, status: str, limit: int, as_json: bool) -> None
                 p["api"],
                 p["model"] or "-",
                 p["status"],
+                ("abandoned" if p["abandoned"] else "waiting") if p["status"] == "pending" else "-",
                 _duration(time.time() - p["created"]),
                 claimed,
             )

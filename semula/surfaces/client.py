@@ -168,8 +168,11 @@ class Client:
         status: str | None = None,
         after: str | None = None,
         limit: int | None = None,
+        abandoned: bool | None = None,
     ) -> dict[str, Any]:
         params = {"project": project, "status": status, "after": after, "limit": limit}
+        if abandoned is not None:
+            params["abandoned"] = "true" if abandoned else "false"
         return self.request("GET", "/api/v1/pending", params=params)
 
     def get_pending(self, pending_id: str) -> dict[str, Any]:

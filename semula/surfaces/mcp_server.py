@@ -32,7 +32,7 @@ should have given.
 The loop: call claim_next. It returns the oldest unanswered call and reserves it for you for
 lease_seconds (default 300) so other agents skip it. Read call.conversation.messages (and
 conversation.tools or conversation.response_format, if present: the same shape whatever API the app
-called; call.request is the app's request as sent) and call.shape.skeleton, which is an answer of the
+called) and call.shape.skeleton, which is an answer of the
 right form with placeholder values. Fill it in and send it with answer_pending(pending_id, answer). The
 waiting application receives your answer at once and semula saves it, so the same request replays it
 later. If answer_pending returns an invalid_answer error, its param names the field to fix (like
@@ -86,10 +86,10 @@ GET_PENDING = (
 )
 
 CLAIM_NEXT = (
-    "Claim the oldest parked call nobody is working on and get it in full: request, shape (with skeleton) "
-    "and claim. It stays reserved for you for lease_seconds; if you do not answer in time another agent "
-    'may claim it. Returns {"claimed": false, ...} when nothing is waiting. Next: write the answer and '
-    "call answer_pending with the call's id. " + IMAGES
+    "Claim the oldest parked call nobody is working on and get it in full: conversation (the request in "
+    "chat form), shape (with skeleton) and claim. It stays reserved for you for lease_seconds; if you do "
+    'not answer in time another agent may claim it. Returns {"claimed": false, ...} when nothing is '
+    "waiting. Next: write the answer and call answer_pending with the call's id. " + IMAGES
 )
 
 ANSWER_PENDING = (
@@ -163,8 +163,12 @@ def _call(fn: Callable[[], T]) -> T:
 
 
 def _with_images(call: dict[str, Any]) -> CallToolResult:
-    """The call as JSON with placeholders for data URLs, then each image of its messages as image content."""
-    shown = images.without_data(call)
+    """The call as JSON with placeholders for data URLs, then each image of its messages as image content.
+    Without the app's request as sent: its conversation view holds the same messages and what else an
+    answer needs, the same for every API (the request doubled what an agent reads, 0.7-2.8k characters)."""
+    shown = images.without_data(
+        {k: v for k, v in call.items() if k != "request" or "conversation" not in call}
+    )
     content: list[ContentBlock] = [
         TextContent(type="text", text=json.dumps(shown, indent=2, ensure_ascii=False))
     ]

@@ -23,7 +23,10 @@ from semula.config import Settings
 from semula.db import connect
 from semula.migrate import migrate
 from semula.service import CLI, Context, bundles, entries, projects
+from semula.surfaces import replay_cache
 from semula.web import create_app
+
+DATABASE = "replay.db"  # in the server's temporary directory
 
 
 def serve(
@@ -42,20 +45,29 @@ def serve(
     only the entries some call used). `missing_ok` serves a bundle that does not exist yet as empty."""
     # werkzeug colours its access log whatever the output is; colour codes only for a terminal.
     serving._log_add_style = sys.stderr.isatty()
+    if not (bundle.exists() or record or missing_ok):
+        raise FileNotFoundError(
+            f"no bundle at {bundle} (--missing-ok serves it empty until it exists; --record writes it)"
+        )
     workdir = tempfile.mkdtemp(prefix="semula-replay-")
     settings = replay_settings(workdir)
+    cache = replay_cache.directory(os.environ)
+    kept = replay_cache.key(bundle, project, settings) if cache and bundle.exists() else None
+    # A database kept from an earlier start of this bundle is what the import would make again.
+    loaded = kept is not None and replay_cache.load(cache, kept, Path(workdir) / DATABASE)
     store = connect(settings.database_url, pool_size=4)
     try:
-        migrate(store)
         ctx = Context(store, settings, CLI)
-        projects.create(ctx, {"name": project})
-        if bundle.exists():
-            with bundle.open("rb") as source:
-                bundles.import_bundle(ctx, project, source)
-        elif not (record or missing_ok):
-            raise FileNotFoundError(
-                f"no bundle at {bundle} (--missing-ok serves it empty until it exists; --record writes it)"
-            )
+        if not loaded:
+            migrate(store)
+            projects.create(ctx, {"name": project})
+            made = replay_cache.digest(project, settings) if kept is not None else None
+            if bundle.exists():
+                with bundle.open("rb") as source:
+                    reading = replay_cache.Reading(source, made) if made is not None else None
+                    bundles.import_bundle(ctx, project, reading or source)
+                    if reading is not None:
+                        replay_cache.save(cache, reading.name(), store)
         # An import resets operator fields (mode among them): set the mode after it.
         # Recording records sequences: a test's k-th identical call past the last answer records answer k.
         changes = {"mode": "record" if record else "replay", "record_timeout": record_timeout}
@@ -87,7 +99,7 @@ def replay_settings(workdir: str) -> Settings:
     the entries the call log names."""
     return Settings.from_env(
         {
-            "SEMULA_DATABASE_URL": f"sqlite:///{workdir}/replay.db",
+            "SEMULA_DATABASE_URL": f"sqlite:///{workdir}/{DATABASE}",
             "SEMULA_AUTH": "off",
             "SEMULA_LOG_LEVEL": os.environ.get("SEMULA_LOG_LEVEL", "warning"),
         }

@@ -17,7 +17,7 @@ from semula.core import errors
 from semula.db import Busy, DatabaseError, Store, Unavailable, connect
 from semula.migrate import schema
 from semula.parking import Parking
-from semula.service import Context
+from semula.service import Context, sequences
 from semula.service.calllog import CallLog
 from semula.web import access, policy
 from semula.web.fastpath import ProxyApp
@@ -45,7 +45,14 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.json.sort_keys = False
     parking = Parking(store, settings.poll_interval)
     calllog = CallLog(store, hit_share=settings.call_log_hits)
-    app.extensions["semula"] = {"settings": settings, "store": store, "parking": parking, "calllog": calllog}
+    counts = sequences.Counts()  # the server sets its offload (semula/web/wsgi.py)
+    app.extensions["semula"] = {
+        "settings": settings,
+        "store": store,
+        "parking": parking,
+        "calllog": calllog,
+        "counts": counts,
+    }
 
     from semula.web import openapi
     from semula.web.api import api
@@ -61,7 +68,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.register_blueprint(ui)
     # The description of every /api/v1 route (semula/web/openapi.py); public, like any API description.
     app.add_url_rule("/api/v1/openapi.json", "openapi", openapi.serve)
-    app.wsgi_app = ProxyApp(app.wsgi_app, settings, store, parking, calllog)  # type: ignore[method-assign]
+    app.wsgi_app = ProxyApp(app.wsgi_app, settings, store, parking, calllog, counts)  # type: ignore[method-assign]
     access.HIT_SAMPLE = settings.access_log_hits
 
     @app.after_request

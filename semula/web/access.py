@@ -15,7 +15,8 @@ import re
 import time
 from typing import Any
 
-from semula import logs, metrics
+from semula import dialects, logs, metrics
+from semula.core import sampling
 
 logger = logging.getLogger("semula.access")
 
@@ -29,9 +30,6 @@ HIT_SAMPLE = 1.0
 # What a daemon polls all day (the answerer, every 0.5 s: ~170,000 lines a day): a 2xx or 3xx writes
 # no line, the count in semula_requests_total stays; a refusal or a failure is logged as any request.
 QUIET = frozenset({"/api/v1/answerer/candidates"})
-
-
-ANTHROPIC_ROUTES = ("/v1/messages", "/v1/messages/count_tokens")
 
 
 def finish(
@@ -48,7 +46,7 @@ def finish(
     route = req.route or "unmatched"
     metrics.count_request(surface, route, status, outcome, seconds)
     quiet = status < 400 and route in QUIET
-    if not quiet and (outcome != "hit" or logs.sampled(HIT_SAMPLE)):
+    if not quiet and (outcome != "hit" or sampling.keep(HIT_SAMPLE)):
         fields: dict[str, Any] = {
             "method": req.method if req.method in METHODS else "OTHER",
             "route": route,
@@ -61,12 +59,7 @@ def finish(
         if req.pending_id is not None:
             fields["pending_id"] = req.pending_id
         logs.info_line(logger, "request", fields)
-    if route.endswith(ANTHROPIC_ROUTES):  # the Anthropic SDKs read the id from `request-id`
-        return [("x-request-id", req.id), ("request-id", req.id)]
+    own = dialects.table().id_headers.get(route)  # the API's SDKs read the id there (Anthropic's)
+    if own is not None:
+        return [("x-request-id", req.id), (own, req.id)]
     return [("x-request-id", req.id)]
-
-
-def proxy_route(path_under_v1: str, project_in_path: bool, response_id: bool, items: bool) -> str:
-    """The route template of a proxy path: /p/{project}/v1/responses/{id}, never the id itself."""
-    what = "responses/{id}" + ("/input_items" if items else "") if response_id else path_under_v1
-    return ("/p/{project}" if project_in_path else "") + "/v1/" + what

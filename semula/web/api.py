@@ -23,6 +23,18 @@ def paging() -> dict[str, Any]:
     return {"after": request.args.get("after") or None, "limit": int(raw)}
 
 
+def flag(name: str) -> bool | None:
+    """A query parameter that is true or false (None when absent)."""
+    raw = request.args.get(name)
+    if raw is None:
+        return None
+    if raw.lower() in ("true", "1"):
+        return True
+    if raw.lower() in ("false", "0"):
+        return False
+    raise BadRequest(f"{name} must be true or false.", param=name)
+
+
 @api.get("/projects")
 def list_projects() -> Any:
     return projects.list_projects(context(), **paging())

@@ -13,20 +13,9 @@ from semula.core.errors import BadRequest
 from semula.service import bundles, calllog
 from semula.service import entries as entries_service
 from semula.web import context, current_extension, json_body
-from semula.web.api import paging
+from semula.web.api import flag, paging
 
 api_entries = Blueprint("api_entries", __name__, url_prefix="/api/v1")
-
-
-def _flag(name: str) -> bool | None:
-    raw = request.args.get(name)
-    if raw is None:
-        return None
-    if raw.lower() in ("true", "1"):
-        return True
-    if raw.lower() in ("false", "0"):
-        return False
-    raise BadRequest(f"{name} must be true or false.", param=name)
 
 
 def _object_body() -> dict[str, Any]:
@@ -45,7 +34,7 @@ def list_entries(name: str) -> Any:
         model=args.get("model") or None,
         text=args.get("text") or None,
         review_status=args.get("review_status") or None,
-        pinned=_flag("pinned"),
+        pinned=flag("pinned"),
         **paging(),
     )
 

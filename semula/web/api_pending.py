@@ -19,7 +19,7 @@ from semula.service import answerer as answerer_service
 from semula.service import load
 from semula.service import pending as pending_service
 from semula.web import context, json_body, raw_body
-from semula.web.api import paging
+from semula.web.api import flag, paging
 
 api_pending = Blueprint("api_pending", __name__, url_prefix="/api/v1")
 
@@ -75,6 +75,7 @@ def list_pending() -> Any:
         context(),
         project=request.args.get("project") or None,
         status=request.args.get("status") or "pending",
+        abandoned=flag("abandoned"),
         **paging(),
     )
 

@@ -11,7 +11,6 @@ import logging
 import re
 import socket
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -19,7 +18,8 @@ from semula import dialects, logs, metrics
 from semula.config import Settings
 from semula.core import errors, faults, jsonio
 from semula.db import DatabaseError, Store
-from semula.parking import Parking
+from semula.dialects.routes import CALL, Bound
+from semula.parking import GONE, Parking, client_gone
 from semula.service import Context, hits, record_through, sequences, synthetic
 from semula.service import faults as fault_rules
 from semula.service import replay as replay_service
@@ -27,43 +27,6 @@ from semula.service.calllog import CallLog
 from semula.web import access, policy, responses_socket, websocket
 
 logger = logging.getLogger("semula.web")
-ROUTE = re.compile(
-    r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62})(?:/s/(?P<session>[A-Za-z0-9_.-]{1,64}))?)?"
-    # The Gemini API: a method of a model, under /v1beta (and /v1, where google-genai 1.x+ calls it).
-    r"(?:/(?P<gemini_version>v1|v1beta)/models/(?P<gemini_model>[^/:?#]{1,200})"
-    r":(?P<gemini>generateContent|streamGenerateContent|countTokens|embedContent|batchEmbedContents)"
-    r"|/v1beta/(?P<gemini_models>models)(?:/(?P<gemini_model_id>[^/:?#]{1,200}))?"
-    r"|/v1/(?P<what>chat/completions|responses|models|messages|messages/count_tokens"
-    r"|responses/(?P<response_id>[A-Za-z0-9_.:-]{1,200})(?P<items>/input_items)?"
-    r"|embeddings"
-    r"|models/(?P<model_id>[^?#]{1,200})))$"
-)
-# Any other path under /v1 is an API this server does not speak: say so, in the API's error shape.
-API_PREFIX = re.compile(r"^(?:/p/[^/]*(?:/s/[^/]*)?)?/v1(?P<beta>beta)?(?:/|$)")
-# The POST routes that replay or record, by their path under /v1: the dialect that speaks each.
-APIS = {
-    "chat/completions": dialects.CHAT,
-    "responses": dialects.RESPONSES,
-    "embeddings": dialects.EMBEDDINGS,
-    "messages": dialects.ANTHROPIC,
-}
-# The Gemini API's methods: the model is in the path (`what` is `models/{model}:METHOD`).
-APIS.update(
-    {
-        "models/{model}:generateContent": dialects.GEMINI,
-        "models/{model}:streamGenerateContent": dialects.GEMINI,
-        "models/{model}:embedContent": dialects.GEMINI_EMBEDDINGS,
-        "models/{model}:batchEmbedContents": dialects.GEMINI_EMBEDDINGS,
-    }
-)
-# Every route's errors are in its API's envelope, from the first (a 401) on.
-ERRORS_IN = {
-    **APIS,
-    "messages/count_tokens": dialects.ANTHROPIC,
-    "models/{model}:countTokens": dialects.GEMINI,
-    "gemini/models": dialects.GEMINI,
-    "gemini/models/{model}": dialects.GEMINI,
-}
 JSON_HEADERS = [("Content-Type", "application/json")]
 SSE_HEADERS = [
     ("Content-Type", "text/event-stream"),
@@ -77,22 +40,19 @@ ERROR_OUTCOMES = {
     "semula_upstream_budget": "budget",
     "semula_upstream_dry_run": "dry_run",
     "semula_sequence_exhausted": "sequence_exhausted",
+    "semula_client_gone": "abandoned",
 }
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+Environ, Answer, InPath = dict[str, Any], dict[str, Any], tuple[str, ...]
 OK = policy.status_line(200)
 
 
-def unknown_path(environ: dict[str, Any]) -> errors.NotFound:
+def unknown_path(environ: dict[str, Any], speaks: str) -> errors.NotFound:
     """A 404 that names the path and the APIs this server speaks (clients otherwise blame the model)."""
     method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
     return errors.NotFound(
-        f"semula does not serve {method} {path[:200]}. It speaks: POST /v1/chat/completions (Chat "
-        "Completions), POST /v1/responses and GET /v1/responses/{id} (Responses), POST /v1/embeddings "
-        "(Embeddings), POST /v1/messages and POST /v1/messages/count_tokens (Anthropic Messages), "
-        "GET /v1/models, POST /v1beta/models/{model}:generateContent, :streamGenerateContent, "
-        ":countTokens, :embedContent and :batchEmbedContents and GET /v1beta/models (Gemini); each "
-        "also under /p/<project>/.",
+        f"semula does not serve {method} {path[:200]}. It speaks: {speaks}; each also under /p/<project>/.",
         code="unknown_path",
     )
 
@@ -115,14 +75,20 @@ def _warned(warning: str | None) -> list[tuple[str, str]]:
 
 class ProxyApp:
     def __init__(
-        self, fallback: WSGIApp, settings: Settings, store: Store, parking: Parking, calllog: CallLog
+        self,
+        fallback: WSGIApp,
+        settings: Settings,
+        store: Store,
+        parking: Parking,
+        calllog: CallLog,
+        counts: sequences.Counts | None = None,
     ):
         self.fallback = fallback
         self.settings = settings
         self.store = store
         self.parking = parking
         self.calllog = calllog
-        self.base = Context(store, settings, None, parking.release)  # type: ignore[arg-type]
+        self.base = Context(store, settings, None, parking.release, counts)  # type: ignore[arg-type]
         self.principals = policy.PrincipalCache()
         self.hits = hits.HitCache(settings.hit_cache_mb << 20)
         metrics.watch_kept(self.hits)
@@ -131,68 +97,52 @@ class ProxyApp:
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         req = logs.begin_request(environ.get("HTTP_X_REQUEST_ID"), environ.get("REQUEST_METHOD", ""))
-        match = ROUTE.match(path)
-        if match is None:
-            prefix = API_PREFIX.match(path)
-            if prefix:
-                speaks = dialects.get(dialects.GEMINI if prefix["beta"] else None)
-                return self._json(start_response, 404, speaks.error_body(unknown_path(environ)))
+        table = dialects.table()
+        found = table.find(path)
+        if found is None:
+            unknown_in = table.unknown_in(path)  # a path under /v1: an API this server does not speak
+            if unknown_in is not None:
+                return self._json(
+                    start_response, 404, unknown_in.error_body(unknown_path(environ, table.speaks))
+                )
             return self.fallback(environ, start_response)
-        what = _what(match, environ)
-        if what.startswith(GEMINI_WHAT):
-            project_part = "/p/{project}" if match["project"] else ""
-            version = match["gemini_version"] or ("v1beta" if match["gemini_models"] else "v1")
-            req.route = f"{project_part}/{version}/{what.removeprefix('gemini/')}"
-        else:
-            req.route = access.proxy_route(
-                what, bool(match["project"]), bool(match["response_id"]), bool(match["items"])
-            )
+        route, match, in_path = found
+        if route.keyed is not None and route.keyed.dialect.api_key(environ) is not None:
+            route = route.keyed
+        req.route = route.labels[bool(match["project"])]
         started = time.monotonic()
         ctx: Context | None = None
         made: list[replay_service.Call] = []  # the call _post() started, for the error's log row
-        speaks = dialects.get(ERRORS_IN.get(what))
+        speaks = route.dialect  # every route's errors are in its API's envelope, from the first (a 401) on
         try:
-            # On the Anthropic routes an `x-api-key` token stands for the Authorization header, on the
-            # Gemini routes `x-goog-api-key` or `?key=`.
-            api_key = None
-            if speaks.name == dialects.ANTHROPIC:
-                api_key = environ.get("HTTP_X_API_KEY")
-            elif speaks.name in (dialects.GEMINI, dialects.GEMINI_EMBEDDINGS):
-                api_key = _google_key(environ)
-            authorization = policy.authorization(environ.get("HTTP_AUTHORIZATION"), api_key)
+            authorization = policy.authorization(environ.get("HTTP_AUTHORIZATION"), speaks.api_key(environ))
             ctx = self.base.as_(self.principals.authenticate(self.base, authorization))
             header_project = environ.get("HTTP_X_SEMULA_PROJECT")
-            api = APIS.get(what)
             path_session = match["session"]
             session = sequences.check_session(path_session) if path_session else self._session(environ)
-            if what == "responses" and websocket.requested(environ):  # decision 0056
+            if route.route.websocket and websocket.requested(environ):  # decision 0056
                 self._method(environ, "GET")
                 selectors = (match["project"], header_project)
                 return responses_socket.serve(self, ctx, selectors, session, environ, start_response)
-            if api is not None and environ.get("REQUEST_METHOD") == "POST":
+            serves = route.route.serves
+            if serves == CALL and environ.get("REQUEST_METHOD") == "POST":
                 raw = self._read(environ)
-                if environ.get("HTTP_X_SEMULA_FAULT") is None:
+                arrayed = route.dialect.streams_array(in_path, environ.get("QUERY_STRING", ""))
+                if environ.get("HTTP_X_SEMULA_FAULT") is None and not arrayed:
                     return self._post(
-                        ctx, environ, match, speaks, raw, session, started, start_response, made
+                        ctx, environ, match, (route, in_path), raw, session, started, start_response, made
                     )
-                post = (ctx, environ, match, speaks, raw, session, started)
+                post = (ctx, environ, match, (route, in_path), raw, session, started)
+                if arrayed:  # a stream asked for as one JSON array (Gemini without alt=sse)
+
+                    def reply(respond: Callable[..., Any]) -> Iterable[bytes]:
+                        return self._faulted(post, header_project, respond, made)
+
+                    return _json_array(start_response, reply, route.dialect)
                 return self._faulted(post, header_project, start_response, made)
             project = replay_service.resolve_project(ctx, match["project"], header_project)
-            if what.startswith(GEMINI_WHAT):
-                return self._gemini(ctx, project, match, what, environ, start_response)
-            if what == "models":
-                self._method(environ, "GET")
-                return self._json(start_response, 200, replay_service.models(ctx, project))
-            if match["model_id"]:
-                self._method(environ, "GET")
-                return self._json(start_response, 200, replay_service.model(ctx, project, match["model_id"]))
-            if what == "messages/count_tokens":
-                self._method(environ, "POST")
-                body = speaks.with_headers(policy.parse_json(self._read(environ)), _header(environ))
-                return self._json(start_response, 200, replay_service.count_tokens(ctx, body))
-            if api is None:
-                return self._stored_response(ctx, project, match, environ, start_response)
-            raise errors.MethodNotAllowed()
+            answer = SERVES[serves](self, ctx, project, in_path, speaks, environ)
+            return self._json(start_response, 200, answer)
         except Exception as exc:
             if isinstance(exc, errors.SemulaError):
                 error = exc
@@ -209,9 +159,12 @@ class ProxyApp:
         start_response: Callable[..., Any],
         made: list[replay_service.Call],
     ) -> Iterable[bytes]:
-        """A call with X-Semula-Fault (decision 0060): its error, silence, or its own reply shaped.
-        `post` is what _post() takes for the call itself."""
-        ctx, environ, match, speaks, _, _, started = post
+        """A call with X-Semula-Fault (decision 0060): its error, silence, or its own reply shaped;
+        without one, the call itself. `post` is what _post() takes for the call itself."""
+        ctx, environ, match, (route, _), _, _, started = post
+        if environ.get("HTTP_X_SEMULA_FAULT") is None:
+            return self._post(*post, start_response, made)
+        speaks = route.dialect
         fault = faults.parse(environ["HTTP_X_SEMULA_FAULT"])
         project, _ = self.projects.get(ctx, match["project"], header_project)
 
@@ -258,7 +211,7 @@ class ProxyApp:
         ctx: Context,
         environ: dict[str, Any],
         match: re.Match[str],
-        speaks: dialects.Dialect,
+        route: tuple[Bound, InPath],
         raw: bytes,
         session: str | None,
         started: float,
@@ -266,13 +219,18 @@ class ProxyApp:
         made: list[replay_service.Call],
     ) -> Iterable[bytes]:
         """A call of an API: a kept hit, else looked up and replayed or recorded (the call it starts
-        goes into `made`, for the log row of an error it raises)."""
+        goes into `made`, for the log row of an error it raises). `route` is its route and what the
+        path says of the call (the Gemini API's model and method)."""
         header_project = environ.get("HTTP_X_SEMULA_PROJECT")
-        headers = tuple(environ.get(name) for name in speaks.answer_headers)
-        if match["gemini"]:  # the model and the method are in the path, not the body
-            headers += (match["gemini_model"], match["gemini"])
+        speaks, in_path = route[0].dialect, route[1]
+        headers = tuple(environ.get(name) for name in speaks.answer_headers) + in_path
         key = hits.key(ctx, speaks.name, match["project"], header_project, raw, session, headers)
-        kept = self.hits.find(ctx, key, raw)
+        kept = self.hits.find(ctx, key, raw, sequences=True)
+        number = None  # its number in its session, once counted
+        if kept is not None and kept.sequence is not None:
+            assert session is not None  # a kept sequence's key says it is in a session
+            number, seq = sequences.kept_number(ctx, kept, session)
+            kept = self.hits.find_answer(key, seq, kept.version) if seq is not None else None
         if kept is not None:
             data = self.hits.reply(kept)  # before the log: a failure is logged once, as an error
             self._log(ctx, kept, "hit", 200, started)
@@ -281,9 +239,9 @@ class ProxyApp:
             return self._bytes(start_response, 200, data, kept.headers)
         parsed, plain = policy.read_json(raw)
         body = speaks.with_headers(parsed, _header(environ))
-        if match["gemini"]:
-            body = speaks.with_route(body, match["gemini_model"], match["gemini"])
-        call = self.start(ctx, (match["project"], header_project), body, speaks, session, plain)
+        if in_path:
+            body = speaks.with_route(body, *in_path)
+        call = self.start(ctx, (match["project"], header_project), body, speaks, session, plain, number)
         made.append(call)
         if call.project["faults"] != "[]":  # its rules (decision 0061); no hit of such a project is kept
             picked = fault_rules.pick(ctx, call)
@@ -293,9 +251,11 @@ class ProxyApp:
                     *picked,
                     where,
                     start_response,
-                    lambda respond: self._replay(ctx, call, key, raw, started, respond),
+                    lambda respond: self._replay(
+                        ctx, call, key, raw, started, respond, environ.get("gunicorn.sock")
+                    ),
                 )
-        return self._replay(ctx, call, key, raw, started, start_response)
+        return self._replay(ctx, call, key, raw, started, start_response, environ.get("gunicorn.sock"))
 
     def start(
         self,
@@ -305,8 +265,10 @@ class ProxyApp:
         speaks: dialects.Dialect,
         session: str | None,
         plain: bool,
+        number: int | None = None,
     ) -> replay_service.Call:
-        """Look a call up (replay_service.start) in the project its path or header names (kept rows)."""
+        """Look a call up (replay_service.start) in the project its path or header names (kept rows);
+        `number`: its number in its session, when it was counted already."""
         project, version = self.projects.get(ctx, *selectors)
         return replay_service.start(
             ctx,
@@ -317,6 +279,7 @@ class ProxyApp:
             version=version,
             read_again=lambda: self.projects.read(ctx, *selectors),
             plain=plain,
+            number=number,
         )
 
     def _replay(
@@ -327,9 +290,11 @@ class ProxyApp:
         raw: bytes,
         started: float,
         start_response: Callable[..., Any],
+        client: Any = None,
     ) -> Iterable[bytes]:
-        """Replay or record a call start() looked up; what it raises, __call__ answers."""
-        outcome = "hit" if call.entry else self._miss(ctx, call)
+        """Replay or record a call start() looked up (`client`: the connection's socket, watched
+        while a miss is held); what it raises, __call__ answers."""
+        outcome = "hit" if call.entry else self._miss(ctx, call, client)
         if call.live is not None:
             self._log(ctx, call, outcome, 200, started)
             start_response(OK, [*SSE_HEADERS, *call.live.headers, *access.finish(200)])
@@ -349,66 +314,79 @@ class ProxyApp:
             # chunk frame per word, 7x the CPU of the same answer without stream.
             data = b"".join(call.dialect.sse(events))
             if outcome == "hit" and events:
-                self._keep(key, call, events[0], version, raw, data)
+                self._keep(key, call, events[0], version, raw, data, sequences=True)
             self._log(ctx, call, outcome, 200, started)  # after what may fail: a call is logged once
             return self._sse(start_response, data, extra)
         assert body is not None
         data = jsonio.compact(body)
         if outcome == "hit":
-            self._keep(key, call, body, version, raw, data)
+            self._keep(key, call, body, version, raw, data, sequences=True)
         self._log(ctx, call, outcome, 200, started)
         return self._bytes(start_response, 200, data, extra)
 
-    def _keep(self, key: hits.Key, call: replay_service.Call, body: dict[str, Any], *rest: Any) -> None:
+    def _keep(
+        self,
+        key: hits.Key,
+        call: replay_service.Call,
+        body: dict[str, Any],
+        *rest: Any,
+        sequences: bool = False,
+    ) -> None:
         """Keep a hit for its next sight (service.hits): a cache, so a failure there (a bug, memory)
-        costs this call nothing: it is answered as found, and its next sight is a first sight."""
+        costs this call nothing: it is answered as found, and its next sight is a first sight.
+        `sequences`: a counted session call too (its caller finds kept sequences)."""
         try:
-            self.hits.keep(key, call, body, *rest)
+            self.hits.keep(key, call, body, *rest, sequences=sequences)
         except Exception as exc:
             logger.error("a replay hit was not kept", exc_info=exc)
 
-    def _gemini(
-        self,
-        ctx: Context,
-        project: dict[str, Any],
-        match: re.Match[str],
-        what: str,
-        environ: dict[str, Any],
-        start_response: Callable[..., Any],
-    ) -> list[bytes]:
-        """The Gemini API's routes that neither replay nor record: :countTokens and the model list."""
-        if what == "models/{model}:countTokens":
-            self._method(environ, "POST")
-            body = policy.parse_json(self._read(environ))
-            return self._json(start_response, 200, replay_service.count_tokens(ctx, body, dialects.GEMINI))
-        if what.startswith("models/{model}:"):  # a method that replays or records, not POSTed
-            raise errors.MethodNotAllowed()
+    # The routes that neither replay nor record, by what they serve (Route.serves). Each takes the
+    # call's project, the route's values (ids in its path), its dialect and the environ.
+
+    def _not_posted(self, *_: Any) -> dict[str, Any]:
+        raise errors.MethodNotAllowed()  # a route that replays or records takes a POST only
+
+    def _count_tokens(
+        self, ctx: Context, _: Any, __: Any, speaks: dialects.Dialect, environ: Environ
+    ) -> Answer:
+        self._method(environ, "POST")
+        body = speaks.with_headers(policy.parse_json(self._read(environ)), _header(environ))
+        return replay_service.count_tokens(ctx, body, speaks.name)
+
+    def _models(self, ctx: Context, project: Answer, _: Any, __: Any, environ: Environ) -> Answer:
         self._method(environ, "GET")
-        model_id = match["gemini_model_id"] or match["model_id"]
-        if model_id:
-            return self._json(start_response, 200, replay_service.gemini_model(ctx, project, model_id))
-        return self._json(start_response, 200, replay_service.gemini_models(ctx, project))
+        return replay_service.models(ctx, project)
+
+    def _model(self, ctx: Context, project: Answer, in_path: InPath, _: Any, environ: Environ) -> Answer:
+        self._method(environ, "GET")
+        return replay_service.model(ctx, project, in_path[0])
+
+    def _gemini_models(self, ctx: Context, project: Answer, _: Any, __: Any, environ: Environ) -> Answer:
+        self._method(environ, "GET")
+        return replay_service.gemini_models(ctx, project)
+
+    def _gemini_model(
+        self, ctx: Context, project: Answer, in_path: InPath, _: Any, environ: Environ
+    ) -> Answer:
+        self._method(environ, "GET")
+        return replay_service.gemini_model(ctx, project, in_path[0])
 
     def _stored_response(
-        self,
-        ctx: Context,
-        project: dict[str, Any],
-        match: re.Match[str],
-        environ: dict[str, Any],
-        start_response: Callable[..., Any],
-    ) -> list[bytes]:
-        """GET (and DELETE) /v1/responses/{id}, GET /v1/responses/{id}/input_items: recorded responses."""
-        method = environ.get("REQUEST_METHOD")
-        response_id = match["response_id"]
-        if match["items"]:
-            self._method(environ, "GET")
-            return self._json(start_response, 200, replay_service.input_items(ctx, project, response_id))
-        if method == "DELETE":
-            return self._json(start_response, 200, replay_service.forget_response(ctx, project, response_id))
+        self, ctx: Context, project: Answer, in_path: InPath, _: Any, environ: Environ
+    ) -> Answer:
+        """GET (and DELETE) /v1/responses/{id}: a recorded response."""
+        if environ.get("REQUEST_METHOD") == "DELETE":
+            return replay_service.forget_response(ctx, project, in_path[0])
         self._method(environ, "GET")
-        return self._json(start_response, 200, replay_service.stored_response(ctx, project, response_id))
+        return replay_service.stored_response(ctx, project, in_path[0])
 
-    def _miss(self, ctx: Context, call: replay_service.Call) -> str:
+    def _input_items(
+        self, ctx: Context, project: Answer, in_path: InPath, _: Any, environ: Environ
+    ) -> Answer:
+        self._method(environ, "GET")
+        return replay_service.input_items(ctx, project, in_path[0])
+
+    def _miss(self, ctx: Context, call: replay_service.Call, client: Any = None) -> str:
         """Park and hold a miss in record mode; returns the outcome, or raises the right error."""
         if call.exhausted is not None:
             raise call.exhausted
@@ -441,13 +419,16 @@ class ProxyApp:
         replay_service.park(ctx, call)
         if call.entry is not None:  # answered while we parked
             return "hit"
-        result = self.parking.hold(call.pending_id, call.project["record_timeout"])
+        gone = client_gone(client)
+        result = self.parking.hold(call.pending_id, call.project["record_timeout"], gone)
         if result is None:
             raise errors.RecordTimeout(
                 f"Nobody answered pending call {call.pending_id} within {call.project['record_timeout']} s; "
                 "it stays pending, and a late answer is still saved."
             )
         status, entry_id = result
+        if status == GONE:
+            raise errors.ClientGone(f"The client of pending call {call.pending_id} went away.")
         if status != "answered":
             raise errors.Conflict(
                 f"Pending call {call.pending_id} was {status}.", code="semula_pending_cancelled"
@@ -585,31 +566,48 @@ def _delivered(
     _abort(environ)
 
 
-GEMINI_WHAT = ("models/{model}:", "gemini/")
+def _json_array(
+    start_response: Callable[..., Any],
+    reply: Callable[[Callable[..., Any]], Iterable[bytes]],
+    dialect: dialects.Dialect,
+) -> Iterable[bytes]:
+    """A stream asked for without `alt=sse`: its events as one JSON array, element by element
+    as they come (Dialect.json_array); an error reply is sent as it is."""
+    array: list[bool] = []
+
+    def respond(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        if any(name == "Content-Type" and value == "text/event-stream" for name, value in headers):
+            array.append(True)
+            kept = [(n, v) for n, v in headers if n not in ("Content-Type", "Content-Length")]
+            headers = [("Content-Type", "application/json; charset=UTF-8"), *kept]
+        return start_response(status, headers, exc_info)
+
+    body = reply(respond)
+    if not array:
+        return body
+
+    def elements() -> Iterator[bytes]:
+        try:
+            yield from dialect.json_array(body)
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()  # a relayed stream learns whether it was read whole (it is recorded then)
+
+    return elements()
 
 
-def _what(match: re.Match[str], environ: dict[str, Any]) -> str:
-    """The route's key in APIS and ERRORS_IN. GET /v1/models from a Google client (it sends its key as
-    `x-goog-api-key` or `?key=`) is the Gemini API's model list, which google-genai calls under /v1."""
-    if match["gemini"]:
-        return "models/{model}:" + match["gemini"]
-    if match["gemini_models"]:
-        return "gemini/models/{model}" if match["gemini_model_id"] else "gemini/models"
-    if match["what"] in ("models", f"models/{match['model_id']}") and _google_key(environ) is not None:
-        return "gemini/models/{model}" if match["model_id"] else "gemini/models"
-    return match["what"]
-
-
-def _google_key(environ: dict[str, Any]) -> str | None:
-    """The key a Google client sends: the `x-goog-api-key` header, else the `key` query parameter."""
-    header = environ.get("HTTP_X_GOOG_API_KEY")
-    if header is not None:
-        return header
-    for pair in environ.get("QUERY_STRING", "").split("&"):
-        name, _, value = pair.partition("=")
-        if name == "key":
-            return urllib.parse.unquote_plus(value)
-    return None
+# What each kind of route (Route.serves) is answered by, after its project is resolved.
+SERVES: dict[str, Callable[..., dict[str, Any]]] = {
+    CALL: ProxyApp._not_posted,
+    "count_tokens": ProxyApp._count_tokens,
+    "models": ProxyApp._models,
+    "model": ProxyApp._model,
+    "gemini_models": ProxyApp._gemini_models,
+    "gemini_model": ProxyApp._gemini_model,
+    "stored_response": ProxyApp._stored_response,
+    "input_items": ProxyApp._input_items,
+}
 
 
 def _header(environ: dict[str, Any]) -> Callable[[str], str | None]:

@@ -186,7 +186,7 @@ TOKEN_ID = path_param("token_id", "The token's id (`tok_…`).")
 
 API = {
     "type": "string",
-    "enum": dialects.names(),  # every API of the dialect registry
+    "enum": dialects.names(),  # every API of the dialect registry, as it is when the document is made
     "description": "The API the call was made in (docs/decisions/0030-dialects.md).",
 }
 CONVERSATION = {
@@ -358,6 +358,11 @@ SCHEMAS: dict[str, Any] = {
                 {"type": "integer", "description": "When the lease ends (Unix seconds)."}
             ),
             "entry_id": nullable({"type": "string"}),
+            "abandoned": {
+                "type": "boolean",
+                "description": "Pending with nobody waiting: its client went away, or its server stopped "
+                "holding it. Still answerable; the answer is recorded and releases nobody.",
+            },
         }
     ),
     "Shape": obj(
@@ -619,6 +624,11 @@ PATHS: dict[str, Any] = {
                     "status",
                     "Only this status (default pending); `all` for every status.",
                     {"type": "string", "enum": ["pending", "answered", "cancelled", "all"]},
+                ),
+                query(
+                    "abandoned",
+                    "Only the pending calls nobody waits for (true), or all others (false).",
+                    {"type": "boolean"},
                 ),
                 AFTER,
                 LIMIT,
@@ -1123,7 +1133,8 @@ SCHEMAS["BundleEntry"]["properties"]["later_answers"]["items"] = ref("BundleAnsw
 
 
 def document() -> dict[str, Any]:
-    """The OpenAPI document, with the server's version."""
+    """The OpenAPI document, with the server's version and the APIs registered now (dialects.register)."""
+    API["enum"] = dialects.names()
     try:
         semula_version = version("semula")
     except PackageNotFoundError:

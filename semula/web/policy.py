@@ -93,6 +93,7 @@ class PrincipalCache:
 
 # The WSGI status line of every HTTP status ("424 Failed Dependency").
 STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
+STATUS_LINES[499] = "499 Client Closed Request"  # nginx's, for a held call's client gone (ClientGone)
 # werkzeug's HTTP errors (routing, a too large body) that have a semula error of their own.
 HTTP_ERRORS: dict[int, type[errors.SemulaError]] = {
     404: errors.NotFound,

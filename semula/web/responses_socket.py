@@ -24,7 +24,7 @@ from semula.core import errors, jsonio
 from semula.db import DatabaseError
 from semula.service import Context, hits, provider
 from semula.service import replay as replay_service
-from semula.web import access, policy
+from semula.web import access, policy, websocket
 from semula.web.websocket import Gone, WebSocket
 
 if TYPE_CHECKING:
@@ -111,10 +111,12 @@ class Turns:
                 # HTTP call is, under a key of its own: the message is not an HTTP body.
                 key = hits.key(ctx, KEPT_API, *self.selectors, message, self.session, self.answer_headers)
                 kept = app.hits.find(ctx, key, message)
-                if kept is not None:
+                if kept is not None and _same_width(kept.stamps):
+                    # The turn's frames as kept (its lane in them), restamped in place: a stamp of
+                    # the same width leaves every frame's length as it was.
                     data = app.hits.reply(kept)  # before the log: a failure is logged once, as an error
                     app._log(ctx, kept, "hit", 200, started)
-                    ws.send(*_payloads(data, _lane(message)))
+                    ws.send_frames(data)
                     access.finish(200)
                     return True
                 body, plain, lane = _call_body(message)
@@ -154,12 +156,13 @@ class Turns:
                     time.sleep(gaps[number - 1])  # gevent's: other greenlets run meanwhile
                 self.ws.send(_laned(jsonio.compact(event), lane))
             return
-        data = b"".join(call.dialect.sse(events))
+        data = websocket.frames(_payloads(b"".join(call.dialect.sse(events)), lane))
         if outcome == "hit" and events:
-            # Kept under the counter value its rows were read at (as fastpath's _replay keeps a hit).
+            # Kept as the frames sent, under the counter value its rows were read at (as fastpath's
+            # _replay keeps a hit): the next sight of this turn sends them again, restamped.
             version = call.version if call.version is not replay_service.UNREAD else None
             self.app._keep(key, call, events[0], version, raw, data)
-        self.ws.send(*_payloads(data, lane))
+        self.ws.send_frames(data)
 
     def _fail(
         self, call: replay_service.Call | None, exc: errors.SemulaError, started: float, lane: bytes
@@ -171,6 +174,14 @@ class Turns:
             self.app._log(self.ctx, call, ERROR_OUTCOMES.get(exc.code, "error"), exc.status, started)
         access.finish(exc.status, exc.code)
         self.ws.send(_laned(jsonio.compact(error_event(exc, self.speaks)), lane))
+
+
+def _same_width(stamps: dict[str, Any]) -> bool:
+    """Whether a kept turn's stamp (created_at, in seconds) has the width this reply's will have, so
+    that its frames' lengths hold when it is replaced (until the year 2286; a turn is otherwise
+    answered as a first sight)."""
+    created = stamps.get("created_at")
+    return created is None or len(str(created)) == len(str(int(time.time())))
 
 
 def _call_body(message: bytes) -> tuple[dict[str, Any], bool, bytes]:
@@ -202,11 +213,6 @@ def _processed(message: bytes) -> bool:
 def _lane_of(stream_id: Any) -> bytes:
     """What a turn's events carry of its lane: `,"stream_id":...` to put before their closing brace."""
     return b',"stream_id":' + jsonio.compact(stream_id) if stream_id is not None else b""
-
-
-def _lane(message: bytes) -> bytes:
-    """The lane of a message that was answered before (so it is a valid response.create event)."""
-    return _lane_of(jsonio.loads(message).get("stream_id")) if b'"stream_id"' in message else b""
 
 
 def _laned(payload: bytes, lane: bytes) -> bytes:

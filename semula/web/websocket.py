@@ -22,17 +22,17 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gevent
-import gevent.lock
-import gevent.queue
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidState
-from websockets.frames import Opcode
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Request
 from websockets.protocol import State
 from websockets.server import ServerProtocol
+
+if TYPE_CHECKING:
+    import gevent.queue
 
 from semula.core import errors
 
@@ -60,12 +60,24 @@ def _handshake(environ: dict[str, Any]) -> Request:
     return Request(environ.get("RAW_URI") or environ.get("PATH_INFO", "/"), headers)
 
 
+def frames(texts: list[bytes]) -> bytes:
+    """Text messages framed as the protocol frames what this server sends (unmasked, unfragmented,
+    no extension offered): bytes send_frames() can send again, on this socket or another."""
+    return b"".join(Frame(Opcode.TEXT, text).serialize(mask=False, extensions=[]) for text in texts)
+
+
 class WebSocket:
     """An accepted WebSocket: receive() its messages, send() text messages, close() it."""
 
     def __init__(self, sock: socket.socket, reader: Any, protocol: ServerProtocol):
         self._sock = sock
         self._reader = reader  # the connection's buffered reader: it may hold the client's first bytes
+        # gevent is imported by the first socket, not with the app: a fifth of `semula replay`'s start,
+        # whose threaded server takes no WebSocket (gunicorn's gevent worker has it imported already).
+        import gevent
+        import gevent.lock
+        import gevent.queue
+
         self._protocol = protocol
         self._messages: gevent.queue.Queue[bytes | None] = gevent.queue.Queue()
         self._sending = gevent.lock.Semaphore()
@@ -122,6 +134,19 @@ class WebSocket:
             except InvalidState:
                 raise Gone() from None
             self._flush()
+
+    def send_frames(self, data: bytes) -> None:
+        """Send text messages framed by frames(), in one write; raises Gone when the socket is closed
+        or broken. A kept turn's frames are made once, not once per reply (decision 0056)."""
+        with self._sending:
+            if self._protocol.state is not State.OPEN:
+                raise Gone()
+            self._flush()  # anything the protocol has ready (a pong) goes first, whole
+            try:
+                self._sock.sendall(data)
+            except OSError:
+                self._gone = True
+                raise Gone() from None
 
     def close(self, code: int = 1000, reason: str = "") -> None:
         """Close the socket (the closing handshake when it is open) and the connection under it."""

@@ -38,6 +38,9 @@ if settings.change_check == "notify":
 # Call-log rows are written every 0.1 s. SQLite's calls hold the whole process, so its writes (and the
 # WAL checkpoints they trigger, with an fsync) run in one of gevent's native threads instead.
 app.extensions["semula"]["calllog"].start(interval=0.1, offload=offload if store.blocks_process else None)
+# Session calls counted together (decision 0068): SQLite's writes in a native thread too, so calls
+# asked for meanwhile join the next write instead of waiting for the event loop.
+app.extensions["semula"]["counts"].offload = offload if store.blocks_process else None
 # The per-request metrics are counted in the worker and written with the same rhythm (semula/metrics.py).
 metrics.start_batching(interval=0.1)
 # A bundle import parses and checks for seconds of CPU: in a native thread, the event loop keeps

@@ -127,7 +127,16 @@ def test_two_daemons_on_one_database_never_run_a_call_twice(start_answerer, ctx,
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(intervals))
         assert len(intervals) == 1
     for call in calls:
-        assert len(ctx.store.all("list_revisions", entry_id=status(ctx, call)["entry_id"])) == 1
+        assert (
+            len(
+                ctx.store.all(
+                    "list_revisions",
+                    workspace_id=ctx.principal.workspace_id,
+                    entry_id=status(ctx, call)["entry_id"],
+                )
+            )
+            == 1
+        )
     # Both daemons took part, so the claims really raced.
     assert all('"msg": "answered"' in p.log() for p in procs)
 
@@ -287,7 +296,9 @@ def test_over_http_the_child_finds_none_of_the_servers_secrets(start_server, sta
         assert token.encode() in daemon_env
         [call] = park(ctx, "shop")
         wait_resolved(ctx, call, timeout=60)
-        entry = ctx.store.one("get_entry", id=status(ctx, call)["entry_id"])
+        entry = ctx.store.one(
+            "get_entry", workspace_id=ctx.principal.workspace_id, id=status(ctx, call)["entry_id"]
+        )
         seen = json.loads(json.loads(entry["response"])["choices"][0]["message"]["content"])
         # Its own environment opens and holds none of them; the supervisor's and the daemon's
         # environment and memory, and the database file, do not open.

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
+import requests
 
 from semula.core import fingerprint as fp
 from semula.service import pending, projects
@@ -295,6 +298,47 @@ def test_a_client_that_gives_up_leaves_its_pending_row(start_server, ctx, shop, 
     pending.answer(ctx, pending_id, {"content": "answered after the client left"})
     retry = openai_client(server).chat.completions.create(**request)
     assert retry.choices[0].message.content == "answered after the client left"
+
+
+def test_a_killed_clients_call_is_abandoned_does_not_hold_a_stop_and_is_still_answerable(
+    start_server, ctx, token, openai_client
+):
+    """Issue 49: the call of a client killed while held shows as abandoned, a SIGTERM does not wait
+    for it (its record_timeout is far longer than the wait here), and answering it records the entry."""
+    shop = projects.create(ctx, {"name": "shop", "record_timeout": 600})
+    server = start_server()
+    script = (
+        "import sys, openai\n"
+        "client = openai.OpenAI(base_url=sys.argv[1], api_key=sys.argv[2], max_retries=0)\n"
+        "client.chat.completions.create(model='gpt-4o', messages=[{'role': 'user', 'content': 'killed'}])\n"
+    )
+    client_proc = subprocess.Popen([sys.executable, "-c", script, f"{server.url}/p/shop/v1", token])
+    try:
+        [pending_id] = parked_ids(ctx, shop, 1)
+        api = requests.Session()
+        api.headers["Authorization"] = f"Bearer {token}"
+
+        def abandoned(value: str) -> list[str]:
+            listing = api.get(f"{server.url}/api/v1/pending", params={"abandoned": value}, timeout=10)
+            return [p["id"] for p in listing.json()["data"]]
+
+        assert abandoned("false") == [pending_id] and abandoned("true") == []
+    finally:
+        client_proc.kill()
+        client_proc.wait(10)
+    wait_for(lambda: abandoned("true") == [pending_id], timeout=30, what="the call to show as abandoned")
+    server.proc.send_signal(signal.SIGTERM)  # the gunicorn master: a graceful stop
+    assert server.proc.wait(60) == 0
+    restarted = start_server()
+    answered = api.post(
+        f"{restarted.url}/api/v1/pending/{pending_id}/answer", json={"content": "recorded anyway"}, timeout=10
+    )
+    assert answered.status_code == 200 and answered.json()["status"] == "answered"
+    assert answered.json()["entry_id"] and answered.json()["abandoned"] is False
+    replayed = openai_client(restarted).chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "killed"}]
+    )
+    assert replayed.choices[0].message.content == "recorded anyway"
 
 
 def test_metrics_add_up_across_gunicorn_workers(start_server, ctx, shop, openai_client):

@@ -64,10 +64,12 @@ def headers(cctx):
 
 def assert_redacted(db_url: str, entry_id: str, cctx: Context, canaries: dict[str, str] = CANARIES) -> dict:
     """No canary anywhere in the database; the entry holds the answer with [REDACTED] in their place."""
-    text = database_text(db_url) + repr(cctx.store.all("list_entry_answers", entry_id=entry_id))
+    text = database_text(db_url) + repr(
+        cctx.store.all("list_entry_answers", workspace_id=cctx.principal.workspace_id, entry_id=entry_id)
+    )
     leaked = [name for name, value in canaries.items() if value in text]
     assert not leaked, f"stored verbatim: {leaked}"
-    entry = cctx.store.one("get_entry", id=entry_id)
+    entry = cctx.store.one("get_entry", workspace_id=cctx.principal.workspace_id, id=entry_id)
     assert NEAR in entry["response"]
     return json.loads(entry["response"])
 
@@ -149,13 +151,17 @@ def test_an_edit_and_a_revert_through_rest(cctx, capp, db_url, headers):
         f"/api/v1/entries/{entry_id}", json={"content": f"edited {TEXT} {NEAR}"}, headers=headers
     )
     assert edited.status_code == 200, edited.json
-    edited_entry = json.loads(cctx.store.one("get_entry", id=entry_id)["response"])
+    edited_entry = json.loads(
+        cctx.store.one("get_entry", workspace_id=cctx.principal.workspace_id, id=entry_id)["response"]
+    )
     assert content(edited_entry) == f"edited {STORED_TEXT} {NEAR}"
     reverted = client.post(f"/api/v1/entries/{entry_id}/revert", json={"revision": 1}, headers=headers)
     assert reverted.status_code == 200, reverted.json
-    stored = json.loads(cctx.store.one("get_entry", id=entry_id)["response"])
+    stored = json.loads(
+        cctx.store.one("get_entry", workspace_id=cctx.principal.workspace_id, id=entry_id)["response"]
+    )
     assert content(stored) == f"{STORED_TEXT} {NEAR}"
-    revisions = cctx.store.all("list_revisions", entry_id=entry_id)
+    revisions = cctx.store.all("list_revisions", workspace_id=cctx.principal.workspace_id, entry_id=entry_id)
     assert [r["number"] for r in revisions][-1] == 3
     assert all(value not in revisions[-1]["response"] for value in CANARIES.values())
 
@@ -213,7 +219,9 @@ def test_a_bundle_import_of_a_sequence(cctx, capp, db_url, headers, tmp_path):
     assert imported.status_code == 200 and imported.json["created"] == 1, imported.json
     [row] = cctx.store.all("export_entries", project_id=projects.get_row(cctx, "shop")["id"])
     assert content(assert_redacted(db_url, row["id"], cctx)) == f"{STORED_TEXT} {NEAR}"
-    [second] = cctx.store.all("list_entry_answers", entry_id=row["id"])
+    [second] = cctx.store.all(
+        "list_entry_answers", workspace_id=cctx.principal.workspace_id, entry_id=row["id"]
+    )
     assert content(json.loads(second["response"])) == f"again {STORED_TEXT} {NEAR}"
 
 
@@ -228,7 +236,7 @@ def test_export_check_finds_connection_strings_in_stored_answers(cctx):
     first = park(cctx, "shop", "storage?")
     pending.answer(cctx, first, azure)
     entry_id = answered_entry(cctx, first)
-    second = cctx.store.one("get_entry", id=entry_id)
+    second = cctx.store.one("get_entry", workspace_id=cctx.principal.workspace_id, id=entry_id)
     entries.save(
         cctx.store,
         cctx,

@@ -32,11 +32,13 @@ from tests.helpers import wait_for
 
 
 def revisions(ctx, entry_id):
-    return ctx.store.all("list_revisions", entry_id=entry_id)
+    return ctx.store.all("list_revisions", workspace_id=ctx.principal.workspace_id, entry_id=entry_id)
 
 
 def answered_content(ctx, pending_id):
-    entry = ctx.store.one("get_entry", id=status(ctx, pending_id)["entry_id"])
+    entry = ctx.store.one(
+        "get_entry", workspace_id=ctx.principal.workspace_id, id=status(ctx, pending_id)["entry_id"]
+    )
     return json.loads(entry["response"])["choices"][0]["message"]
 
 

@@ -42,6 +42,7 @@ def insert_pending_rows(store: Store, project_id: str, count: int) -> list[str]:
                 stream=0,
                 api="openai.chat",
                 seq=1,
+                held_until=None,
                 max_misses=count + 1,
                 now=time.time(),
             )

@@ -36,7 +36,7 @@ def test_pending_lists_calls_for_people_and_scripts(cli, queue):
     human = cli("pending")
     assert human.exit_code == 0
     lines = human.stdout.splitlines()
-    assert lines[0].split() == ["ID", "PROJECT", "API", "MODEL", "STATUS", "AGE", "CLAIMED"]
+    assert lines[0].split() == ["ID", "PROJECT", "API", "MODEL", "STATUS", "CLIENT", "AGE", "CLAIMED"]
     assert lines[1].startswith(queue["a1"]) and lines[1].split()[1:3] == ["alpha", "openai.chat"]
     assert lines[1].rstrip().endswith("-")
     listing = json.loads(cli("pending", "--project", "beta", "--json").stdout)
@@ -101,7 +101,11 @@ def test_save_images_refuses_what_is_not_an_image(cli, ctx, tmp_path):
 
 
 def answered_content(ctx, pending_id):
-    entry = ctx.store.one("get_entry", id=pending_service.get(ctx, pending_id)["entry_id"])
+    entry = ctx.store.one(
+        "get_entry",
+        workspace_id=ctx.principal.workspace_id,
+        id=pending_service.get(ctx, pending_id)["entry_id"],
+    )
     return json.loads(entry["response"])["choices"][0]["message"]["content"]
 
 

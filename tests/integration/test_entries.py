@@ -155,7 +155,9 @@ def test_delete_removes_the_entry_and_its_revisions(ctx, shop, client, make_toke
         "deleted": True,
     }
     assert client.get(f"/api/v1/entries/{entry['id']}", headers=admin).status_code == 404
-    assert ctx.store.all("list_revisions", entry_id=entry["id"]) == []
+    assert (
+        ctx.store.all("list_revisions", workspace_id=ctx.principal.workspace_id, entry_id=entry["id"]) == []
+    )
     assert actions(ctx, entry["id"])[0] == ("entry.delete", [])
     projects.update(ctx, "shop", {"mode": "replay"})
     r = client.post("/p/shop/v1/chat/completions", json=request_for("bye"), headers=admin)

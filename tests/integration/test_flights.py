@@ -159,13 +159,21 @@ def test_a_call_parked_on_one_host_is_released_by_an_answer_through_another(host
         now=now,
         api="chat",
         seq=1,
+        held_until=now + 30,
         max_misses=10,
     )
     with ThreadPoolExecutor(1) as pool:
         held = pool.submit(parking.hold, pending_id, 30)
         while not parking.held:
             time.sleep(0.01)
-        other.store.run("resolve_pending", id=pending_id, status="cancelled", entry_id=None, now=time.time())
+        other.store.run(
+            "resolve_pending",
+            id=pending_id,
+            workspace_id="wsp_default",
+            status="cancelled",
+            entry_id=None,
+            now=time.time(),
+        )
         assert held.result(timeout=20) == ("cancelled", None)
     parking.close()
 

@@ -155,6 +155,14 @@ def test_a_stream_replays_as_sse_chunks_of_one_recording(ctx, shop, client, key)
     assert plain.json["candidates"][0]["content"]["parts"] == [{"text": words}]
     again = sse_chunks(client.post(STREAM_URL, json=request, headers=key).get_data(as_text=True))
     assert "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in again) == words
+    # Without alt=sse Google streams one JSON array of the same chunks (first, second and kept sights).
+    for _ in range(3):
+        array = client.post(STREAM_URL.removesuffix("?alt=sse"), json=request, headers=key)
+        assert array.status_code == 200 and array.headers["Content-Type"].startswith("application/json")
+        assert [c["candidates"] for c in array.json] == [c["candidates"] for c in again]
+    # An error is Google's error object, not an array.
+    missed = client.post(STREAM_URL.removesuffix("?alt=sse"), json=body("never recorded"), headers=key)
+    assert missed.status_code == 424 and missed.json["error"]["status"] == "FAILED_PRECONDITION"
 
 
 def test_errors_are_in_googles_envelope_with_semulas_code(ctx, shop, client, key):
@@ -306,18 +314,29 @@ def test_record_through_posts_to_google_with_its_key_only(ctx, store, settings):
             "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in chunks)
             == "upstream says: Stream"
         )
+        # Relayed as it comes and recorded whole when asked for as a JSON array: the provider is
+        # still asked for server-sent events.
+        arrayed = client.post(STREAM_URL.removesuffix("?alt=sse"), json=body("Array"), headers=headers)
+        assert arrayed.headers["Content-Type"].startswith("application/json")
+        assert "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in arrayed.json) == (
+            "upstream says: Array"
+        )
         vectors = client.post(BATCH, json=batch("a", "b"), headers=headers)
         assert vectors.json == {"embeddings": [{"values": [0.25, -0.5, 0.0]}, {"values": [0.25, -0.5, 1.0]}]}
-        call, stream_call, embed_call = fake.calls
+        call, stream_call, array_call, embed_call = fake.calls
         assert call["path"] == f"/v1beta/models/{MODEL}:generateContent"
-        assert stream_call["path"] == f"/v1beta/models/{MODEL}:streamGenerateContent?alt=sse"
+        assert (
+            stream_call["path"]
+            == array_call["path"]
+            == f"/v1beta/models/{MODEL}:streamGenerateContent?alt=sse"
+        )
         assert embed_call["path"] == f"/v1beta/models/{EMBED_MODEL}:batchEmbedContents"
         assert call["headers"]["x-goog-api-key"] == CANARY and "Authorization" not in call["headers"]
         assert secret not in json.dumps(fake.calls)
         # The provider gets the app's own body: no model or stream semula keeps in the stored request.
         assert call["body"] == body("Hello") and stream_call["body"] == body("Stream")
         usage = record_through.usage(octx, "shop")
-        assert usage["calls"] == 3 and usage["prompt_tokens"] == 24 and usage["completion_tokens"] == 12
+        assert usage["calls"] == 4 and usage["prompt_tokens"] == 36 and usage["completion_tokens"] == 18
 
         projects.update(ctx, "shop", {"mode": "replay"})
         again = client.post(URL, json=body("Hello"), headers=headers).json
@@ -326,7 +345,9 @@ def test_record_through_posts_to_google_with_its_key_only(ctx, store, settings):
             client.post(STREAM_URL, json=body("Stream"), headers=headers).get_data(as_text=True)
         )
         assert [c["candidates"] for c in replayed] == [c["candidates"] for c in chunks]
-        assert len(fake.calls) == 3
+        replayed_array = client.post(STREAM_URL.removesuffix("?alt=sse"), json=body("Array"), headers=headers)
+        assert [c["candidates"] for c in replayed_array.json] == [c["candidates"] for c in arrayed.json]
+        assert len(fake.calls) == 4
 
         projects.update(ctx, "shop", {"mode": "record"})
         fake.mode = "error"

@@ -284,6 +284,7 @@ def count_a_session_call(other, shop):
     with other.store.transaction() as tx:
         tx.one(
             "count_session_call",
+            n=1,
             workspace_id="wsp_default",
             project_id=project_id(other),
             session="s1",

@@ -100,6 +100,7 @@ def test_list_claim_answer(mcp_call, queue):
     call = claimed.structured_content
     assert call["claimed"] is True and call["id"] == queue["b1"] and call["claimed_by"] == "claude"
     assert call["shape"]["skeleton"] == {"tool_calls": [{"name": "get_weather", "arguments": {"city": ""}}]}
+    assert "request" not in call and call["conversation"]["tools"]  # the messages and tools once
     error = error_of(bad)
     assert error["code"] == "invalid_answer" and error["param"] == "tool_calls[0].arguments.city"
     [text] = [part.text for part in bad.content]
@@ -114,7 +115,8 @@ def test_get_and_answer_with_plain_text(mcp_call, queue):
         ("answer_pending", {"pending_id": queue["a1"], "answer": "4", "summary": "arithmetic"}),
         ("answer_pending", {"pending_id": queue["a1"], "answer": "4"}),
     )
-    assert got.structured_content["request"]["messages"][0]["content"] == "What is 2+2?"
+    assert got.structured_content["conversation"]["messages"][0]["content"] == "What is 2+2?"
+    assert "request" not in got.structured_content  # the same messages once, in the conversation
     assert answered.structured_content["entry_id"].startswith("ent_")
     assert error_of(again)["code"] == "pending_resolved"
 
@@ -131,7 +133,7 @@ def test_images_come_as_image_content_and_placeholders_in_the_json(mcp_call, ctx
         assert call["id"] == pid
         parts = call["conversation"]["messages"][0]["content"]
         assert [p.get("image_url", {}).get("url") for p in parts] == [None, label, REMOTE_IMAGE]
-        assert label in json.dumps(call["request"])  # the app's request, in its own API's terms
+        assert "request" not in call  # its messages are the conversation's
         text, caption, image, remote = result.content
         assert json.loads(text.text) == call and PNG_URL.partition(",")[2] not in text.text
         assert caption.text == f"messages[0].content[1]: {label}"

@@ -309,7 +309,13 @@ def test_a_postgresql_claim_relaxes_only_its_own_commit(db_url, queue):
     from semula.db.postgres import PG_QUERIES
 
     with psycopg.connect(db_url, autocommit=True) as conn:
-        params = {"id": queue["a1"], "worker": "w", "until": time.time() + 60, "now": time.time()}
+        params = {
+            "id": queue["a1"],
+            "workspace_id": "wsp_default",
+            "worker": "w",
+            "until": time.time() + 60,
+            "now": time.time(),
+        }
         assert conn.execute(PG_QUERIES["claim_pending"], params).fetchone() is not None
         assert conn.execute(PG_QUERIES["claim_pending"], params).fetchone() is None
         assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"

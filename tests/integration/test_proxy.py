@@ -289,10 +289,12 @@ def test_response_format_json_schema_is_enforced(ctx, shop, client, admin):
 def test_rejected_entry_does_not_replay_and_parks_again(ctx, shop, client, admin, store):
     record(ctx, shop, client, admin, {"content": "first"})
     entry = store.one("entry_by_fingerprint", project_id=shop["id"], fingerprint=fp.fingerprint(BODY))
-    store.run("set_review_status", id=entry["id"], review_status="rejected", now=0)
+    store.run(
+        "set_review_status", id=entry["id"], workspace_id="wsp_default", review_status="rejected", now=0
+    )
     second = record(ctx, shop, client, admin, {"content": "second"})
     assert second.json["choices"][0]["message"]["content"] == "second"
-    row = store.one("get_entry", id=entry["id"])
+    row = store.one("get_entry", workspace_id="wsp_default", id=entry["id"])
     assert row["revision"] == 2 and row["review_status"] == "unreviewed"
 
 
@@ -306,7 +308,7 @@ def test_canary_secret_in_a_prompt_is_redacted_in_storage_but_still_matches(ctx,
     pending.answer(ctx, row["id"], {"content": "thanks"})
     assert future.result(10).status_code == 200
     entry = store.one("entry_by_fingerprint", project_id=shop["id"], fingerprint=fp.fingerprint(body))
-    assert canary not in json.dumps(store.one("get_entry", id=entry["id"]))
+    assert canary not in json.dumps(store.one("get_entry", workspace_id="wsp_default", id=entry["id"]))
     assert client.post(URL, json=body, headers=admin).json["choices"][0]["message"]["content"] == "thanks"
 
 

@@ -74,6 +74,7 @@ def count_in(ctx, project_id, session, fingerprint, age_days, calls=1):
     for _ in range(calls):
         ctx.store.one(
             "count_session_call",
+            n=1,
             workspace_id="wsp_default",
             project_id=project_id,
             session=session,

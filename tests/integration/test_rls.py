@@ -42,6 +42,7 @@ def filled(hosted, db_url):  # noqa: F811 - the fixture imported above
         pending.answer(ctx, second, {"content": "y"})  # answer 2 of the sequence: an entry_answers row
         ctx.store.one(
             "count_session_call",
+            n=1,
             workspace_id=ctx.principal.workspace_id,
             project_id=row["id"],
             session="s",

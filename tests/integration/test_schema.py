@@ -21,7 +21,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def _without_fault(sql: str) -> str:
-    """insert_calls as it was before migration 0025 (no `fault` column)."""
+    """insert_calls as it was before migration 0026 (no `fault` column)."""
     for column in (", fault TEXT)", ", %(fault)s)", ", :fault)", ", fault)"):
         sql = sql.replace(column, ")")
     return sql
@@ -40,13 +40,14 @@ def migrate_all_but(store, prefix: str | tuple[str, ...], tmp_path) -> None:
     migrate(store, before)
 
 
-def test_the_migrations_ship_inside_the_package():
+def test_a_checkout_reads_the_migrations_at_its_top_level():
+    """The wheel ships them inside the package (test_wheel_install); a checkout keeps them beside it."""
     import semula
 
-    package = os.path.dirname(semula.__file__)
+    top = os.path.join(os.path.dirname(os.path.dirname(semula.__file__)), "migrations")
     files = migration_files("sqlite")
-    assert files and all(os.path.dirname(str(p)) == os.path.join(package, "migrations") for p in files)
-    assert str(MIGRATIONS_DIR) == os.path.join(package, "migrations")
+    assert files and all(os.path.dirname(str(p)) == top for p in files)
+    assert str(MIGRATIONS_DIR) == top
 
 
 def test_a_fresh_database_is_missing_its_schema_until_migrated(empty_db_url):
@@ -130,7 +131,9 @@ def test_sqlite_moves_the_request_to_the_end_of_entry_rows_and_keeps_everything(
             project_id=project["id"],
             fingerprint=saved[1]["fingerprint"],
             request=request_for(long_text),
-            response=json.loads(store.one("get_entry", id=saved[1]["id"])["response"]),
+            response=json.loads(
+                store.one("get_entry", workspace_id="wsp_default", id=saved[1]["id"])["response"]
+            ),
             chunks=None,
             actor="agent",
             summary="",
@@ -171,9 +174,9 @@ def test_the_call_log_loses_its_workspace_key_and_keeps_every_row(empty_db_url, 
 
     store = connect(empty_db_url, pool_size=1)
     try:
-        # 0025 adds a column to the table 0021 builds anew: held back with it, and the rows written
+        # 0026 adds a column to the table 0021 builds anew: held back with it, and the rows written
         # as before it.
-        migrate_all_but(store, ("0021_", "0025_"), tmp_path)
+        migrate_all_but(store, ("0021_", "0026_"), tmp_path)
         monkeypatch.setitem(sqlite.QUERIES, "insert_calls", _without_fault(sqlite.QUERIES["insert_calls"]))
         monkeypatch.setitem(
             postgres.PG_QUERIES, "insert_calls", _without_fault(postgres.PG_QUERIES["insert_calls"])

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
 from semula.core import answers, bundle_format
 from semula.core import fingerprint as fp
 from semula.core.errors import Conflict
-from semula.service import entries, pending, projects
+from semula.service import Context, entries, pending, projects, sequences
 from tests.entry_helpers import request_for, save_entry
 from tests.helpers import wait_for
 from tests.integration.test_proxy import call_async
@@ -128,6 +129,105 @@ def test_kept_hits_never_serve_a_counted_answer(ctx, shop, client, admin):
     add_answer(ctx, "shop", 2, "two")  # the entry row changes, so the kept hit is dropped
     assert texts(client, admin, session_url("b"), 6) == ["one", "two", "two", "two", "two", "two"]
     assert texts(client, admin, session_url("c"), 2) == ["one", "two"]
+
+
+def test_a_counted_request_is_kept_as_a_sequence_and_a_change_is_seen_at_once(ctx, client, admin, three, app):
+    """Decision 0068: a kept sequence counts each call and serves the kept answer its number gets."""
+    cache = app.wsgi_app.hits
+    assert texts(client, admin, session_url("a"), 3) == ["one", "two", "three"]
+    sequences_kept = [kept for _, kept in cache.held() if kept.sequence is not None]
+    assert [kept.sequence for kept in sequences_kept] == [(3, "repeat_last")]
+    served = cache.served
+    assert texts(client, admin, session_url("a"), 3) == ["three"] * 3
+    assert cache.served == served + 3  # counted, and answered kept
+    assert counters(ctx, projects.get_row(ctx, "shop")) == 6
+    # Another session starts at answer 1, kept or not; a reset starts this one over.
+    assert texts(client, admin, session_url("b"), 4) == ["one", "two", "three", "three"]
+    client.post("/api/v1/projects/shop/sessions/a/reset", headers=admin)
+    assert texts(client, admin, session_url("a"), 2) == ["one", "two"]
+    # A new answer 2 (through another path than the proxy) is seen by the very next call.
+    add_answer(ctx, "shop", 2, "two, again")
+    assert texts(client, admin, session_url("b"), 1) == ["three"]
+    client.post("/api/v1/projects/shop/sessions/b/reset", headers=admin)
+    assert texts(client, admin, session_url("b"), 3) == ["one", "two, again", "three"]
+    # So is a fourth answer and a change of after_last.
+    add_answer(ctx, "shop", 4, "four")
+    assert texts(client, admin, session_url("b"), 2) == ["four", "four"]
+    projects.update(ctx, "shop", {"after_last": "cycle"})
+    assert texts(client, admin, session_url("b"), 3) == ["two, again", "three", "four"]
+
+
+def test_calls_counted_together_get_distinct_numbers_in_the_order_they_asked(ctx, shop):
+    """Decision 0068: the calls asked for while a write is in flight are counted by the next one."""
+    counts = sequences.Counts()
+    keys = [(shop["id"], "s", f"v1:{n}") for n in range(3)]
+    writes: list[int] = []
+
+    def waiting() -> int:
+        """The calls asked for while the first write is in flight (the next round's)."""
+        round_ = counts.rounds.waiting(ctx.principal.workspace_id)
+        return sum(round_.asked.values()) if round_ is not None else 0
+
+    def offload(write):
+        if not writes:  # the first write waits until five more calls have asked
+            wait_for(lambda: waiting() == 5)
+        writes.append(1)
+        return write()
+
+    counts.offload = offload
+    got: dict[int, tuple] = {}
+
+    def call(number: int, key: tuple) -> None:
+        got[number] = (key, counts.count(ctx, key))
+
+    first = threading.Thread(target=call, args=(0, keys[0]))
+    first.start()
+    wait_for(lambda: counts.rounds.flying(ctx.principal.workspace_id))
+    others = []
+    for number, key in enumerate([keys[0], keys[1], keys[0], keys[2], keys[1]], start=1):
+        thread = threading.Thread(target=call, args=(number, key))
+        thread.start()
+        wait_for(lambda n=number: waiting() == n)
+        others.append(thread)
+    for thread in [first, *others]:
+        thread.join(timeout=30)
+    assert len(writes) == 2  # one call, then five together
+    assert [got[n] for n in range(6)] == [
+        (keys[0], 1),
+        (keys[0], 2),
+        (keys[1], 1),
+        (keys[0], 3),
+        (keys[2], 1),
+        (keys[1], 2),
+    ]
+    # A process counting alone (the CLI) goes on from there.
+    assert sequences.count(ctx, *keys[1]) == 3
+
+
+def test_counts_of_two_processes_racing_never_repeat_a_number(ctx, shop):
+    """Two processes' Counts (each with its own rounds) and one caller without, on one counter and on
+    others: each counter's numbers are 1..n, none twice."""
+    processes = [sequences.Counts(), sequences.Counts(), None]
+    keys = [(shop["id"], "race", f"v1:{n}") for n in range(3)]
+    got: list[tuple] = []
+    lock = threading.Lock()
+
+    def run(worker: int) -> None:
+        mine = Context(ctx.store, ctx.settings, ctx.principal, counts=processes[worker % 3])
+        for step in range(25):
+            key = keys[(worker + step) % len(keys)]
+            number = sequences.count(mine, *key)
+            with lock:
+                got.append((key, number))
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for key in keys:
+        numbers = sorted(number for k, number in got if k == key)
+        assert numbers == list(range(1, 51))
 
 
 def test_a_replay_miss_in_a_session_names_it_and_the_answers(ctx, client, admin, three):

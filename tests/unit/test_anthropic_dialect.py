@@ -196,8 +196,11 @@ def test_a_stream_that_carries_an_error_event_is_not_an_answer():
     assert assemble(events)["content"] == [{"type": "text", "text": "Hal"}]
     with pytest.raises(ValueError, match="error event"):
         ANTHROPIC.from_stream(events)
-    message, saved = ANTHROPIC.from_stream(events[:3])  # the same stream without it is one
-    assert message["content"] == [{"type": "text", "text": "Hal"}] and len(saved) == 3
+    with pytest.raises(ValueError, match="message_stop"):  # nor is the same stream cut short there
+        ANTHROPIC.from_stream(events[:3])
+    ended = [*events[:3], {"type": "content_block_stop", "index": 0}, {"type": "message_stop"}]
+    message, saved = ANTHROPIC.from_stream(ended)  # the same stream ended as the API ends one is one
+    assert message["content"] == [{"type": "text", "text": "Hal"}] and len(saved) == 5
 
 
 def test_the_sdk_raises_the_error_event_semula_ends_a_broken_stream_with():

@@ -74,7 +74,7 @@ def test_cases_read_in_small_and_whole_reads(raw, expected):
 def test_the_parser_refuses_a_lone_surrogate_as_one_wherever_the_read_ends(escape, padding):
     # The parser itself fails on a low one (a decoding error), sometimes in the bytes the scan holds
     # back for the next read: the message must still name the surrogate.
-    raw = b'{"k": "' + b"x" * padding + escape + b'"}'
+    raw = b'{"bundle": "' + b"x" * padding + escape + b'"}'
     with pytest.raises(bundle_format.InvalidBundle) as refused:
-        list(bundle_format._events(io.BytesIO(raw)))
+        list(bundle_format.read_bundle(io.BytesIO(raw)))
     assert "lone UTF-16 surrogate" in refused.value.message

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from semula import dialects
@@ -194,6 +196,93 @@ def test_the_conversation_view():
         "json_schema": {"name": "response", "schema": {"type": "array"}},
     }
     assert "codeExecution" in view["notes"][0]
+
+
+def test_fields_in_snake_case_are_read_as_google_reads_them():
+    """Google's curl examples write `system_instruction`, `inline_data`, `generation_config`: its parser
+    takes a field by either name, so semula stores, checks and views them by their JSON names."""
+    image = {"inline_data": {"mime_type": "image/png", "data": "aGk="}}
+    snake = request(
+        {"role": "user", "parts": [{"text": "What is this?"}, image]},
+        system_instruction={"parts": [{"text": "Be brief."}]},
+        tools=[
+            {
+                "function_declarations": [
+                    {
+                        "name": "lookup",
+                        "parameters": {
+                            "type": "OBJECT",
+                            "properties": {"max_items": {"type": "INTEGER"}},
+                            "any_of": [{"type": "OBJECT"}],
+                        },
+                    }
+                ]
+            }
+        ],
+        tool_config={"function_calling_config": {"mode": "ANY", "allowed_function_names": ["lookup"]}},
+        generation_config={"max_output_tokens": 5, "response_mime_type": "text/plain"},
+    )
+    camel = request(
+        {
+            "role": "user",
+            "parts": [{"text": "What is this?"}, {"inlineData": {"mimeType": "image/png", "data": "aGk="}}],
+        },
+        systemInstruction={"parts": [{"text": "Be brief."}]},
+        tools=[
+            {
+                "functionDeclarations": [
+                    {
+                        "name": "lookup",
+                        "parameters": {
+                            "type": "OBJECT",
+                            # A property's name is the client's own: kept as written.
+                            "properties": {"max_items": {"type": "INTEGER"}},
+                            "anyOf": [{"type": "OBJECT"}],
+                        },
+                    }
+                ]
+            }
+        ],
+        toolConfig={"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["lookup"]}},
+        generationConfig={"maxOutputTokens": 5, "responseMimeType": "text/plain"},
+    )
+    assert snake == camel
+    G.check(snake)  # a part holding inline_data holds data (it was refused as holding none)
+    view = G.conversation(snake)
+    assert view["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert view["tools"][0]["function"]["name"] == "lookup"
+    # Free JSON (a call's args, a response, a JSON schema) is the client's: never renamed.
+    call = {"function_call": {"name": "lookup", "args": {"max_items": 3}}}
+    stored = request(user("x"), {"role": "model", "parts": [call]})
+    assert stored["contents"][1]["parts"][0] == {"functionCall": {"name": "lookup", "args": {"max_items": 3}}}
+    with pytest.raises(BadRequest, match="Duplicate field") as refused:
+        request(user("x"), system_instruction={"parts": [{"text": "a"}]}, systemInstruction={"parts": []})
+    assert refused.value.status == 400
+    assert G.count_tokens({"contents": [{"parts": [image]}]})["totalTokens"] >= 1
+    batch = E.with_route(
+        {
+            "requests": [
+                {"content": {"parts": [{"text": "a"}]}, "output_dimensionality": 8, "task_type": "CLUSTERING"}
+            ]
+        },
+        "models/gemini-embedding-001",
+        "batchEmbedContents",
+    )
+    assert (
+        batch["requests"][0]["outputDimensionality"] == 8 and batch["requests"][0]["taskType"] == "CLUSTERING"
+    )
+
+
+def test_a_stream_asked_for_without_alt_sse_is_one_json_array_sent_as_it_comes():
+    events = [{"candidates": [{"content": {"parts": [{"text": w}]}}]} for w in ("Hel", "lo")]
+    data = b"".join(G.sse(events))
+    # Split anywhere, even inside an event or its CRLF framing: the same array, element by element.
+    for cut in (1, len(data) // 3, len(data) - 2):
+        pieces = list(gemini.json_array([data[:cut], data[cut:]]))
+        assert json.loads(b"".join(pieces)) == events
+    assert list(gemini.json_array([b'data: {"a":1}\r\n\r\n'])) == [b'[{"a":1}', b"]"]
+    assert json.loads(b"".join(gemini.json_array([]))) == []
+    assert json.loads(b"".join(gemini.json_array([b'data: {"a":1}']))) == [{"a": 1}]  # no end framing
 
 
 def test_images_are_placeholders_and_json_schema_passes_through():

@@ -5,10 +5,9 @@ from __future__ import annotations
 import io
 import json
 
-import ijson
 import pytest
 
-from semula.core import jsonio
+from semula.core import bundle_format, jsonio
 from semula.core.errors import BadRequest
 
 
@@ -52,12 +51,16 @@ def test_malformed_json_is_400_without_echoing_the_body(raw):
     assert "not json" not in caught.value.message
 
 
-def test_streamed_events_are_limited_with_the_container_allowance():
-    allowed = nested(jsonio.MAX_DEPTH + 2).encode()
-    assert list(jsonio.checked_events(ijson.basic_parse(io.BytesIO(allowed)), base=2))
-    too_deep = nested(jsonio.MAX_DEPTH + 3).encode()
+@pytest.mark.parametrize("key", ["request", "response"])
+def test_a_streamed_bundle_is_limited_with_the_container_allowance(key):
+    def bundle(depth: int) -> io.BytesIO:
+        entry = f'{{"{key}": {nested(depth)}}}'
+        return io.BytesIO(f'{{"bundle": {{"format": "semula-bundle"}}, "entries": [{entry}]}}'.encode())
+
+    # A request or response nests as deep as a body may, inside the root, the entries and the entry.
+    assert [kind for kind, _ in bundle_format.read_bundle(bundle(jsonio.MAX_DEPTH))] == ["bundle", "entry"]
     with pytest.raises(BadRequest, match="The bundle nests deeper"):
-        list(jsonio.checked_events(ijson.basic_parse(io.BytesIO(too_deep)), base=2))
+        list(bundle_format.read_bundle(bundle(jsonio.MAX_DEPTH + 1)))
 
 
 @pytest.mark.parametrize(
@@ -106,3 +109,22 @@ def test_a_large_body_is_parsed_with_orjson(monkeypatch):
 )
 def test_stored_json_reads_as_json_reads_it(text):
     assert json.dumps(jsonio.stored(text)) == json.dumps(json.loads(text))
+
+
+def test_a_large_body_is_parsed_with_the_gc_paused_and_the_gc_is_left_as_it_was(monkeypatch):
+    """Decision 0063: the collections orjson's allocations set off took most of a large body's parse."""
+    import gc
+
+    seen = []
+    real = jsonio.orjson.loads
+    monkeypatch.setattr(jsonio.orjson, "loads", lambda raw: seen.append(gc.isenabled()) or real(raw))
+    large = json.dumps({"input": ["x" * 100] * (jsonio.PAUSE_GC_ABOVE // 100)}).encode()
+    assert jsonio.read(large)[0] == json.loads(large)
+    assert jsonio.read(b'{"small": true}')[0] == {"small": True}
+    assert seen == [False, True] and gc.isenabled()
+    gc.disable()
+    try:
+        jsonio.read(large)
+        assert not gc.isenabled()  # paused by someone else: left so
+    finally:
+        gc.enable()

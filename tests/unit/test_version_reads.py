@@ -95,4 +95,4 @@ def test_workspaces_are_never_read_in_one_query():
 def test_nothing_is_left_waiting(callers):
     reads, query = VersionReads(), Recorder()
     ask_concurrently(reads, query, [("prj", f"fp{i}") for i in range(callers)])
-    assert reads._open == {} and reads._flying == {}
+    assert reads._rounds.idle()

@@ -15,7 +15,7 @@ from websockets.sync.client import connect
 
 from bench.worker_cpu import _Log
 from semula.core import errors
-from semula.web.websocket import WebSocket
+from semula.web.websocket import WebSocket, frames
 from semula.worker import Handler
 from tests.helpers import wait_for
 
@@ -43,7 +43,10 @@ def app(environ, start_response):
                 break
             while path == "/busy" and not RELEASE.is_set():
                 gevent.sleep(0.01)  # a held call's wait: other greenlets run
-            ws.send(b"echo " + message)
+            if path == "/frames":  # made once, sent as they are (a kept turn's frames)
+                ws.send_frames(frames([b"framed " + message, b"x" * 200, b"y" * 70000]))
+            else:
+                ws.send(b"echo " + message)
             if path == "/close":
                 break
     finally:
@@ -101,6 +104,16 @@ def test_messages_go_both_ways_in_order_and_whole(url):
         ws.send("é" * 10)
         assert [ws.recv(timeout=5) for _ in range(3)] == ["echo one", "echo two", "echo " + "é" * 10]
     assert seen("/both", 4) == [b"one", b"two", ("é" * 10).encode(), None]
+
+
+def test_frames_made_once_are_messages_of_every_length(url):
+    # Short, 16-bit and 64-bit lengths: the library's framing, as the client's protocol reads it.
+    with connect(url + "/frames", open_timeout=5, max_size=None) as ws:
+        ws.send("a")
+        ws.send("b")
+        got = [ws.recv(timeout=5) for _ in range(6)]
+    assert got[0::3] == ["framed a", "framed b"]
+    assert got[1::3] == ["x" * 200] * 2 and got[2::3] == ["y" * 70000] * 2
 
 
 def test_pings_are_answered_while_the_app_is_busy(url):

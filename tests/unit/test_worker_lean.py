@@ -8,6 +8,8 @@ client is a greenlet beside them.
 from __future__ import annotations
 
 import re
+import threading
+import time
 
 import gevent
 import pytest
@@ -338,6 +340,33 @@ def test_a_lean_connection_idle_past_keepalive_is_closed(servers):
         conn.close()
 
 
+def test_a_request_that_came_before_the_sweep_closed_its_idle_connection_is_served(servers):
+    """The keep-alive close race (issue #49): on a loaded worker the sweep may run after a client's
+    next request arrived and before the greenlet waiting for it; the request is served, not lost."""
+    conn = socket.create_connection(("127.0.0.1", servers[Lean].server_port))
+    try:
+        conn.sendall(b"GET /p/list HTTP/1.1\r\nHost: x\r\n\r\n")
+        with gevent.Timeout(5):
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200 OK")
+        gevent.sleep(0.05)  # the handler waits for the next request, in the sweep's table
+        assert any(h.server is servers[Lean] for h in worker.IDLE.waiting)
+        conn.sendall(b"GET /p/list HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        # No yield since: the waiting greenlet has not run. The sweep comes first, past every time.
+        worker.IDLE.close_idle(time.monotonic() + 3600)
+        with gevent.Timeout(5):
+            assert exchange_rest(conn).startswith(b"HTTP/1.1 200 OK")
+    finally:
+        conn.close()
+
+
+def exchange_rest(conn) -> bytes:
+    """What the server still sends on a connection until it closes it."""
+    received = b""
+    while chunk := conn.recv(65536):
+        received += chunk
+    return received
+
+
 def test_an_app_failure_is_logged_by_the_lean_path(servers, caplog):
     exchange(servers[Lean], b"GET /p/raises HTTP/1.1\r\nHost: x\r\n\r\n")
     assert [r.message for r in caplog.records if r.name == "semula.worker"] == ["the app failed"]
@@ -365,6 +394,24 @@ def test_a_stopping_worker_closes_its_idle_lean_connections_within_a_sweep():
     finally:
         conn.close()
         server.stop()
+
+
+def test_the_sweeps_run_in_the_hub_that_serves_after_another_hub_is_gone():
+    """A server run in a thread of its own (test_websocket's) started the sweeps in its hub, which
+    ended with the thread: a server in this thread still gets its own (they failed in some orders)."""
+
+    def other_hub():
+        worker.IDLE.start()
+        worker.HEADS.start()
+        gevent.get_hub().destroy(destroy_loop=True)
+
+    thread = threading.Thread(target=other_hub)
+    thread.start()
+    thread.join(10)
+    test_a_stopping_worker_closes_its_idle_lean_connections_within_a_sweep()
+    for table in (worker.IDLE, worker.HEADS):
+        table.start()
+        assert not table.sweepers[gevent.get_hub()].dead
 
 
 HOST = b"Host: x\r\n"

@@ -37,7 +37,7 @@ VALUES (:id, :workspace_id, :name, :mode, :record_timeout, :max_misses, :ignore_
 SELECT * FROM projects WHERE workspace_id = :workspace_id AND name = :name
 
 -- name: get_project
-SELECT * FROM projects WHERE id = :id
+SELECT * FROM projects WHERE id = :id AND workspace_id = :workspace_id
 
 -- name: list_projects
 SELECT * FROM projects
@@ -54,18 +54,20 @@ UPDATE projects SET mode = :mode, record_timeout = :record_timeout, max_misses =
     upstream_max_tokens = :upstream_max_tokens, upstream_dry_run = :upstream_dry_run, answerer = :answerer,
     restamp = :restamp, stream_pacing = :stream_pacing, embeddings = :embeddings, sequences = :sequences, after_last = :after_last,
     faults = :faults, updated_at = :now
-WHERE id = :id
+WHERE id = :id AND workspace_id = :workspace_id
 
 -- name: create_token
 INSERT INTO tokens (id, workspace_id, name, hash, role, scope, project_id, created_at, expires_at)
 VALUES (:id, :workspace_id, :name, :hash, :role, :scope, :project_id, :now, :expires_at)
 
 -- name: token_by_hash
+-- across workspaces: authentication, before the workspace is known (the hash is the credential).
 SELECT t.*, p.name AS project_name, w.disabled AS workspace_disabled
 FROM tokens t JOIN workspaces w ON w.id = t.workspace_id LEFT JOIN projects p ON p.id = t.project_id
 WHERE t.hash = :hash AND t.revoked_at IS NULL
 
 -- name: token_by_hash.postgresql
+-- across workspaces: as token_by_hash.
 -- Authentication comes before the workspace is known: row-level security would hide the row.
 SELECT * FROM semula_token_by_hash(:hash)
 

@@ -21,23 +21,23 @@ WHERE e.id = :id AND e.workspace_id = :workspace_id
 
 -- name: list_revisions
 -- Every answer's revisions: by answer, then number.
-SELECT * FROM entry_revisions WHERE entry_id = :entry_id ORDER BY seq, number
+SELECT * FROM entry_revisions WHERE entry_id = :entry_id AND workspace_id = :workspace_id ORDER BY seq, number
 
 -- name: get_revision
-SELECT * FROM entry_revisions WHERE entry_id = :entry_id AND seq = :seq AND number = :number
+SELECT * FROM entry_revisions WHERE entry_id = :entry_id AND workspace_id = :workspace_id AND seq = :seq AND number = :number
 
 -- name: replace_entry_response
 -- A human edit or revert: a new response is a new revision and has not been reviewed yet.
 UPDATE entries SET response = :response, chunks = :chunks, revision = revision + 1,
     review_status = 'unreviewed', updated_at = :now
-WHERE id = :id
+WHERE id = :id AND workspace_id = :workspace_id
 RETURNING id, revision
 
 -- name: set_entry_pinned
-UPDATE entries SET pinned = :pinned, updated_at = :now WHERE id = :id
+UPDATE entries SET pinned = :pinned, updated_at = :now WHERE id = :id AND workspace_id = :workspace_id
 
 -- name: delete_entry
-DELETE FROM entries WHERE id = :id
+DELETE FROM entries WHERE id = :id AND workspace_id = :workspace_id
 
 -- name: export_entries
 -- Bundle order: by fingerprint, byte order, so the same entries always export the same way.
@@ -70,14 +70,14 @@ VALUES (:id, :workspace_id, :project_id, :fingerprint, :model, :request, :respon
 UPDATE entries SET model = :model, request = :request, response = :response, chunks = :chunks,
     revision = :revision, pinned = :pinned, review_status = :review_status, updated_at = :now,
     api = :api, response_id = :response_id, meta = :meta, answers = :answers
-WHERE id = :id AND pinned = 0
+WHERE id = :id AND workspace_id = :workspace_id AND pinned = 0
 
 -- name: import_entry_marks
 -- An imported entry whose answers are the ones stored and only its pin, review or recorded headers
 -- and stream timing differ: the bundle's, with no new revision (revisions record answers, and none
 -- of these is one; pinning and reviewing an entry add none either).
 UPDATE entries SET meta = :meta, pinned = :pinned, review_status = :review_status, updated_at = :now
-WHERE id = :id AND pinned = 0
+WHERE id = :id AND workspace_id = :workspace_id AND pinned = 0
 
 -- name: list_call_log
 -- Newest first; :after continues past that id.
@@ -89,6 +89,7 @@ ORDER BY c.id DESC
 LIMIT :limit
 
 -- name: prune_call_log
+-- across workspaces: retention, the same for every workspace.
 -- One small batch of expired rows, oldest first, so each delete is a short transaction.
 DELETE FROM call_log WHERE id IN (
     SELECT id FROM call_log WHERE created_at < :cutoff ORDER BY created_at LIMIT :batch

@@ -24,4 +24,4 @@ DELETE FROM fault_counts WHERE project_id = :project_id AND rule = :rule
 DELETE FROM fault_counts WHERE project_id = :project_id AND session = :session
 
 -- name: set_project_faults
-UPDATE projects SET faults = :faults, updated_at = :now WHERE id = :id
+UPDATE projects SET faults = :faults, updated_at = :now WHERE id = :id AND workspace_id = :workspace_id

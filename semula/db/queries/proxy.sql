@@ -20,7 +20,7 @@ LEFT JOIN (
 SELECT counter FROM replay_changes WHERE workspace_id = :workspace_id
 
 -- name: get_entry
-SELECT * FROM entries WHERE id = :id
+SELECT * FROM entries WHERE id = :id AND workspace_id = :workspace_id
 
 -- name: entry_by_response_id
 -- A Responses API entry by the id of its recorded response (previous_response_id, GET /v1/responses/{id}).
@@ -66,8 +66,8 @@ FROM entries WHERE project_id = :project_id AND fingerprint = :fingerprint AND c
 UPDATE upstream_usage SET prompt_tokens = prompt_tokens + :prompt_tokens,
     completion_tokens = completion_tokens + :completion_tokens
 WHERE project_id = :project_id AND :prompt_tokens + :completion_tokens > 0
-  AND EXISTS (SELECT 1 FROM entry_revisions WHERE id = :revision_id);
-SELECT entry_id AS id, number AS revision FROM entry_revisions WHERE id = :revision_id
+  AND EXISTS (SELECT 1 FROM entry_revisions WHERE id = :revision_id AND workspace_id = :workspace_id);
+SELECT entry_id AS id, number AS revision FROM entry_revisions WHERE id = :revision_id AND workspace_id = :workspace_id
 
 -- name: save_entry.postgresql
 WITH entry AS (
@@ -102,8 +102,9 @@ VALUES (:id, :workspace_id, :entry_id, :number, :response, :chunks, :actor, :sum
 -- Parks a miss unless the project already has max_misses parked; the partial unique index makes
 -- identical concurrent misses share one row.
 INSERT INTO pending (id, workspace_id, project_id, fingerprint, model, request, stream, status, created_at, api,
-    seq)
-SELECT :id, :workspace_id, :project_id, :fingerprint, :model, :request, :stream, 'pending', :now, :api, :seq
+    seq, held_until)
+SELECT :id, :workspace_id, :project_id, :fingerprint, :model, :request, :stream, 'pending', :now, :api, :seq,
+    :held_until
 WHERE (SELECT COUNT(*) FROM pending WHERE project_id = :project_id AND status = 'pending') < :max_misses
 ON CONFLICT (project_id, fingerprint, seq) WHERE status = 'pending' DO NOTHING
 RETURNING id
@@ -120,9 +121,10 @@ WHERE pd.id = :id AND pd.workspace_id = :workspace_id
 -- name: resolve_pending
 UPDATE pending SET status = :status, entry_id = :entry_id, resolved_at = :now, claimed_by = NULL,
     claim_expires_at = NULL
-WHERE id = :id AND status = 'pending'
+WHERE id = :id AND workspace_id = :workspace_id AND status = 'pending'
 
 -- name: resolved_among
+-- across workspaces: one process holds calls of every workspace, by their unguessable ids.
 -- The held calls (a JSON array of ids) that are no longer pending: one query per poll, whatever the count.
 SELECT id, status, entry_id, resolved_at FROM pending
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status <> 'pending'
@@ -130,6 +132,16 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND status <> 'pending'
 -- name: resolved_among.postgresql
 -- Through an owner-run function: one process holds calls of every workspace, row-level security or not.
 SELECT * FROM semula_resolved_among(CAST(:ids AS jsonb))
+
+-- name: hold_among
+-- The held calls (a JSON array of ids) still pending are held until :until (a renewal), or were let go
+-- at :until (their last client here went away or gave up): migration 0024.
+-- across workspaces: a process's held calls, whichever workspace parked them, by the ids it parked.
+UPDATE pending SET held_until = :until
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending'
+
+-- name: hold_among.postgresql
+SELECT semula_hold_among(CAST(:ids AS jsonb), :until)
 
 -- name: insert_calls
 -- The call log's rows, written by Tx.many (semula.service.calllog): on SQLite once per row, which
@@ -157,7 +169,7 @@ SELECT id, fingerprint FROM pending WHERE project_id = :project_id AND status = 
 SELECT * FROM call_log WHERE project_id = :project_id ORDER BY id
 
 -- name: set_review_status
-UPDATE entries SET review_status = :review_status, updated_at = :now WHERE id = :id
+UPDATE entries SET review_status = :review_status, updated_at = :now WHERE id = :id AND workspace_id = :workspace_id
 
 -- name: entry_apis_in_project
 -- How many entries a project holds of each API: a miss with none of its own API names the others.

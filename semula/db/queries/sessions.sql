@@ -6,6 +6,7 @@ VALUES (:id, :workspace_id, :token_id, :hash, :now, :now)
 
 -- One read per dashboard request: the session, its token and the token's workspace.
 -- name: ui_session_by_hash
+-- across workspaces: authentication, before the workspace is known (the hash is the credential).
 SELECT s.id AS session_id, s.created_at, s.last_seen_at, s.ended_at, t.id, t.workspace_id, t.role,
     t.scope, t.project_id, t.revoked_at, w.disabled AS workspace_disabled
 FROM ui_sessions s JOIN tokens t ON t.id = s.token_id JOIN workspaces w ON w.id = t.workspace_id

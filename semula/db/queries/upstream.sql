@@ -87,5 +87,6 @@ SELECT holder, expires_at, error FROM upstream_flights
 WHERE project_id = :project_id AND fingerprint = :fingerprint AND seq = :seq
 
 -- name: prune_flights
+-- across workspaces: retention, the same for every workspace.
 -- Failed flights nobody called again, and those of a process that died: kept no longer than this.
 DELETE FROM upstream_flights WHERE expires_at < :cutoff
