@@ -299,6 +299,7 @@ def calllog_row(workspace_id, project_id, entry_id):
         "pending_id": None,
         "token_id": None,
         "api": "openai.chat",
+        "fault": None,
     }
 
 
@@ -469,7 +470,13 @@ SERVICE_PARAMETERS = {
     "response_id": lambda w, fn: "resp_bravo",
     "fingerprint": lambda w, fn: w["fingerprint"],
     "entry": lambda w, fn: w["a_entry"],
-    "row": lambda w, fn: w["a_session_row"] if fn.__module__.endswith("sessions") else w["a_token_row"],
+    "row": lambda w, fn: (
+        w["a_session_row"]
+        if fn.__module__.endswith("sessions")
+        else w["a_project"]
+        if fn.__module__.endswith("faults")
+        else w["a_token_row"]
+    ),
     "secret": lambda w, fn: sessions.start(w["a"]),
     "hashed": lambda w, fn: token_hash(w["a_token"]),
     "call": lambda w, fn: call_for(w, fn),
@@ -478,6 +485,7 @@ SERVICE_PARAMETERS = {
         sequence=(2, "repeat_last"), project=w["a_project"], fingerprint=w["fingerprint"]
     ),
     "seq": lambda w, fn: 1,
+    "rule": lambda w, fn: {"kind": "rate_limit", "times": 1},
     "number": lambda w, fn: 1,
     "pinned": lambda w, fn: True,
     "status": lambda w, fn: "rejected",

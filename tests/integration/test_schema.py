@@ -207,7 +207,7 @@ def test_the_call_log_loses_its_workspace_key_and_keeps_every_row(empty_db_url, 
         old = calls()
         assert len(old) == 3
         assert migrate(store) == [
-            p.name for p in migration_files(store.dialect) if p.name.startswith(("0021_", "0025_"))
+            p.name for p in migration_files(store.dialect) if p.name.startswith(("0021_", "0026_"))
         ]
         monkeypatch.undo()
         assert calls() == [{**r, "fault": None} for r in old]
