@@ -125,7 +125,7 @@ def test_mcp_over_stdio_answers_a_held_openai_call(shop, tmp_path):
     assert names >= {"list_pending", "get_pending", "claim_next", "answer_pending", "release_claim"}
     assert [p["id"] for p in listed.structured_content["data"]] == [call["id"]]
     assert call["claimed"] and call["claimed_by"] == "mcp-agent"
-    assert call["request"]["messages"][0]["content"] == "Weather in Paris?"
+    assert call["conversation"]["messages"][0]["content"] == "Weather in Paris?" and "request" not in call
     assert wrong.is_error and "invalid_answer" in wrong.content[0].text
     assert right.is_error is False and right.structured_content["status"] == "answered"
 
