@@ -209,6 +209,8 @@ class Settings:
     # A replay session's counters go when it has counted no call for this long (decision 0041).
     session_retention_days: int = setting("SEMULA_SESSION_RETENTION_DAYS", 30, _number(int, 1, 3650))
     log_level: str = setting("SEMULA_LOG_LEVEL", "info", _choice("debug", "info", "warning", "error"))
+    # Log lines as JSON, or as text for a person (auto: text when stderr is a terminal).
+    log_format: str = setting("SEMULA_LOG_FORMAT", "auto", _choice("auto", "json", "text"))
     db_pool_size: int = setting("SEMULA_DB_POOL_SIZE", 10, _number(int, 1, 200))
     # MiB of kept replay hits each worker holds (service/hits.py).
     hit_cache_mb: int = setting("SEMULA_HIT_CACHE_MB", 40, _number(int, 1, 64 * 1024))

@@ -42,14 +42,14 @@ def _json_logger() -> type:
     from gunicorn.glogging import Logger
 
     class JSONLogger(Logger):
-        """gunicorn's logger with semula's formatter on its handlers: its lines are JSON too."""
+        """gunicorn's logger with semula's formatter on its handlers: its lines are semula's too."""
 
         def setup(self, cfg) -> None:  # noqa: ANN001 - gunicorn's signature
             super().setup(cfg)
-            logs.setup(_settings.log_level, _settings.secrets())
+            logs.setup(_settings.log_level, _settings.secrets(), _settings.log_format)
             for log in (self.error_log, self.access_log):
                 for handler in log.handlers:
-                    handler.setFormatter(logs.JSONFormatter())
+                    handler.setFormatter(logs.formatter())
 
     return JSONLogger
 

@@ -1,4 +1,5 @@
-"""Structured JSON logs to stderr, one object a line, with the request id of the request being served.
+"""Structured JSON logs to stderr, one object a line, with the request id of the request being served
+(at a terminal the same fields as a line a person reads, SEMULA_LOG_FORMAT).
 
 Callers pass ids and counts in `extra`, never prompts, answers or secrets. Timestamps are ISO-8601
 UTC. gunicorn's own lines go through the same formatter (semula/gunicorn_conf.py).
@@ -89,6 +90,19 @@ def frames(exc: BaseException | None) -> list[str]:
 
 class JSONFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        return self.line(self.fields(record))
+
+    def line(self, out: dict[str, Any]) -> str:
+        """The fields as one JSON object, with no configured secret left in it."""
+        try:
+            line = orjson.dumps(out, default=str).decode()
+        except TypeError:  # what orjson refuses (integers past 64 bits, non-string keys)
+            line = json.dumps(out, default=str, separators=(",", ":"), ensure_ascii=False)
+        # Last line of defence: a configured secret never leaves in a log line.
+        return _unsecret(line)
+
+    def fields(self, record: logging.LogRecord) -> dict[str, Any]:
+        """What a line says of a record, redacted."""
         out: dict[str, Any] = {
             "ts": iso_utc(record.created),
             "level": record.levelname.lower(),
@@ -107,14 +121,37 @@ class JSONFormatter(logging.Formatter):
             # The type and the frames only: exception text can carry a URL, a key or a prompt.
             out["exc_type"] = record.exc_info[0].__name__
             out["traceback"] = frames(record.exc_info[1])
-        try:
-            line = orjson.dumps(out, default=str).decode()
-        except TypeError:  # what orjson refuses (integers past 64 bits, non-string keys)
-            line = json.dumps(out, default=str, separators=(",", ":"), ensure_ascii=False)
-        # Last line of defence: a configured secret never leaves in a log line.
-        for secret in _secrets:
-            line = line.replace(secret, "[REDACTED]")
-        return line
+        return out
+
+
+class TextFormatter(JSONFormatter):
+    """The same fields for a person at a terminal (`make run`): `HH:MM:SS level logger message`, then
+    the other fields as key=value (strings that need it quoted as JSON), the traceback's frames last."""
+
+    def line(self, out: dict[str, Any]) -> str:
+        out = dict(out)
+        head = f"{out.pop('ts')[11:19]} {out.pop('level').upper():<7} {out.pop('logger')}: {out.pop('msg')}"
+        frames_ = out.pop("traceback", None)
+        pairs = [f"{key}={_text_value(value)}" for key, value in out.items()]
+        text = " ".join([head, *pairs])
+        if frames_:
+            text += "".join(f"\n    {frame}" for frame in frames_)
+        return _unsecret(text)
+
+
+def _text_value(value: Any) -> str:
+    if isinstance(value, str) and value and not any(c.isspace() or c in '"=' for c in value):
+        return value
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except TypeError:
+        return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def _unsecret(line: str) -> str:
+    for secret in _secrets:
+        line = line.replace(secret, "[REDACTED]")
+    return line
 
 
 def info_line(logger: logging.Logger, msg: str, fields: dict[str, Any]) -> None:
@@ -125,7 +162,12 @@ def info_line(logger: logging.Logger, msg: str, fields: dict[str, Any]) -> None:
     test capturing logs, gunicorn's), the line goes through logging as usual.
     """
     handler = _handler
-    if handler is None or logging.root.handlers != [handler] or not logger.isEnabledFor(logging.INFO):
+    if (
+        handler is None
+        or logging.root.handlers != [handler]
+        or type(handler.formatter) is not JSONFormatter
+        or not logger.isEnabledFor(logging.INFO)
+    ):
         logger.info(msg, extra=fields)
         return
     out: dict[str, Any] = {"ts": iso_utc(time.time()), "level": "info", "logger": logger.name, "msg": msg}
@@ -140,13 +182,20 @@ def info_line(logger: logging.Logger, msg: str, fields: dict[str, Any]) -> None:
     handler.stream.write(line + "\n")
 
 
-def setup(level: str = "info", secrets: tuple[str, ...] = ()) -> None:
-    """Send every semula log line to stderr as one JSON object."""
+def formatter() -> logging.Formatter:
+    """A new formatter of the kind setup() chose (JSON before it is called)."""
+    return type(_handler.formatter)() if _handler is not None and _handler.formatter else JSONFormatter()
+
+
+def setup(level: str = "info", secrets: tuple[str, ...] = (), form: str = "auto") -> None:
+    """Send every semula log line to stderr: one JSON object a line (`form` json, or auto when stderr
+    is no terminal), or a line for a person to read (text, or auto at a terminal)."""
     global _secrets, _raw_secrets, _handler
     _raw_secrets = tuple(secrets)
     _secrets = tuple(json.dumps(s)[1:-1] for s in secrets) + secrets
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JSONFormatter())
+    text = form == "text" or (form == "auto" and sys.stderr.isatty())
+    handler.setFormatter(TextFormatter() if text else JSONFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

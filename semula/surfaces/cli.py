@@ -190,7 +190,7 @@ def serve(dev: bool, port: int | None, bind: str | None, workers: int | None) ->
         raise
     from semula import logs
 
-    logs.setup(settings.log_level, settings.secrets())
+    logs.setup(settings.log_level, settings.secrets(), settings.log_format)
     try:
         check_address(settings.bind)
         wait_for_database(settings)

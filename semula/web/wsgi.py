@@ -29,7 +29,7 @@ def offload(function: Callable[[], Any]) -> Any:
 
 
 settings = Settings.from_env()
-logs.setup(settings.log_level, settings.secrets())
+logs.setup(settings.log_level, settings.secrets(), settings.log_format)
 app = create_app(settings)
 store = app.extensions["semula"]["store"]
 if settings.change_check == "notify":

@@ -58,3 +58,33 @@ def test_log_lines_never_carry_a_credential(capsys):
     assert KEY not in text and "hunter2hunter2" not in text and "configured-secret-1234" not in text
     assert lines[0]["n"] == 3 and lines[0]["msg"] == "upstream said [REDACTED]"
     assert lines[1]["url"] == "postgresql://app:[REDACTED]@db/x"
+
+
+def test_log_lines_for_a_person_say_the_same_and_carry_no_credential(capsys):
+    """SEMULA_LOG_FORMAT=text (auto at a terminal, as under `make run`): one line a record, the same
+    fields and the same redaction; auto is JSON when stderr is no terminal (capsys's is none)."""
+    logs.setup("info", ("configured-secret-1234",), "text")
+    try:
+        access = logging.getLogger("semula.access")
+        logs.info_line(access, "request", {"method": "POST", "status": 200, "route": "/v1/chat completions"})
+        log = logging.getLogger("semula.test")
+        log.warning(f"upstream said {KEY}", extra={"echo": "configured-secret-1234", "n": 3})
+        try:
+            raise ValueError("kaboom")
+        except ValueError:
+            log.exception("failed")
+        logs.setup("info", (), "auto")
+        log.warning("plain", extra={"n": 4})
+    finally:
+        logging.getLogger().handlers.clear()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].endswith(
+        'INFO    semula.access: request method=POST status=200 route="/v1/chat completions"'
+    )
+    assert lines[1].endswith("WARNING semula.test: upstream said [REDACTED] echo=[REDACTED] n=3")
+    assert (
+        "ERROR   semula.test: failed exc_type=ValueError" in lines[2]
+        and "test_redact_surfaces.py" in lines[3]
+    )
+    assert KEY not in "\n".join(lines) and "configured-secret-1234" not in "\n".join(lines)
+    assert json.loads(lines[-1])["n"] == 4
