@@ -57,8 +57,10 @@ def test_a_held_call_whose_client_went_away_is_let_go_abandoned_and_still_answer
             assert answered["status"] == "answered" and answered["entry_id"] and not answered["abandoned"]
             assert listed(ctx, status="all", abandoned=True) == {}
             pending_service.answer(ctx, other, {"content": "for the one waiting"})
-            assert parking.poll_once() == 1
+            # Released by this poll, or on PostgreSQL perhaps already by the answer's notice.
+            released = parking.poll_once()
             assert waited.result(timeout=10)[0] == "answered"
+            assert released == 1 or store.dialect == "postgresql"
     finally:
         parking.close()
 

@@ -64,6 +64,7 @@ def test_log_lines_for_a_person_say_the_same_and_carry_no_credential(capsys):
     """SEMULA_LOG_FORMAT=text (auto at a terminal, as under `make run`): one line a record, the same
     fields and the same redaction; auto is JSON when stderr is no terminal (capsys's is none)."""
     logs.setup("info", ("configured-secret-1234",), "text")
+    outside = logs.CURRENT.set(None)  # no request being served: no request_id field
     try:
         access = logging.getLogger("semula.access")
         logs.info_line(access, "request", {"method": "POST", "status": 200, "route": "/v1/chat completions"})
@@ -76,6 +77,7 @@ def test_log_lines_for_a_person_say_the_same_and_carry_no_credential(capsys):
         logs.setup("info", (), "auto")
         log.warning("plain", extra={"n": 4})
     finally:
+        logs.CURRENT.reset(outside)
         logging.getLogger().handlers.clear()
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].endswith(
