@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
+import json
+import logging
 import os
 import random
 import signal
@@ -11,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -291,3 +295,23 @@ def finished(thread: threading.Thread, out: dict) -> Any:
     thread.join(60)
     assert "error" not in out, out.get("error")
     return out["result"]
+
+
+@contextlib.contextmanager
+def json_log_lines(name: str = "") -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """The lines a logger (and those below it; the root by default) writes while inside, as semula's
+    JSON formatter writes them: a function that reads them so far, each as a dict."""
+    from semula import logs
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.JSONFormatter())
+    logger = logging.getLogger(name)
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)

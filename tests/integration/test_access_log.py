@@ -3,17 +3,14 @@ behind its token, token expiry and last use; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import io
 import json
-import logging
 import time
 from dataclasses import replace
 
 import pytest
 
-from semula import logs
 from semula.service import auth, pending, projects, tokens
-from tests.helpers import wait_for
+from tests.helpers import json_log_lines, wait_for
 
 CANARY = "CANARY-prompt-7f3a9"
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": f"say {CANARY}"}]}
@@ -22,16 +19,8 @@ BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": f"say {CANAR
 @pytest.fixture
 def log_lines():
     """The JSON lines semula logs during the test, parsed (as the server writes them to stderr)."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(logs.JSONFormatter())
-    root = logging.getLogger()
-    old_level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
-    root.removeHandler(handler)
-    root.setLevel(old_level)
+    with json_log_lines() as lines:
+        yield lines
 
 
 def access(lines, **match):

@@ -5,14 +5,10 @@ amounted to before they did, so a change in how they are declared changes nothin
 
 from __future__ import annotations
 
-import io
-import json
-import logging
-
 import pytest
 
-from semula import logs
 from semula.service import projects
+from tests.helpers import json_log_lines
 
 OPENAI, ANTHROPIC, GOOGLE = "openai", "anthropic", "google"
 GOOG = {"x-goog-api-key": "unused"}
@@ -146,16 +142,8 @@ def envelope(body: dict) -> str:
 
 @pytest.fixture
 def access_lines():
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(logs.JSONFormatter())
-    logger = logging.getLogger("semula.access")
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
-    logger.removeHandler(handler)
-    logger.setLevel(old_level)
+    with json_log_lines("semula.access") as lines:
+        yield lines
 
 
 def test_every_route_answers_as_before(ctx, client, make_token, access_lines):
