@@ -323,6 +323,28 @@ def fields(request: Any) -> dict[str, Any]:
     return dict(itertools.islice(_leaves(request, ""), CLOSENESS_FIELDS))
 
 
+def cut(body: Any) -> tuple[Any, frozenset[str]]:
+    """The body with each top-level list longer than CLOSENESS_FIELDS cut to that many items, and the
+    names of the lists cut. fields() of a cut request is fields() of the whole one (every item holds
+    at least one field), and a difference() found inside a cut list is the first of the whole
+    requests too; a replay miss compares cut requests, so a request of 100,000 items is not copied
+    whole for each entry it is compared with (issue #49)."""
+    if type(body) is not dict:
+        return body, frozenset()
+    long = frozenset(k for k, v in body.items() if type(v) is list and len(v) > CLOSENESS_FIELDS)
+    if not long:
+        return body, long
+    return {k: v[:CLOSENESS_FIELDS] if k in long else v for k, v in body.items()}, long
+
+
+def within(found: tuple[str, Any, Any] | None, lists: frozenset[str]) -> bool:
+    """Whether a difference() of cut requests is inside one of the `lists` cut (so is the whole
+    requests' first), or nothing was cut."""
+    if not lists:
+        return True
+    return found is not None and any(found[0].startswith(f"{join_path('', key)}[") for key in lists)
+
+
 def fields_closeness(left: dict[str, Any], right: dict[str, Any]) -> float:
     """closeness() of two requests' fields()."""
     paths = left.keys() | right.keys()

@@ -12,6 +12,8 @@ import json
 import re
 from typing import Any
 
+import orjson
+
 from semula.core import toolsets
 from semula.core.errors import BadRequest
 from semula.core.limits import MAX_BLOCKS, MAX_ITEMS, blocks
@@ -125,13 +127,36 @@ _FIELDS: dict[str, dict[str, str | None]] = {
 
 def json_names(body: Any, kind: str = "request") -> Any:
     """The request with every field semula knows named as Google's JSON names it (lowerCamelCase),
-    whichever way the client wrote it; a field written both ways is a 400, as Google's parser says."""
+    whichever way the client wrote it; a field written both ways is a 400, as Google's parser says.
+    A request without a key holding `_` is itself (the SDKs write every field that way)."""
+    if kind == "request" and isinstance(body, dict) and not _underscored(body):
+        return body
+    return _json_names(body, kind)
+
+
+# A key holding `_` in orjson's JSON: a key is the only string followed by `:`, and a `"` inside a
+# string is written `\"`, so `[^"\\]*` stays within one string.
+_UNDERSCORED_KEY = re.compile(rb'_[^"\\]*":')
+
+
+def _underscored(body: dict[str, Any]) -> bool:
+    """Whether a key of `body`, at any depth, may hold `_` (so may be a snake_case field name): a
+    search of its JSON as orjson writes it, ~1/30 of a walk over 100,000 contents (issue #49: a
+    Gemini request at the caps); True when orjson cannot write it."""
+    try:
+        data = orjson.dumps(body)
+    except TypeError:  # orjson.JSONEncodeError: a lone surrogate, an integer past 64 bits
+        return True
+    return _UNDERSCORED_KEY.search(data) is not None
+
+
+def _json_names(body: Any, kind: str) -> Any:
     if isinstance(body, list):
-        return [json_names(item, kind) for item in body]
+        return [_json_names(item, kind) for item in body]
     if not isinstance(body, dict):
         return body
     if kind == "schemas":
-        return {name: json_names(schema, "schema") for name, schema in body.items()}
+        return {name: _json_names(schema, "schema") for name, schema in body.items()}
     fields = _FIELDS[kind]
     out: dict[str, Any] = {}
     for key, value in body.items():
@@ -146,7 +171,7 @@ def json_names(body: Any, kind: str = "request") -> Any:
                 code=OWN,
             )
         child = fields.get(name)
-        out[name] = json_names(value, child) if child else value
+        out[name] = _json_names(value, child) if child else value
     return out
 
 
@@ -190,13 +215,33 @@ def check(body: Any, *, counting: bool = False) -> None:
     if parts > MAX_BLOCKS:
         raise bad(f"too many parts: {parts}; at most {MAX_BLOCKS} in a request", "contents")
     for i, content in enumerate(contents):
-        _check_content(content, f"contents[{i}]")
+        if not _text_turn(content):  # most turns: passed without making their paths (issue #49)
+            _check_content(content, f"contents[{i}]")
     system = body.get("systemInstruction")
     if system is not None:
         _check_content(system, "systemInstruction", system=True)
     toolsets.checked("gemini.generate_content", body.get("tools"), _check_tools)  # once per tool set
     _check_tool_config(body.get("toolConfig"))
     _check_generation(body.get("generationConfig"))
+
+
+_TURN_ROLES = (None, "", *ROLES)
+
+
+def _text_turn(content: Any) -> bool:
+    """Whether a turn is one _check_content() passes holding text parts only (checked here without
+    the paths its errors would name)."""
+    if type(content) is not dict or content.get("role") not in _TURN_ROLES:
+        return False
+    parts = content.get("parts")
+    if type(parts) is not list or not parts:
+        return False
+    for part in parts:
+        if type(part) is not dict or type(part.get("text")) is not str:
+            return False
+        if len(part) > 1 and any(part.get(name) is not None for name in PART_DATA[1:]):
+            return False
+    return True
 
 
 def _check_content(content: Any, where: str, *, system: bool = False) -> None:

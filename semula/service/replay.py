@@ -224,14 +224,20 @@ def answered_entry(ctx: Context, entry_id: str, seq: int = 1) -> dict[str, Any]:
 def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
     """A 424 whose message names the closest entry and the first path where the request differs."""
     rules = (json.loads(call.project["ignore_fields"]), json.loads(call.project["normalize"]))
-    mine = call.dialect.canonical(call.body, *rules)
-    my_fields = fp.fields(mine)
+    # Requests are compared cut to their first CLOSENESS_FIELDS items (fp.cut), and the request's
+    # copy is made only once there is an entry to compare it with (issue #49).
+    mine: Any = None
     best, best_score = None, -1.0
     for row in _candidates(ctx, call):
-        theirs = call.dialect.canonical(json.loads(row["request"]), *rules)
+        if mine is None:
+            mine_cut, cut = fp.cut(call.body)
+            mine = call.dialect.canonical(mine_cut, *rules)
+            my_fields = fp.fields(mine)
+        recorded, theirs_cut = fp.cut(json.loads(row["request"]))
+        theirs = call.dialect.canonical(recorded, *rules)
         score = fp.fields_closeness(my_fields, fp.fields(theirs))
         if score > best_score:
-            best, best_score = (row, theirs), score
+            best, best_score = (row, theirs, theirs_cut), score
     name = call.project["name"]
     session = ""
     if call.session:
@@ -242,6 +248,9 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
             f"{_of_this_api(ctx, call)}to replay.{session}" + _scope_note(ctx, call)
         )
     found = fp.difference(best[1], mine)
+    if not fp.within(found, cut | best[2]):  # the cut parts are alike: the whole requests, then
+        whole = call.dialect.canonical(json.loads(best[0]["request"]), *rules)
+        found = fp.difference(whole, call.dialect.canonical(call.body, *rules))
     if found is None and redact.REDACTED in best[0]["request"]:
         where = "it differs only in what was redacted when it was stored"
     elif found is None:

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from semula import dialects
 from semula.core import fingerprint as fp
 from semula.core.errors import InvalidAnswer, PendingResolved
 from semula.service import bundles, entries, pending, projects
@@ -127,11 +128,15 @@ def test_a_miss_names_an_entry_from_a_bundle_by_its_fingerprint(ctx, shop, clien
     assert f'first difference at messages[0].content: recorded {recorded}, sent "hello".' in message
 
 
-def test_replay_miss_in_an_empty_project_says_so(ctx, client, admin):
+def test_replay_miss_in_an_empty_project_says_so(ctx, client, admin, monkeypatch):
     projects.create(ctx, {"name": "empty", "mode": "replay"})
+    copied = []  # the request's canonical copy is made only to compare it with an entry (issue #49)
+    canonical = dialects.Dialect.canonical
+    monkeypatch.setattr(dialects.Dialect, "canonical", lambda *a: copied.append(1) or canonical(*a))
     r = client.post("/p/empty/v1/chat/completions", json=BODY, headers=admin)
     assert r.status_code == 424 and "no entries" in r.json["error"]["message"]
     assert "scope" not in r.json["error"]["message"]  # a replay-mode project: the scope is not the cause
+    assert not copied
 
 
 def test_a_miss_in_a_project_with_entries_of_other_apis_only_names_them(ctx, client, admin):

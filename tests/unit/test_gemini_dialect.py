@@ -518,3 +518,59 @@ def test_a_function_call_id_a_client_made_is_out_of_the_fingerprint():
     assert G.fingerprint(follow_up("cat_1796515697474_0"), [], []) != G.fingerprint(
         follow_up("cat_1796515697475_0"), [], []
     )
+
+
+def test_a_request_at_the_caps_is_not_walked_for_snake_case_or_made_ids(monkeypatch):
+    """Issue #49: a request of 100,000 text turns took ~1 s of CPU, a third of it renaming snake_case
+    fields it did not have. A request with no key holding `_` is not walked for them, nor are text
+    parts looked at for a client's call ids; one snake_case key anywhere is still renamed."""
+    from semula.dialects import gemini_checks
+
+    walked, looked = [], []
+    walk, look = gemini_checks._json_names, gemini._made_id
+    monkeypatch.setattr(gemini_checks, "_json_names", lambda *a: walked.append(1) or walk(*a))
+    monkeypatch.setattr(gemini, "_made_id", lambda part: looked.append(part) or look(part))
+    # A text holding what a snake_case key looks like is a string, not a key.
+    turns = [user(f"turn {i}") for i in range(1000)] + [user('say "max_output_tokens": 5')]
+    body = request(*turns, generationConfig={"maxOutputTokens": 5})
+    assert body["contents"] == turns and not walked
+    G.fingerprint(body, [], [])
+    assert not looked
+    deep = {"role": "model", "parts": [{"function_response": {"name": "f", "response": {}, "will_continue": True}}]}
+    stored = request(*turns, deep)
+    assert stored["contents"][-1] == {
+        "role": "model",
+        "parts": [{"functionResponse": {"name": "f", "response": {}, "willContinue": True}}],
+    }
+    assert walked
+    G.fingerprint(stored, [], [])
+    assert len(looked) == 1  # only the part holding a function response
+
+
+@pytest.mark.parametrize(
+    "turn",
+    [
+        user("x"),
+        {"parts": [{"text": "a"}, {"text": "b", "thought": True}]},
+        {"role": "", "parts": [{"text": "a", "inlineData": None}]},
+        {"role": "system", "parts": [{"text": "a"}]},
+        {"role": "user", "parts": []},
+        {"role": "user", "parts": [{"text": 5}]},
+        {"role": "user", "parts": [{"text": "a", "inlineData": {}}]},
+        {"role": "user", "parts": [{"text": "a"}, {"functionCall": {"name": "f"}}]},
+        {"role": "user", "parts": "a"},
+        [],
+    ],
+)
+def test_a_text_turn_passed_at_once_is_one_the_whole_check_passes(turn):
+    from semula.dialects import gemini_checks
+
+    try:
+        gemini_checks._check_content(turn, "contents[0]")
+        passes = True
+    except BadRequest:
+        passes = False
+    if gemini_checks._text_turn(turn):
+        assert passes
+    if passes and all(isinstance(p, dict) and set(p) <= {"text", "thought"} for p in turn["parts"]):
+        assert gemini_checks._text_turn(turn)
