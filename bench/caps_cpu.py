@@ -140,9 +140,8 @@ def main(argv: list[str] | None = None) -> int:
             ms = best * 1000
             over += ms > BOUND_MS
             verdict = "within" if ms <= BOUND_MS else "OVER"
-            print(
-                f"{kind:<11} {len(raw) / 1e6:4.1f} MB  {status:<24} CPU {ms:6.0f} ms  ({verdict} {BOUND_MS} ms)"
-            )
+            size = f"{len(raw) / 1e6:4.1f} MB"
+            print(f"{kind:<11} {size}  {status:<24} CPU {ms:6.0f} ms  ({verdict} {BOUND_MS} ms)")
         store.close()
     return 1 if over else 0
 

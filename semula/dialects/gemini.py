@@ -668,9 +668,9 @@ def _any_made_ids(contents: list[Any]) -> bool:
         parts = turn.get("parts") if type(turn) is dict else None
         if type(parts) is list:
             for part in parts:
-                if type(part) is dict and ("functionCall" in part or "functionResponse" in part):
-                    if _made_id(part):
-                        return True
+                calls = type(part) is dict and ("functionCall" in part or "functionResponse" in part)
+                if calls and _made_id(part):
+                    return True
     return False
 
 

@@ -30,6 +30,10 @@ UNREAD = object()
 MISS_FINGERPRINT, MISS_VALUE = 19, 80
 
 
+# Runs a function, pure work on a call's request, and returns what it returns (start()'s `run`).
+Run = Callable[[Callable[[], Any]], Any]
+
+
 @dataclass(slots=True)
 class Call:
     """One proxied call as it moves from request to response (slots: kept hits hold thousands)."""
@@ -51,6 +55,7 @@ class Call:
     # the caller read the project after it (ProjectRows); a kept hit is kept under it (service.hits).
     version: object = UNREAD
     fault: str | None = None  # the rule that shaped its reply (slow, disconnect), as the call log keeps it
+    offload: Run | None = None  # runs its pure work (start(): a large body's, in a native thread)
 
     @property
     def recording(self) -> int | None:
@@ -146,6 +151,7 @@ def start(
     read_again: Callable[[], tuple[dict[str, Any], object]] | None = None,
     plain: bool = False,
     number: int | None = None,
+    run: Run | None = None,
 ) -> Call:
     """Check the request as its API does, fingerprint it and look for its entry (in a session: the
     answer of its sequence this call gets).
@@ -156,23 +162,33 @@ def start(
     `version` is the change counter value `project` was read after (ProjectRows), and `read_again`
     reads the project anew: when the counter read with the entry differs, the project may have
     changed since, and is read again before the request is fingerprinted once more.
+
+    `run` runs the check and the fingerprint, pure work, and later the replay miss's comparisons
+    (replay_miss), for a large body: in a native thread, so the event loop serves other requests
+    meanwhile (decision 0074). Every read of the store stays with the caller.
     """
     require(ctx, role="viewer", scope="replay")
-    dialect = dialect or dialects.get(CHAT)
-    req = dialect.check(body)
+    speaks = dialect or dialects.get(CHAT)
     started = time.monotonic()
+
+    def fingerprinted(project: dict[str, Any]) -> str:
+        return speaks.fingerprint(body, *rules(project["ignore_fields"], project["normalize"]), plain=plain)
+
+    def checked() -> tuple[Request, str]:
+        return speaks.check(body), fingerprinted(project)
+
+    req, fingerprint = run(checked) if run is not None else checked()
     while True:
-        fingerprint = dialect.fingerprint(
-            body, *rules(project["ignore_fields"], project["normalize"]), plain=plain
-        )
         entry, read_at = entries_service.lookup_at(ctx, project, fingerprint)
         if version is UNREAD or read_at == version or read_again is None:
             break
         project, version = read_again()
         read_again = None  # read after the entry's counter: current as of a value no older than it
+        fingerprint = fingerprinted(project)
     if project.get("restamp") == "recorded":
         req = replace(req, fresh=False)
-    call = Call(project, body, fingerprint, req, started, dialect, session=session, version=version)
+    call = Call(project, body, fingerprint, req, started, speaks, session=session, version=version)
+    call.offload = run
     call.entry = entry
     if session is not None:
         sequences.pick(ctx, call, project["sequences"] == "record" and may_park(ctx, call), number)
@@ -223,21 +239,9 @@ def answered_entry(ctx: Context, entry_id: str, seq: int = 1) -> dict[str, Any]:
 
 def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
     """A 424 whose message names the closest entry and the first path where the request differs."""
-    rules = (json.loads(call.project["ignore_fields"]), json.loads(call.project["normalize"]))
-    # Requests are compared cut to their first CLOSENESS_FIELDS items (fp.cut), and the request's
-    # copy is made only once there is an entry to compare it with (issue #49).
-    mine: Any = None
-    best, best_score = None, -1.0
-    for row in _candidates(ctx, call):
-        if mine is None:
-            mine_cut, cut = fp.cut(call.body)
-            mine = call.dialect.canonical(mine_cut, *rules)
-            my_fields = fp.fields(mine)
-        recorded, theirs_cut = fp.cut(json.loads(row["request"]))
-        theirs = call.dialect.canonical(recorded, *rules)
-        score = fp.fields_closeness(my_fields, fp.fields(theirs))
-        if score > best_score:
-            best, best_score = (row, theirs, theirs_cut), score
+    rows = _candidates(ctx, call)
+    closest = functools.partial(_closest, call, rows)
+    best, found = call.offload(closest) if call.offload is not None and rows else closest()
     name = call.project["name"]
     session = ""
     if call.session:
@@ -247,11 +251,7 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
             f"No recorded entry matches this request: project {name!r} has no entries "
             f"{_of_this_api(ctx, call)}to replay.{session}" + _scope_note(ctx, call)
         )
-    found = fp.difference(best[1], mine)
-    if not fp.within(found, cut | best[2]):  # the cut parts are alike: the whole requests, then
-        whole = call.dialect.canonical(json.loads(best[0]["request"]), *rules)
-        found = fp.difference(whole, call.dialect.canonical(call.body, *rules))
-    if found is None and redact.REDACTED in best[0]["request"]:
+    if found is None and redact.REDACTED in best["request"]:
         where = "it differs only in what was redacted when it was stored"
     elif found is None:
         # The same request under today's rules: the entry was fingerprinted under others.
@@ -262,12 +262,39 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
     else:
         path, recorded, sent = found
         where = f"first difference at {path}: recorded {_short(recorded)}, sent {_short(sent)}"
-    answers = best[0]["answers"]
+    answers = best["answers"]
     count = f" ({answers} answers)" if answers > 1 else ""
     return ReplayMiss(
         f"No recorded entry matches this request in project {name!r}. "
-        f"Closest entry: {_entry_name(ctx, best[0]['id'])}{count}; {where}.{session}" + _scope_note(ctx, call)
+        f"Closest entry: {_entry_name(ctx, best['id'])}{count}; {where}.{session}" + _scope_note(ctx, call)
     )
+
+
+def _closest(call: Call, rows: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, Any]:
+    """The entry of `rows` closest to the call's request, and the first difference between them
+    (fp.difference), pure work. Requests are compared cut to their first CLOSENESS_FIELDS items
+    (fp.cut), and the request's copy is made only once there is an entry to compare it with (issue
+    #49: a request of 100,000 items was copied whole for nothing)."""
+    rules = (json.loads(call.project["ignore_fields"]), json.loads(call.project["normalize"]))
+    mine: Any = None
+    best, best_score = None, -1.0
+    for row in rows:
+        if mine is None:
+            mine_cut, cut = fp.cut(call.body)
+            mine = call.dialect.canonical(mine_cut, *rules)
+            my_fields = fp.fields(mine)
+        recorded, theirs_cut = fp.cut(json.loads(row["request"]))
+        theirs = call.dialect.canonical(recorded, *rules)
+        score = fp.fields_closeness(my_fields, fp.fields(theirs))
+        if score > best_score:
+            best, best_score = (row, theirs, theirs_cut), score
+    if best is None:
+        return None, None
+    found = fp.difference(best[1], mine)
+    if not fp.within(found, cut | best[2]):  # the cut parts are alike: the whole requests, then
+        whole = call.dialect.canonical(json.loads(best[0]["request"]), *rules)
+        found = fp.difference(whole, call.dialect.canonical(call.body, *rules))
+    return best[0], found
 
 
 def _of_this_api(ctx: Context, call: Call) -> str:

@@ -68,7 +68,9 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.register_blueprint(ui)
     # The description of every /api/v1 route (semula/web/openapi.py); public, like any API description.
     app.add_url_rule("/api/v1/openapi.json", "openapi", openapi.serve)
-    app.wsgi_app = ProxyApp(app.wsgi_app, settings, store, parking, calllog, counts)  # type: ignore[method-assign]
+    proxy = ProxyApp(app.wsgi_app, settings, store, parking, calllog, counts)
+    app.wsgi_app = proxy  # type: ignore[method-assign]
+    app.extensions["semula"]["proxy"] = proxy  # the server sets its offload (semula/web/wsgi.py)
     access.HIT_SAMPLE = settings.access_log_hits
 
     @app.after_request

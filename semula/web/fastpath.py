@@ -46,6 +46,9 @@ _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 Environ, Answer, InPath = dict[str, Any], dict[str, Any], tuple[str, ...]
 OK = policy.status_line(200)
+# A body past this size is parsed, checked, fingerprinted and compared with entries by ProxyApp.offload
+# when the server gave one (a native thread: semula/web/wsgi.py; decision 0074).
+HEAVY_BODY = 256 * 1024
 
 
 def unknown_path(environ: dict[str, Any], speaks: str) -> errors.NotFound:
@@ -93,6 +96,8 @@ class ProxyApp:
         self.hits = hits.HitCache(settings.hit_cache_mb << 20)
         metrics.watch_kept(self.hits)
         self.projects = replay_service.ProjectRows()
+        # Runs the pure work of a call with a large body away from the event loop (semula/web/wsgi.py).
+        self.offload: replay_service.Run | None = None
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
@@ -237,11 +242,17 @@ class ProxyApp:
             if kept.stream:
                 return self._sse(start_response, data, kept.headers)
             return self._bytes(start_response, 200, data, kept.headers)
-        parsed, plain = policy.read_json(raw)
-        body = speaks.with_headers(parsed, _header(environ))
-        if in_path:
-            body = speaks.with_route(body, *in_path)
-        call = self.start(ctx, (match["project"], header_project), body, speaks, session, plain, number)
+        # A large body's parse, check and fingerprint run where the event loop is not held (decision 0074).
+        run = self.offload if self.offload is not None and len(raw) > HEAVY_BODY else None
+
+        def read() -> tuple[Any, bool]:
+            parsed, plain = policy.read_json(raw)
+            body = speaks.with_headers(parsed, _header(environ))
+            return (speaks.with_route(body, *in_path) if in_path else body), plain
+
+        body, plain = run(read) if run is not None else read()
+        selectors = (match["project"], header_project)
+        call = self.start(ctx, selectors, body, speaks, session, plain, number, run)
         made.append(call)
         if call.project["faults"] != "[]":  # its rules (decision 0061); no hit of such a project is kept
             picked = fault_rules.pick(ctx, call)
@@ -266,9 +277,11 @@ class ProxyApp:
         session: str | None,
         plain: bool,
         number: int | None = None,
+        run: replay_service.Run | None = None,
     ) -> replay_service.Call:
         """Look a call up (replay_service.start) in the project its path or header names (kept rows);
-        `number`: its number in its session, when it was counted already."""
+        `number`: its number in its session, when it was counted already; `run`: how its pure work is
+        run (replay_service.start)."""
         project, version = self.projects.get(ctx, *selectors)
         return replay_service.start(
             ctx,
@@ -280,6 +293,7 @@ class ProxyApp:
             read_again=lambda: self.projects.read(ctx, *selectors),
             plain=plain,
             number=number,
+            run=run,
         )
 
     def _replay(

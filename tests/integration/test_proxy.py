@@ -451,3 +451,59 @@ def test_an_answer_to_a_logprobs_request_replays_with_logprobs(ctx, shop, client
     chunks = [json.loads(line[6:]) for line in streamed.splitlines() if line.startswith("data: {")]
     carried = [c["choices"][0]["logprobs"] for c in chunks if c["choices"][0]["delta"].get("content")]
     assert [lp["content"][0]["token"] for lp in carried] == ["Hello ", "there"]
+
+
+def test_a_large_body_is_read_checked_and_compared_by_the_offload_small_ones_here(ctx, app, client, admin):
+    """Decision 0074: the server runs a large request's pure work (parse, check, fingerprint, a miss's
+    comparison with entries) through ProxyApp.offload, a native thread in a worker; a small request's
+    stays on the event loop. The answers are the same either way."""
+    import threading
+
+    from semula.web import fastpath
+
+    ran = []  # (what ran, in which thread)
+
+    def offload(function):
+        result = []
+
+        def captured():
+            try:
+                result.append((True, function()))
+            except Exception as exc:
+                result.append((False, exc))
+
+        worker = threading.Thread(target=captured)
+        worker.start()
+        worker.join()
+        ran.append((getattr(function, "__name__", None) or function.func.__name__, worker.ident))
+        [(done, value)] = result
+        if not done:
+            raise value
+        return value
+
+    projects.create(ctx, {"name": "big", "mode": "replay"})
+    save_entry(ctx, "big", "hello")
+    proxy = app.extensions["semula"]["proxy"]
+    proxy.offload = offload
+    filler = "x" * 1000
+    messages = [{"role": "user", "content": f"{i} {filler}"} for i in range(300)]
+    large = {"model": "gpt-4o", "messages": messages}
+    assert len(json.dumps(large)) > fastpath.HEAVY_BODY
+    r = client.post("/p/big/v1/chat/completions", json=large, headers=admin)
+    assert r.status_code == 424, r.json
+    message = r.json["error"]["message"]
+    assert "first difference at messages[0].content" in message
+    assert [name for name, _ in ran] == ["read", "checked", "_closest"]
+    assert all(ident != threading.get_ident() for _, ident in ran)
+    proxy.offload = None  # the same request without: the same answer
+    assert (
+        client.post("/p/big/v1/chat/completions", json=large, headers=admin).json["error"]["message"]
+        == message
+    )
+    ran.clear()
+    proxy.offload = offload
+    r = client.post("/p/big/v1/chat/completions", json={**large, "messages": messages[:2]}, headers=admin)
+    assert r.status_code == 424 and not ran
+    wrong = [*messages, {"role": "wizard", "content": "x"}]
+    bad = client.post("/p/big/v1/chat/completions", json={**large, "messages": wrong}, headers=admin)
+    assert bad.status_code == 400 and [name for name, _ in ran] == ["read", "checked"]

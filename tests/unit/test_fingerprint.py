@@ -512,3 +512,33 @@ def test_closeness_compares_the_first_fields_only_so_a_huge_miss_costs_little():
     assert len(fingerprint.fields(mine)) == fingerprint.CLOSENESS_FIELDS
     assert fingerprint.closeness(mine, theirs) == 1.0  # they differ past what is compared
     assert fingerprint.closeness({"a": "same", "b": "x"}, {"a": "same", "b": "y"}) == 0.5
+
+
+def _messages(texts):
+    return [{"role": "user", "content": text} for text in texts]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    mine=st.lists(st.sampled_from("abc"), max_size=7),
+    theirs=st.lists(st.sampled_from("abc"), max_size=7),
+    models=st.sampled_from([("m", "m"), ("m", "n"), ("a", "z")]),
+)
+def test_requests_cut_to_their_first_items_give_the_whole_requests_fields_and_first_difference(
+    mine, theirs, models
+):
+    """A replay miss compares requests cut to their first CLOSENESS_FIELDS items (issue #49): the
+    fields it scores and the first difference it names are the whole requests' (here with the cut at 3;
+    `model` sorts after `messages`, `a` before it)."""
+    from semula.core import fingerprint as fp
+
+    a = {"messages": _messages(mine), "model": models[0], "a": models[0]}
+    b = {"messages": _messages(theirs), "model": models[1], "a": models[1]}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fp, "CLOSENESS_FIELDS", 3)
+        (cut_a, long_a), (cut_b, long_b) = fp.cut(a), fp.cut(b)
+        assert fp.fields(cut_a) == fp.fields(a)
+        found = fp.difference(cut_a, cut_b)
+        if not fp.within(found, long_a | long_b):
+            found = fp.difference(a, b)
+    assert found == fp.difference(a, b)

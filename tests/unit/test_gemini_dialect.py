@@ -536,7 +536,10 @@ def test_a_request_at_the_caps_is_not_walked_for_snake_case_or_made_ids(monkeypa
     assert body["contents"] == turns and not walked
     G.fingerprint(body, [], [])
     assert not looked
-    deep = {"role": "model", "parts": [{"function_response": {"name": "f", "response": {}, "will_continue": True}}]}
+    deep = {
+        "role": "model",
+        "parts": [{"function_response": {"name": "f", "response": {}, "will_continue": True}}],
+    }
     stored = request(*turns, deep)
     assert stored["contents"][-1] == {
         "role": "model",
