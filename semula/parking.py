@@ -11,10 +11,11 @@ worker they are monkey-patched into greenlets.
 
 The same loop keeps what the database knows of who waits (docs/decisions/0063-abandoned-calls.md):
 it renews the `held_until` of every call held here, and it looks, once per GONE_CHECK, whether each
-held call's client is still connected. A call whose clients all went away is let go at once: its
-hold ends (so the worker neither keeps the dead connection nor waits for it when stopping) and the
-call shows as abandoned, pending and answerable. So is a call whose holder was killed, once its
-lease lapses.
+held call's client is still connected. A request whose client went away ends its hold at once (so
+the worker neither keeps the dead connection nor waits for it when stopping), and is one holder fewer
+in the database (`pending.holders`, counted across every process and host): once the last holder of a
+call, wherever it was, ends without an answer, the call shows as abandoned, pending and answerable. So
+does a call whose holders were killed, once its lease lapses (docs/decisions/0074-...).
 """
 
 from __future__ import annotations
@@ -108,17 +109,16 @@ class Parking:
             metrics.HELD.dec()
             with self._lock:
                 hold.waiters.remove(waiter)
-                last = not hold.waiters and self._holds.get(pending_id) is hold
-                if last:
+                if not hold.waiters and self._holds.get(pending_id) is hold:
                     del self._holds[pending_id]
-            if last:  # nobody here waits for it any more (an answer took it out of _holds)
+            if hold.status is None:  # this request no longer waits for it, and it was not answered
                 self._let_go(pending_id)
 
     def _let_go(self, pending_id: str) -> None:
-        """Mark a call nobody here waits for as abandoned now, rather than when its lease lapses (a
-        holder in another process renews it at its next renewal)."""
+        """One holder fewer for the call, in the database: the last one, in whichever process, marks
+        it abandoned now rather than when its lease lapses."""
         try:
-            pending_service.hold_among(self.store, [pending_id], time.time())
+            pending_service.let_go(self.store, pending_id, time.time())
         except DatabaseError as exc:  # it lapses with its lease all the same
             logger.warning("let go failed", extra={"error": type(exc).__name__, "detail": exc.describe()})
 

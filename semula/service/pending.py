@@ -77,7 +77,10 @@ def park(
             return inserted["id"]
         shared = ctx.store.one("pending_by_fingerprint", **params)
         if shared is not None:
-            hold_among(ctx.store, [shared["id"]], now() + HOLD_LEASE)  # someone waits for it again
+            # One more holder (the call is waited for again if its lease had lapsed).
+            at, ws = now(), ctx.principal.workspace_id
+            until = at + HOLD_LEASE
+            ctx.store.run("join_pending", id=shared["id"], workspace_id=ws, now=at, held_until=until)
             logger.info(
                 "parked", extra={"pending_id": shared["id"], "project": project["name"], "shared": True}
             )
@@ -91,6 +94,12 @@ def hold_among(store: Store, ids: list[str], until: float) -> None:
     """Mark the calls among `ids` still pending as waited for until `until` (a renewal by their
     holder), or as let go at it (`until` now: their last client here went away or gave up)."""
     store.run("hold_among", ids=json.dumps(ids), until=until)
+
+
+def let_go(store: Store, pending_id: str, at: float) -> None:
+    """One request holding the call (in this process) ended without its answer: one holder fewer,
+    across every process; the last one lets it go at `at` (abandoned then)."""
+    store.run("let_go", id=pending_id, now=at)
 
 
 def abandoned(row: dict[str, Any], at: float | None = None) -> bool:

@@ -152,3 +152,40 @@ def test_client_gone_reads_a_closed_connection_as_gone_and_an_open_one_not():
         assert gone() is False  # the pipelined bytes come first
         ours.recv(100)
         assert gone() is True
+
+
+def test_a_call_held_by_two_processes_is_abandoned_only_when_the_last_holder_lets_go(ctx, store, shop):
+    """Identical requests to two workers (or hosts) share one pending row: one's client going away
+    leaves the call waited for by the other, with no window in which it shows as abandoned; the
+    other's going lets it go (decision 0074, migration 0027)."""
+    row = projects.get_row(ctx, shop)
+    request = {"model": "gpt-4o", "messages": [{"role": "user", "content": "asked twice"}]}
+
+    def send():  # a request parking the call, or joining it
+        return pending_service.park(ctx, row, "v1:twice", request, False)
+
+    pending_id = send()
+    assert send() == pending_id
+    first, second = Parking(store, 60.0), Parking(store, 60.0)  # two processes' holders
+    first_left, second_left = threading.Event(), threading.Event()
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            held_first = pool.submit(first.hold, pending_id, 60, first_left.is_set)
+            held_second = pool.submit(second.hold, pending_id, 60, second_left.is_set)
+            wait_for(lambda: first.held == 1 and second.held == 1, what="both holds")
+            first_left.set()
+            assert first.check_clients() == 1
+            assert held_first.result(timeout=10) == (GONE, None)
+            assert listed(ctx) == {pending_id: False}  # the other process's client still waits
+            second_left.set()
+            assert second.check_clients() == 1
+            assert held_second.result(timeout=10) == (GONE, None)
+            assert listed(ctx) == {pending_id: True}
+            # A client sending it again takes it back, as its one holder: its timeout lets it go again.
+            assert send() == pending_id
+            assert listed(ctx) == {pending_id: False}
+            assert pool.submit(first.hold, pending_id, 0.1).result(timeout=10) is None
+            assert listed(ctx) == {pending_id: True}
+    finally:
+        first.close()
+        second.close()

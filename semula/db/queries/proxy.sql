@@ -102,9 +102,9 @@ VALUES (:id, :workspace_id, :entry_id, :number, :response, :chunks, :actor, :sum
 -- Parks a miss unless the project already has max_misses parked; the partial unique index makes
 -- identical concurrent misses share one row.
 INSERT INTO pending (id, workspace_id, project_id, fingerprint, model, request, stream, status, created_at, api,
-    seq, held_until)
+    seq, held_until, holders)
 SELECT :id, :workspace_id, :project_id, :fingerprint, :model, :request, :stream, 'pending', :now, :api, :seq,
-    :held_until
+    :held_until, 1
 WHERE (SELECT COUNT(*) FROM pending WHERE project_id = :project_id AND status = 'pending') < :max_misses
 ON CONFLICT (project_id, fingerprint, seq) WHERE status = 'pending' DO NOTHING
 RETURNING id
@@ -113,6 +113,13 @@ RETURNING id
 -- The parked call for one answer of a request's sequence (answer 1 outside sessions).
 SELECT id FROM pending
 WHERE project_id = :project_id AND fingerprint = :fingerprint AND seq = :seq AND status = 'pending'
+
+-- name: join_pending
+-- One more request holds a parked call (migration 0027): counted from 1 when its lease had lapsed, since
+-- every live holder renews it.
+UPDATE pending SET holders = CASE WHEN COALESCE(held_until, 0) <= :now THEN 1 ELSE holders + 1 END,
+    held_until = :held_until
+WHERE id = :id AND workspace_id = :workspace_id AND status = 'pending'
 
 -- name: get_pending
 SELECT pd.*, p.name AS project_name FROM pending pd JOIN projects p ON p.id = pd.project_id
@@ -142,6 +149,16 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending'
 
 -- name: hold_among.postgresql
 SELECT semula_hold_among(CAST(:ids AS jsonb), :until)
+
+-- name: let_go
+-- A request holding the call ended without its answer (migration 0027): one holder fewer, and the last
+-- one lets it go at :now (abandoned).
+-- across workspaces: a process's held calls, whichever workspace parked them, by the ids it parked.
+UPDATE pending SET holders = MAX(holders - 1, 0), held_until = CASE WHEN holders <= 1 THEN :now ELSE held_until END
+WHERE id = :id AND status = 'pending'
+
+-- name: let_go.postgresql
+SELECT semula_let_go(:id, :now)
 
 -- name: insert_calls
 -- The call log's rows, written by Tx.many (semula.service.calllog): on SQLite once per row, which
