@@ -15,7 +15,8 @@ held call's client is still connected. A request whose client went away ends its
 the worker neither keeps the dead connection nor waits for it when stopping), and is one holder fewer
 in the database (`pending.holders`, counted across every process and host): once the last holder of a
 call, wherever it was, ends without an answer, the call shows as abandoned, pending and answerable. So
-does a call whose holders were killed, once its lease lapses (docs/decisions/0074-...).
+does a call whose holders were killed, once its lease lapses
+(docs/decisions/0074-heavy-requests-and-holders.md).
 """
 
 from __future__ import annotations
