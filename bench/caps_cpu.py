@@ -17,7 +17,6 @@ CPU for the request, the least of --rounds, and whether it is within 200 ms.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import tempfile
 import time
@@ -26,7 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from bench.common import machine
-from bench.inprocess import proxy_app
+from bench.inprocess import post_environ, proxy_app
 
 BOUND_MS = 200
 TEXT_MODEL = "gpt-4o"
@@ -78,17 +77,7 @@ KINDS: dict[str, Callable[[int], tuple[str, dict[str, Any]]]] = {
 
 
 def post(app: Any, path: str, raw: bytes) -> str:
-    environ = {
-        "REQUEST_METHOD": "POST",
-        "PATH_INFO": path,
-        "CONTENT_LENGTH": str(len(raw)),
-        "CONTENT_TYPE": "application/json",
-        "wsgi.input": io.BytesIO(raw),
-        "wsgi.url_scheme": "http",
-        "SERVER_NAME": "bench",
-        "SERVER_PORT": "80",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-    }
+    environ = post_environ(raw, path)
     status: list[str] = []
     b"".join(app(environ, lambda line, headers, exc_info=None: status.append(line)))
     return status[0]

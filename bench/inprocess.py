@@ -50,10 +50,11 @@ def proxy_app(settings: Any, store: Any) -> Any:
     return app
 
 
-def call(app: Any, raw: bytes) -> bytes:
-    environ = {
+def post_environ(raw: bytes, path: str = PATH) -> dict[str, Any]:
+    """The WSGI environ of a JSON POST of `raw` to `path`."""
+    return {
         "REQUEST_METHOD": "POST",
-        "PATH_INFO": PATH,
+        "PATH_INFO": path,
         "CONTENT_LENGTH": str(len(raw)),
         "CONTENT_TYPE": "application/json",
         "wsgi.input": io.BytesIO(raw),
@@ -62,8 +63,11 @@ def call(app: Any, raw: bytes) -> bytes:
         "SERVER_PORT": "80",
         "SERVER_PROTOCOL": "HTTP/1.1",
     }
+
+
+def call(app: Any, raw: bytes) -> bytes:
     status: list[str] = []
-    body = b"".join(app(environ, lambda line, headers, exc_info=None: status.append(line)))
+    body = b"".join(app(post_environ(raw), lambda line, headers, exc_info=None: status.append(line)))
     if not status[0].startswith("200"):
         raise SystemExit(f"not a replay: {status[0]} {body[:300]!r}")
     return body
