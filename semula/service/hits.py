@@ -324,7 +324,7 @@ class HitCache:
         shared = self._numbers[number]
         if not visible(ctx, shared.project["id"]):
             return None
-        if ctx.store.version(shared.workspace_id) != version:
+        if ctx.versions.version(ctx.store, shared.workspace_id) != version:
             self._put(key, SEEN, admitted=True)
             return None
         require(ctx, role="viewer", scope="replay")

@@ -110,7 +110,7 @@ class ProjectRows:
         self, ctx: Context, path_project: str | None, header_project: str | None
     ) -> tuple[dict[str, Any], object]:
         """Read the project again, after the counter (so it is current as of the value kept with it)."""
-        version = ctx.store.version(ctx.principal.workspace_id)
+        version = ctx.versions.version(ctx.store, ctx.principal.workspace_id)
         project = resolve_project(ctx, path_project, header_project)
         if len(self._rows) >= self.limit:
             self._rows.clear()

@@ -24,6 +24,7 @@ from semula.service import Context, hits, record_through, sequences, synthetic
 from semula.service import faults as fault_rules
 from semula.service import replay as replay_service
 from semula.service.calllog import CallLog
+from semula.service.versions import Versions
 from semula.web import access, policy, responses_socket, websocket
 
 logger = logging.getLogger("semula.web")
@@ -82,13 +83,15 @@ class ProxyApp:
         parking: Parking,
         calllog: CallLog,
         counts: sequences.Counts | None = None,
+        versions: Versions | None = None,
     ):
         self.fallback = fallback
         self.settings = settings
         self.store = store
         self.parking = parking
         self.calllog = calllog
-        self.base = Context(store, settings, None, parking.release, counts)  # type: ignore[arg-type]
+        self.base = Context(store, settings, None, parking.release, counts, versions or Versions())  # type: ignore[arg-type]
+        self.hit_sample = settings.access_log_hits  # the share of replay hits with an access line
         self.principals = policy.PrincipalCache()
         self.hits = hits.HitCache(settings.hit_cache_mb << 20)
         metrics.watch_kept(self.hits)
@@ -96,7 +99,9 @@ class ProxyApp:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
-        req = logs.begin_request(environ.get("HTTP_X_REQUEST_ID"), environ.get("REQUEST_METHOD", ""))
+        req = logs.begin_request(
+            environ.get("HTTP_X_REQUEST_ID"), environ.get("REQUEST_METHOD", ""), self.hit_sample
+        )
         table = dialects.table()
         found = table.find(path)
         if found is None:

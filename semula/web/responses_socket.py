@@ -98,7 +98,7 @@ class Turns:
         """Answer one message; False when the client is gone."""
         if PROCESSED in message and _processed(message):
             return True  # Codex's acknowledgement of a response it has handled: nothing to answer
-        req = logs.begin_request(None, "GET")
+        req = logs.begin_request(None, "GET", self.app.hit_sample)
         req.route = self.route
         started = time.monotonic()
         app, ctx, ws, speaks = self.app, self.ctx, self.ws, self.speaks
