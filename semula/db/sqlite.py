@@ -292,8 +292,8 @@ class SQLiteStore:
 
     def _read(self, name: str, params: dict[str, Any], every: bool) -> Any:
         """A named query's rows (all, or the first), written out with no generator context managers
-        (_conn(), _translated()): every first sight of a replay reads its entry here, and they were a
-        third of the Python around SQLite's own ~10 us (decision 0045)."""
+        (_conn(), _translated()): every first sight of a replay reads its entry here, where decision 0045
+        measured what they cost beside SQLite's own ~10 us."""
         refuse_nul(params)
         conn = self._take()
         try:

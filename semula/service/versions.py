@@ -137,13 +137,14 @@ class Versions:
         reads of the same workspace where the store batches lookups, or remembered (listen())."""
         if not store.batches_lookups:
             return store.version(workspace_id)
-        group = (store.workspace_id, workspace_id)  # under row-level security, a query reads as one tenant
-
-        def read() -> object:
-            return self.reads.read(group, workspace_id, lambda keys: {keys[0]: store.version(keys[0])})
-
         cache = self.cache
-        return cache.version(workspace_id, read) if cache is not None else read()
+        if cache is None:
+            return self._counter(store, workspace_id)
+        return cache.version(workspace_id, lambda: self._counter(store, workspace_id))
+
+    def _counter(self, store: Store, workspace_id: str) -> object:
+        group = (store.workspace_id, workspace_id)  # under row-level security, a query reads as one tenant
+        return self.reads.read(group, workspace_id, lambda keys: {keys[0]: store.version(keys[0])})
 
     def entry_at_version(
         self, store: Store, workspace_id: str, project_id: str, fingerprint: str
