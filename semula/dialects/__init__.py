@@ -431,6 +431,13 @@ def transport_fields() -> frozenset[str]:
     return frozenset().union(*(dialect.transport_fields for dialect in DIALECTS.values()))
 
 
+def known(name: str) -> bool:
+    """Whether an API called `name` is registered now."""
+    if not DIALECTS:
+        _load()
+    return name in DIALECTS
+
+
 def names() -> list[str]:
     get(CHAT)
     return sorted(DIALECTS)

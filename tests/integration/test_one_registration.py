@@ -4,6 +4,7 @@ its route template, and is in the OpenAPI document's `api` values; unregistered,
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -45,6 +46,11 @@ class Echo(Dialect):
 
     def common(self, response: dict[str, Any], chunks) -> dict[str, Any]:
         return common_answer("echo-1", [response["echoed"]], [], "stop", 0, 0)
+
+    def accept_recorded(self, response, chunks, request, view):
+        if not isinstance(response, dict) or not isinstance(response.get("echoed"), str):
+            raise BadRequest("echoed must be a string.", param="echoed")
+        return response, None
 
     def render(self, req, response, chunks, expand, now):
         return response, None
@@ -105,6 +111,36 @@ def test_a_toy_api_is_one_registration(ctx, client, make_token, echo):
     assert gone.status_code == 404 and gone.json["error"]["code"] == "unknown_path"
     assert "(Toy echo)" not in gone.json["error"]["message"]
     assert Echo.name not in api_values(client)
+
+
+def test_its_entries_travel_in_bundles_and_its_calls_take_fault_rules(ctx, client, make_token, echo):
+    shop = projects.create(ctx, {"name": "shop", "record_timeout": 30})
+    projects.create(ctx, {"name": "copy", "record_timeout": 30})
+    admin = make_token("admin")
+    post = lambda project: client.post(f"/p/{project}/v1/toy/echo", json={"say": "hi"}, headers=admin)  # noqa: E731
+    answered_post(ctx, shop, lambda: post("shop"), "hi back")
+
+    # Exported with its api, imported into another project (the api checked against the registry
+    # when the bundle is read), and replayed there.
+    bundle = client.get("/api/v1/projects/shop/export", headers=admin)
+    assert [entry["api"] for entry in json.loads(bundle.data)["entries"]] == [Echo.name]
+    imported = client.post("/api/v1/projects/copy/import", data=bundle.data, headers=admin)
+    assert imported.status_code == 200, imported.json
+    assert post("copy").json == {"echoed": "hi back"}
+
+    # A fault rule may match its calls by api (REST), and the rule answers in its envelope.
+    added = client.post(
+        "/api/v1/projects/copy/faults",
+        json={"kind": "server_error", "match": {"api": Echo.name}},
+        headers=admin,
+    )
+    assert added.status_code == 201, added.json
+    assert post("copy").json == {"oops": {"status": 500, "why": "server_error"}}
+
+    # Unregistered, a bundle of its entries is refused: the api is no registered one.
+    dialects.unregister(Echo.name)
+    refused = client.post("/api/v1/projects/copy/import", data=bundle.data, headers=admin)
+    assert refused.status_code == 400 and "api: Must be one of" in refused.json["error"]["message"]
 
 
 def test_a_name_is_registered_once(echo):
