@@ -124,8 +124,8 @@ class ProxyApp:
             session = sequences.check_session(path_session) if path_session else self._session(environ)
             if route.route.websocket and websocket.requested(environ):  # decision 0056
                 self._method(environ, "GET")
-                selectors = (match["project"], header_project)
-                return responses_socket.serve(self, ctx, selectors, session, environ, start_response)
+                call = (speaks, (match["project"], header_project), session)
+                return responses_socket.serve(self, ctx, call, environ, start_response)
             handler, method = route.route.serves, environ.get("REQUEST_METHOD", "")
             if handler is CALL and method == "POST":
                 raw = self._read(environ)

@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
+from werkzeug.test import EnvironBuilder
 
 from semula import dialects
 from semula.core.errors import BadRequest, SemulaError
-from semula.dialects import Dialect, Request, common_answer
-from semula.dialects.routes import Route
+from semula.dialects import Dialect, Request, common_answer, typed_sse
+from semula.dialects.routes import Handler, Route
 from semula.service import projects
+from semula.web import responses_socket
 from tests.helpers import answered_post
 
 
@@ -24,8 +26,14 @@ class Echo(Dialect):
     name = "toy.echo"
     title = "Toy echo"
     upstream_path = "/echo"
-    transport_fields = frozenset()
-    routes = (Route("/v1/toy/echo", "/v1/toy/echo"),)
+    transport_fields = frozenset({"stream"})
+    routes = (
+        # Its calls, over HTTP and over a WebSocket (a GET upgraded: its turns are response.create
+        # messages, as the Responses API's socket mode has them).
+        Route("/v1/toy/echo", "/v1/toy/echo", websocket=True),
+        # A handler of its own: the models its project's recordings use, as this API lists them.
+        Route("/v1/toy/models", "/v1/toy/models", Handler(("GET",), lambda s: {"toys": s.models()})),
+    )
 
     def error_body(self, exc: SemulaError) -> dict[str, Any]:
         return {"oops": {"status": exc.status, "why": exc.code}}
@@ -33,7 +41,7 @@ class Echo(Dialect):
     def check(self, body: Any) -> Request:
         if not isinstance(body, dict) or not isinstance(body.get("say"), str):
             raise BadRequest("say must be a string.", code="toy_say")
-        return Request(model="echo-1", stream=False)
+        return Request(model="echo-1", stream=body.get("stream") is True)
 
     def texts(self, request: dict[str, Any]):
         yield request, "say"
@@ -53,7 +61,10 @@ class Echo(Dialect):
         return response, None
 
     def render(self, req, response, chunks, expand, now):
-        return response, None
+        return (None, [response]) if req.stream else (response, None)
+
+    def sse(self, events):
+        return typed_sse(events)
 
     def restamp(self, body, req, now):
         return body
@@ -86,7 +97,7 @@ def test_a_toy_api_is_one_registration(ctx, client, make_token, echo):
     before = requests_counted("/p/{project}/v1/toy/echo", "200", "hit")
 
     # Served on its route: recorded (parked and answered), then replayed.
-    post = lambda: client.post(url, json={"say": "hello"}, headers=admin)  # noqa: E731
+    post = lambda: client.post(url, json={"model": "echo-1", "say": "hello"}, headers=admin)  # noqa: E731
     recorded = answered_post(ctx, shop, post, "hello back")
     assert recorded.status_code == 200 and recorded.json == {"echoed": "hello back"}
     replayed = post()
@@ -98,6 +109,11 @@ def test_a_toy_api_is_one_registration(ctx, client, make_token, echo):
     anonymous = client.post(url, json={"say": "hello"})
     assert anonymous.status_code == 401 and anonymous.json["oops"]["status"] == 401
     assert client.get(url, headers=admin).json == {"oops": {"status": 405, "why": "method_not_allowed"}}
+
+    # Its own handler answers its own route (and only the methods it declares).
+    assert client.get("/p/shop/v1/toy/models", headers=admin).json == {"toys": ["echo-1"]}
+    refused = client.post("/p/shop/v1/toy/models", headers=admin)
+    assert refused.status_code == 405 and refused.json["oops"]["why"] == "method_not_allowed"
 
     # Counted under its route template; named in the OpenAPI document and the unknown-path error.
     assert requests_counted("/p/{project}/v1/toy/echo", "200", "hit") == before + 1
@@ -141,6 +157,45 @@ def test_its_entries_travel_in_bundles_and_its_calls_take_fault_rules(ctx, clien
     dialects.unregister(Echo.name)
     refused = client.post("/api/v1/projects/copy/import", data=bundle.data, headers=admin)
     assert refused.status_code == 400 and "api: Must be one of" in refused.json["error"]["message"]
+
+
+class Socket:
+    """A WebSocket as responses_socket uses one: the client's messages, then the client gone."""
+
+    def __init__(self, *messages: bytes):
+        self.messages, self.sent = list(messages), b""
+
+    def receive(self) -> bytes | None:
+        return self.messages.pop(0) if self.messages else None
+
+    def send(self, payload: bytes) -> None:
+        self.sent += payload
+
+    def send_frames(self, data: bytes) -> None:
+        self.sent += data
+
+    def close(self) -> None:
+        pass
+
+
+def test_its_route_takes_a_websocket_as_it_declares(ctx, app, client, make_token, echo, monkeypatch):
+    shop = projects.create(ctx, {"name": "shop", "record_timeout": 30})
+    admin = make_token("admin")
+    post = lambda: client.post("/p/shop/v1/toy/echo", json={"model": "echo-1", "say": "hi"}, headers=admin)  # noqa: E731
+    answered_post(ctx, shop, post, "hi back")
+
+    # The upgrade is taken on the route that declares it, and its turns are calls of its API: the
+    # answer recorded over HTTP is its reply (its `stream` is transport), as its events frame it.
+    socket = Socket(b'{"type": "response.create", "model": "echo-1", "say": "hi"}')
+    monkeypatch.setattr(responses_socket.WebSocket, "accept", lambda *args, **kwargs: socket)
+    headers = {**admin, "Upgrade": "websocket", "Connection": "Upgrade"}
+    environ = EnvironBuilder(path="/p/shop/v1/toy/echo", headers=headers).get_environ()
+    assert app.wsgi_app(environ, lambda status, headers: None) == []
+    assert b'{"echoed":"hi back"}' in socket.sent
+
+    # A route that does not declare it is no socket: a GET there is its handler's.
+    environ = EnvironBuilder(path="/p/shop/v1/toy/models", headers=headers).get_environ()
+    assert json.loads(b"".join(app.wsgi_app(environ, lambda status, headers: None))) == {"toys": ["echo-1"]}
 
 
 def test_a_name_is_registered_once(echo):
