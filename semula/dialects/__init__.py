@@ -21,7 +21,7 @@ from semula.core import fingerprint as fp
 from semula.core.errors import BadRequest, SemulaError
 from semula.dialects.routes import Route, Table
 
-CHAT = "openai.chat"
+CHAT = fp.CHAT_API  # the default API: the one of rows, bundles and fingerprints from before the others
 RESPONSES = "openai.responses"
 EMBEDDINGS = "openai.embeddings"
 ANTHROPIC = "anthropic.messages"
@@ -436,6 +436,14 @@ def known(name: str) -> bool:
     if not DIALECTS:
         _load()
     return name in DIALECTS
+
+
+def spoken() -> str:
+    """The APIs registered, for people: "Chat Completions, Responses, … and Gemini embeddings"."""
+    if not DIALECTS:
+        _load()
+    titles = [dialect.title for dialect in DIALECTS.values()]
+    return ", ".join(titles[:-1]) + " and " + titles[-1] if len(titles) > 1 else "".join(titles)
 
 
 def names() -> list[str]:

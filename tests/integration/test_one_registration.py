@@ -4,7 +4,9 @@ its route template, and is in the OpenAPI document's `api` values; unregistered,
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -201,3 +203,31 @@ def test_its_route_takes_a_websocket_as_it_declares(ctx, app, client, make_token
 def test_a_name_is_registered_once(echo):
     with pytest.raises(ValueError, match="toy.echo"):
         dialects.register(Echo())
+
+
+def test_no_module_outside_the_dialects_names_an_api():
+    """Every API but the default one is known through the registry only: no module outside
+    semula/dialects/ names one (a literal or a constant of semula.dialects). The default, Chat
+    Completions, is what rows, bundles and fingerprints from before the other APIs are; the
+    fingerprint (pure logic, which the dialects use) has its own name for it."""
+    names = {dialect.name for dialect in dialects._builtin()}
+    constants = {
+        name
+        for name, value in vars(dialects).items()
+        if isinstance(value, str) and value in names and name != "CHAT"
+    }
+    package = Path(dialects.__file__).parents[1]
+    named = []
+    for path in sorted(package.rglob("*.py")):
+        where = path.relative_to(package.parent).as_posix()
+        if where.startswith("semula/dialects/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), where)):
+            literal = isinstance(node, ast.Constant) and node.value in names
+            if literal and not (node.value == dialects.CHAT and where == "semula/core/fingerprint.py"):
+                named.append(f"{where}:{node.lineno}: {node.value!r}")
+            constant = getattr(node, "attr", None) or getattr(node, "id", None)
+            imported = [alias.name for alias in node.names] if isinstance(node, ast.ImportFrom) else []
+            for name in {constant, *imported} & constants:
+                named.append(f"{where}:{node.lineno}: {name}")
+    assert not named, "APIs named outside the registry:\n" + "\n".join(named)
