@@ -83,6 +83,8 @@ class AnthropicMessages(Dialect):
     )
     summary = "POST /v1/messages and POST /v1/messages/count_tokens"
     request_id_header = "request-id"  # what the Anthropic SDKs expose as _request_id
+    # The Anthropic SDK appends /v1/messages to its base URL itself.
+    sdk_env = (("ANTHROPIC_BASE_URL", "{root}"), ("ANTHROPIC_API_KEY", "{key}"))
     stamped = ("id",)
     upstream_model_applies = False  # a project's upstream_model names an OpenAI model
     upstream_path = "/messages"

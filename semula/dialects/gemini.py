@@ -189,6 +189,8 @@ class Gemini(Dialect):
         " and GET /v1beta/models"
     )
     owns_prefix = "v1beta"
+    # The Google SDKs append /v1beta/models/... (or /v1/...) to their base URL themselves.
+    sdk_env = (("GOOGLE_GEMINI_BASE_URL", "{root}"), ("GEMINI_API_KEY", "{key}"))
     stamped = ("responseId",)
     upstream_model_applies = False  # a project's upstream_model names an OpenAI model
     upstream_path = "/models"  # the model and the method follow (upstream_target)

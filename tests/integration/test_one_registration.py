@@ -29,6 +29,7 @@ class Echo(Dialect):
     title = "Toy echo"
     upstream_path = "/echo"
     transport_fields = frozenset({"stream"})
+    sdk_env = (("ECHO_BASE_URL", "{root}/v1/toy"),)  # where its SDK is pointed (the pytest plugin)
     routes = (
         # Its calls, over HTTP and over a WebSocket (a GET upgraded: its turns are response.create
         # messages, as the Responses API's socket mode has them).
@@ -120,6 +121,7 @@ def test_a_toy_api_is_one_registration(ctx, client, make_token, echo):
     # Counted under its route template; named in the OpenAPI document and the unknown-path error.
     assert requests_counted("/p/{project}/v1/toy/echo", "200", "hit") == before + 1
     assert Echo.name in api_values(client)
+    assert dialects.sdk_env("http://semula/p/shop")["ECHO_BASE_URL"] == "http://semula/p/shop/v1/toy"
     unknown = client.get("/v1/toy/other", headers=admin)
     assert unknown.status_code == 404 and "POST /v1/toy/echo (Toy echo)" in unknown.json["error"]["message"]
 
