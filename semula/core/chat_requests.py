@@ -17,6 +17,7 @@ from jsonschema.exceptions import SchemaError
 
 from semula.core import toolsets
 from semula.core.errors import BadRequest
+from semula.core.fingerprint import CHAT_API
 from semula.core.limits import MAX_BLOCKS, MAX_ITEMS, blocks
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -52,7 +53,7 @@ def check(body: dict[str, Any]) -> None:
             raise _type("tools", "an array", tools)
         check_length("tools", tools, MAX_TOOLS)
         # An agent sends the same tools with every request: checked once per tool set.
-        toolsets.checked("openai.chat", tools, _tools)
+        toolsets.checked(CHAT_API, tools, _tools)
     response_format = body.get("response_format")
     if response_format is not None:
         _response_format(response_format)

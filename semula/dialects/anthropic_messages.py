@@ -24,7 +24,7 @@ from semula.core import answers, stream, templates
 from semula.core.errors import InvalidAnswer, SemulaError
 from semula.dialects import ANTHROPIC, Dialect, Request, answer_of, common_answer, tool_call, typed_sse
 from semula.dialects.anthropic_checks import HEADER_FIELDS, bad, check
-from semula.dialects.routes import Route
+from semula.dialects.routes import COUNT_TOKENS, Route
 
 DEFAULT_VERSION = "2023-06-01"
 TRANSPORT = frozenset({"stream", "metadata", "service_tier", "anthropic-version"})
@@ -79,10 +79,12 @@ class AnthropicMessages(Dialect):
     title = "Anthropic Messages"
     routes = (
         Route("/v1/messages", "/v1/messages"),
-        Route("/v1/messages/count_tokens", "/v1/messages/count_tokens", "count_tokens"),
+        Route("/v1/messages/count_tokens", "/v1/messages/count_tokens", COUNT_TOKENS),
     )
     summary = "POST /v1/messages and POST /v1/messages/count_tokens"
     request_id_header = "request-id"  # what the Anthropic SDKs expose as _request_id
+    # The Anthropic SDK appends /v1/messages to its base URL itself.
+    sdk_env = (("ANTHROPIC_BASE_URL", "{root}"), ("ANTHROPIC_API_KEY", "{key}"))
     stamped = ("id",)
     upstream_model_applies = False  # a project's upstream_model names an OpenAI model
     upstream_path = "/messages"

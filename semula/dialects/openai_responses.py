@@ -24,7 +24,7 @@ from semula.core.chat_requests import MAX_TOOLS, check_length
 from semula.core.errors import BadRequest, InvalidAnswer
 from semula.core.limits import MAX_BLOCKS, MAX_ITEMS, blocks
 from semula.dialects import RESPONSES, Dialect, Request, typed_sse
-from semula.dialects.routes import Route
+from semula.dialects.routes import Handler, Route, Served
 
 STORED = r"/v1/responses/(?P<id>[A-Za-z0-9_.:-]{1,200})"  # a recorded response's path
 
@@ -121,13 +121,37 @@ def _check_parameters(body: dict[str, Any]) -> None:
             )
 
 
+def _stored_response(served: Served) -> dict[str, Any]:
+    """GET /v1/responses/{id}: a recorded response as it was recorded. DELETE is acknowledged, but the
+    recording stays (an app's clean-up must not delete what its next replay needs)."""
+    _, response, chunks = served.recorded(served.values[0])
+    if served.method == "DELETE":
+        return {"id": served.values[0], "object": "response", "deleted": True}
+    return served.dialect.common_response(response, chunks)
+
+
+def _stored_input_items(served: Served) -> dict[str, Any]:
+    """GET /v1/responses/{id}/input_items: the input items of a recorded response's request."""
+    request, _, _ = served.recorded(served.values[0])
+    items = served.dialect.input_items(request)
+    return {
+        "object": "list",
+        "data": items,
+        "first_id": items[0]["id"] if items else None,
+        "last_id": items[-1]["id"] if items else None,
+        "has_more": False,
+    }
+
+
 class OpenAIResponses(Dialect):
     name = NAME
     title = "Responses"
     routes = (
         Route("/v1/responses", "/v1/responses", websocket=True),  # decision 0056
-        Route(STORED, "/v1/responses/{id}", "stored_response"),
-        Route(STORED + "/input_items", "/v1/responses/{id}/input_items", "input_items"),
+        Route(STORED, "/v1/responses/{id}", Handler(("GET", "DELETE"), _stored_response)),
+        Route(
+            STORED + "/input_items", "/v1/responses/{id}/input_items", Handler(("GET",), _stored_input_items)
+        ),
     )
     summary = "POST /v1/responses and GET /v1/responses/{id}"
     stamped = ("created_at",)

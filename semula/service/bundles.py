@@ -108,11 +108,25 @@ def _export_pieces(ctx: Context, row: dict[str, Any], secrets: tuple[str, ...]) 
 # --- validation -------------------------------------------------------------------------------------
 
 
+class Registered(validate.Validator):
+    """An API registered when the value is checked (semula.dialects.register), not when this module
+    was imported: a bundle of an API registered later is read as one of the built-in ones."""
+
+    @property
+    def choices(self) -> list[str]:  # the `enum` apispec gives the field (the OpenAPI document)
+        return dialects.names()
+
+    def __call__(self, value: Any) -> Any:
+        if not isinstance(value, str) or not dialects.known(value):
+            raise ValidationError(f"Must be one of: {', '.join(dialects.names())}.")
+        return value
+
+
 class EntrySchema(Schema):
     class Meta:
         unknown = RAISE
 
-    api = fields.String(load_default=dialects.CHAT, validate=validate.OneOf(dialects.names()))
+    api = fields.String(load_default=dialects.CHAT, validate=Registered())
     fingerprint = fields.String(load_default=None, validate=validate.Regexp(FINGERPRINT_PATTERN))
     request = fields.Dict(required=True)
     response = fields.Raw(required=True, allow_none=False)
@@ -127,7 +141,6 @@ class EntrySchema(Schema):
 
 _ENTRY = EntrySchema()
 _ENTRY_KEYS = frozenset(_ENTRY.fields)
-_APIS = frozenset(dialects.names())
 _REVIEW_STATUSES = frozenset(entries_service.REVIEW_STATUSES)
 _FINGERPRINT = re.compile(FINGERPRINT_PATTERN)
 
@@ -152,7 +165,7 @@ def _load_entry(value: dict[str, Any]) -> dict[str, Any]:
         and type(review) is str
         and review in _REVIEW_STATUSES
         and type(api) is str
-        and api in _APIS
+        and dialects.known(api)
         and (fingerprint is None or (type(fingerprint) is str and _FINGERPRINT.match(fingerprint)))
     ):
         return {

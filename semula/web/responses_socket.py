@@ -37,25 +37,26 @@ ENVELOPE = ("type", "stream_id")
 # Codex acknowledges each response it has handled with {"type": "response.processed", "response_id"}:
 # the API answers nothing, and Codex would take an error event for the failure of its next turn.
 PROCESSED = b'"response.processed"'
-KEPT_API = dialects.RESPONSES + " over a WebSocket"  # what keys a turn's kept hit (service.hits.key)
+OVER_A_SOCKET = " over a WebSocket"  # after the API's name, what keys a turn's kept hit (service.hits.key)
 
 
 def serve(
     app: ProxyApp,
     ctx: Context,
-    selectors: tuple[str | None, str | None],
-    session: str | None,
+    call: tuple[dialects.Dialect, tuple[str | None, str | None], str | None],
     environ: dict[str, Any],
     start_response: Callable[..., Any],
 ) -> list[bytes]:
-    """Take the upgrade of an authenticated request and answer its turns until the client closes."""
+    """Take the upgrade of an authenticated request and answer its turns until the client closes.
+    `call`: the API of the route that declared the socket (Route.websocket), the project selectors
+    and the session."""
     req = logs.CURRENT.get()
     if req is not None:
         req.outcome = "websocket"
     ws = WebSocket.accept(
         environ, start_response, max_size=app.settings.max_body_bytes, headers=access.finish(101)
     )
-    turns = Turns(app, ctx, ws, selectors, session, environ, req.route if req is not None else None)
+    turns = Turns(app, ctx, ws, call, environ, req.route if req is not None else None)
     try:
         while (message := ws.receive()) is not None:
             if not turns.answer(message):
@@ -74,16 +75,15 @@ class Turns:
         app: ProxyApp,
         ctx: Context,
         ws: WebSocket,
-        selectors: tuple[str | None, str | None],
-        session: str | None,
+        call: tuple[dialects.Dialect, tuple[str | None, str | None], str | None],
         environ: dict[str, Any],
         route: str | None,
     ):
         from semula.web.fastpath import _header  # fastpath imports this module
 
         self.app, self.ctx, self.ws = app, ctx, ws
-        self.selectors, self.session, self.route = selectors, session, route
-        self.speaks = dialects.get(dialects.RESPONSES)
+        self.speaks, self.selectors, self.session = call
+        self.route, self.api = route, self.speaks.name + OVER_A_SOCKET  # what keys its kept hits
         self.header = _header(environ)
         self.answer_headers = tuple(environ.get(name) for name in self.speaks.answer_headers)
         self.authorization = environ.get("HTTP_AUTHORIZATION")
@@ -109,7 +109,7 @@ class Turns:
                 ctx = self.ctx = self._caller()
                 # A turn seen before is answered from the proxy's kept hits (service.hits) as an
                 # HTTP call is, under a key of its own: the message is not an HTTP body.
-                key = hits.key(ctx, KEPT_API, *self.selectors, message, self.session, self.answer_headers)
+                key = hits.key(ctx, self.api, *self.selectors, message, self.session, self.answer_headers)
                 kept = app.hits.find(ctx, key, message)
                 if kept is not None and _same_width(kept.stamps):
                     # The turn's frames as kept (its lane in them), restamped in place: a stamp of
