@@ -122,20 +122,19 @@ class Turns:
         try:
             try:
                 ctx = self.ctx = self._caller()
-                key = None
-                if self.fault is None:  # a socket that asks for a fault has each turn looked at
-                    # A turn seen before is answered from the proxy's kept hits (service.hits) as an
-                    # HTTP call is, under a key of its own: the message is not an HTTP body.
-                    key = hits.key(ctx, KEPT_API, *self.selectors, message, self.session, self.answer_headers)
-                    kept = app.hits.find(ctx, key, message)
-                    if kept is not None and _same_width(kept.stamps):
-                        # The turn's frames as kept (its lane in them), restamped in place: a stamp of
-                        # the same width leaves every frame's length as it was.
-                        data = app.hits.reply(kept)  # before the log: a failure is logged once, as an error
-                        app._log(ctx, kept, "hit", 200, started)
-                        ws.send_frames(data)
-                        access.finish(200)
-                        return True
+                # A turn seen before is answered from the proxy's kept hits (service.hits) as an
+                # HTTP call is, under a key of its own: the message is not an HTTP body. A socket that
+                # asks for a fault has each of its turns looked at, as an HTTP call with the header.
+                key = hits.key(ctx, KEPT_API, *self.selectors, message, self.session, self.answer_headers)
+                kept = app.hits.find(ctx, key, message) if self.fault is None else None
+                if kept is not None and _same_width(kept.stamps):
+                    # The turn's frames as kept (its lane in them), restamped in place: a stamp of
+                    # the same width leaves every frame's length as it was.
+                    data = app.hits.reply(kept)  # before the log: a failure is logged once, as an error
+                    app._log(ctx, kept, "hit", 200, started)
+                    ws.send_frames(data)
+                    access.finish(200)
+                    return True
                 body, plain, lane = _call_body(message)
                 body = speaks.with_headers(body, self.header)
                 if self.fault is not None and self.fault.kind not in SHAPING:
@@ -159,7 +158,6 @@ class Turns:
                 if call.live is not None:
                     _relay(ws, call.live, lane)
                 else:
-                    assert key is not None
                     self._replay(call, outcome, key, message, lane)
                 access.finish(200)
             except errors.SemulaError as exc:
