@@ -181,9 +181,8 @@ class ProxyApp:
         def inner(respond: Callable[..., Any]) -> Iterable[bytes]:
             return self._post(*post, respond, made)
 
-        logged = jsonio.compact({"kind": fault.kind, **fault.params, "via": "header"}).decode()
         where = (ctx, None, project, speaks, environ, started)
-        return self._inject(fault, logged, where, start_response, inner)
+        return self._inject(fault, faults.logged(fault), where, start_response, inner)
 
     def _inject(
         self,
@@ -199,13 +198,7 @@ class ProxyApp:
         ctx, call, project, speaks, environ, started = where
         metrics.FAULTS.labels(fault.kind).inc()
         if fault.is_error:
-            status = speaks.overloaded_status if fault.kind == "overloaded" else None
-            limits = (
-                speaks.rate_limit_headers(fault["retry_after"], time.time())
-                if fault.kind == "rate_limit"
-                else ()
-            )
-            exc = faults.error(fault, status, limits)
+            exc = injected_error(fault, speaks)
             self._log(ctx, call, "fault", exc.status, started, project, logged)
             return self._json(start_response, exc.status, speaks.error_body(exc), list(exc.headers))
         if fault.kind == "timeout":
@@ -488,6 +481,14 @@ class ProxyApp:
         if req is not None:
             req.outcome, req.token_id, req.pending_id = outcome, row["token_id"], row["pending_id"]
             req.project = call.project["name"] if call is not None else project and project["name"]
+
+
+def injected_error(fault: faults.Fault, speaks: dialects.Dialect) -> faults.InjectedFault:
+    """An error fault as this API has it: its overload's status, a 429's rate-limit headers."""
+    status = speaks.overloaded_status if fault.kind == "overloaded" else None
+    rate_limit = fault.kind == "rate_limit"
+    limits = speaks.rate_limit_headers(fault["retry_after"], time.time()) if rate_limit else ()
+    return faults.error(fault, status, limits)
 
 
 def _abort(environ: dict[str, Any]) -> None:
