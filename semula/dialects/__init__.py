@@ -267,8 +267,8 @@ class Dialect:
 
     def keeps_json(self, req: Request, recorded: dict[str, Any]) -> bool:
         """Whether a rendered body of this recorded response may be kept and sent again through
-        restamp_json(): yes when restamp() renews its stamps as render() does (every API but Chat
-        Completions stamps every reply afresh whatever the project's restamp setting)."""
+        restamp_json(): yes when restamp() renews its stamps as render() does (no when, with restamp
+        `recorded`, the response has no stamps of its own to keep and each render makes fresh ones)."""
         return True
 
     def keeps_stream(self, req: Request) -> bool:

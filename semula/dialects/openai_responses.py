@@ -430,10 +430,20 @@ class OpenAIResponses(Dialect):
         if not req.stream:
             return self.restamp(response, req, now), None
         events = chunks if chunks else synthesize_events(response)
+        if not req.fresh:
+            return None, events  # restamp `recorded`: the events' own created_at
         return None, [_restamp_event(event, int(now)) for event in events]
 
     def restamp(self, body: dict[str, Any], req: Request, now: float) -> dict[str, Any]:
+        """The recorded id always (follow-ups name it); `created_at` of this reply, or with restamp
+        `recorded` the one recorded (when it has one)."""
+        if not req.fresh and isinstance(body.get("created_at"), int):
+            return body
         return {**body, "created_at": int(now)}
+
+    def keeps_json(self, req: Request, recorded: dict[str, Any]) -> bool:
+        # With restamp `recorded`, a response without a created_at of its own gets this reply's each render.
+        return req.fresh or isinstance(recorded.get("created_at"), int)
 
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         return typed_sse(events)
@@ -444,7 +454,8 @@ class OpenAIResponses(Dialect):
         return super().stamps(response) if isinstance(response, dict) else {}
 
     def keeps_stream(self, req: Request) -> bool:
-        # render() stamps every event's response with the reply's created_at, nothing else.
+        # render() stamps every event's response with the reply's created_at (with restamp
+        # `recorded`, nothing), nothing else.
         return True
 
     def restamp_sse(self, data: bytes, first: dict[str, Any], req: Request, now: float) -> bytes:
@@ -453,7 +464,7 @@ class OpenAIResponses(Dialect):
         Inside a JSON string a quote is escaped, so `"created_at":` is always a key; the events'
         responses are the only objects the API stamps with it. A stream without one is sent as kept.
         """
-        if "created_at" not in first:
+        if "created_at" not in first or not req.fresh:
             return data
         old, new = b'"created_at":' + jsonio.compact(first["created_at"]), b'"created_at":%d' % int(now)
         return data.replace(old + b",", new + b",").replace(old + b"}", new + b"}")
