@@ -277,8 +277,14 @@ class Dialect:
         return False
 
     def restamp_sse(self, data: bytes, first: dict[str, Any], req: Request, now: float) -> bytes:
-        """A kept stream's bytes (whose first event is `first`) stamped for one more reply."""
+        """A kept stream's bytes, kept with these stamps (stream_stamps()), stamped for one more reply."""
         raise NotImplementedError
+
+    def stream_stamps(self, first: dict[str, Any], data: bytes) -> dict[str, Any]:
+        """What a kept stream (`data`, whose first event is `first`) is kept with for restamp_sse():
+        its stamps, and where a dialect may note where they are in `data` (so that each reply need
+        not search for them)."""
+        return self.stamps(first)
 
     def upstream(self, settings: Any) -> tuple[str, str | None]:
         """The provider's base URL and key for this API (server configuration only)."""

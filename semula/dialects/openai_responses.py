@@ -458,6 +458,21 @@ class OpenAIResponses(Dialect):
         # `recorded`, nothing), nothing else.
         return True
 
+    def stream_stamps(self, first: dict[str, Any], data: bytes) -> dict[str, Any]:
+        """The stamp, and where each of its values starts in `data` (AT): a reply puts its own
+        there without searching 17 KB twice (a sixth of a kept WebSocket turn's CPU in process)."""
+        stamps = self.stamps(first)
+        if not isinstance(stamps.get("created_at"), int):
+            return stamps
+        key, value = b'"created_at":', jsonio.compact(stamps["created_at"])
+        found, at = [], data.find(key + value)
+        while at != -1:
+            end = at + len(key) + len(value)
+            if data[end : end + 1] in (b",", b"}"):  # the whole number, not the start of a longer one
+                found.append(at + len(key))
+            at = data.find(key + value, end)
+        return {**stamps, AT: found}
+
     def restamp_sse(self, data: bytes, first: dict[str, Any], req: Request, now: float) -> bytes:
         """The events' responses carry the reply's `created_at` (render()): each is replaced.
 
@@ -466,7 +481,16 @@ class OpenAIResponses(Dialect):
         """
         if "created_at" not in first or not req.fresh:
             return data
-        old, new = b'"created_at":' + jsonio.compact(first["created_at"]), b'"created_at":%d' % int(now)
+        old, new = jsonio.compact(first["created_at"]), b"%d" % int(now)
+        where = first.get(AT)
+        if where is not None:  # kept with where its values are (stream_stamps): spliced in
+            pieces, last = [], 0
+            for at in where:
+                pieces += (data[last:at], new)
+                last = at + len(old)
+            pieces.append(data[last:])
+            return b"".join(pieces)
+        old, new = b'"created_at":' + old, b'"created_at":' + new
         return data.replace(old + b",", new + b",").replace(old + b"}", new + b"}")
 
     def upstream_body(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -602,6 +626,9 @@ def _emit_part(emit: Any, item_id: str, index: int, number: int, part: dict[str,
     else:
         emit("response.content_part.added", **where, part=part)
     emit("response.content_part.done", **where, part=part)
+
+
+AT = "created_at at"  # stream_stamps(): where the kept bytes hold the stamp's values
 
 
 def _restamp_event(event: dict[str, Any], created_at: int) -> dict[str, Any]:
