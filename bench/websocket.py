@@ -26,7 +26,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench import pair
+from bench import pair, replay
 from bench.common import (
     BenchError,
     children_cpu_seconds,
@@ -35,7 +35,7 @@ from bench.common import (
     percentile,
     wait_quiet,
 )
-from bench.replay import ATTEMPTS, OTHERS_LIMIT, PATIENCE, THREADS, Target, settle
+from bench.replay import OTHERS_LIMIT, THREADS, Target, settle
 
 LABEL = "Responses, WebSocket turn"
 COMPLETED = b'{"type":"response.completed"'
@@ -249,12 +249,12 @@ def check(target: Target) -> int:
 def run_turns(target: Target, duration: int) -> dict[str, float]:
     """One run of turns, with the figures run_wrk gives a wrk run (turns stand for requests)."""
     expected = _EXPECTED.get(target.name) or _EXPECTED.setdefault(target.name, check(target))
-    attempts = ATTEMPTS if PATIENCE > 0 else 1
+    attempts = replay.ATTEMPTS if replay.PATIENCE > 0 else 1  # read now: `--patience` sets them
     result: dict[str, float] = {}
     for attempt in range(1, attempts + 1):
         settle(target)
-        if PATIENCE > 0:
-            wait_quiet(patience=PATIENCE)
+        if replay.PATIENCE > 0:
+            wait_quiet(patience=replay.PATIENCE)
         machine0 = machine_busy_seconds()
         latencies, failed, server, client = _drive(target, duration, expected)
         machine = machine_busy_seconds() - machine0
