@@ -38,6 +38,7 @@ from bench.common import (
 from bench.replay import OTHERS_LIMIT, THREADS, Target, settle
 
 LABEL = "Responses, WebSocket turn"
+ONE_SOCKET = "Responses, WebSocket turns on one socket"
 COMPLETED = b'{"type":"response.completed"'
 ERROR = b'{"type":"error"'
 MASK = b"\x5a\x13\xc7\x3e"  # one masking key for every frame: the server unmasks whatever it is
