@@ -65,15 +65,70 @@ class _Socket:
         self.send(data)
 
 
-def semula_app(url: str | None) -> tuple[Any, str]:
-    """The app `semula serve` runs, on the pair (SQLite when no url), its call log batched; a token."""
-    from bench import replay
+class _Upgraded(_Socket):
+    """The connection of a WebSocket: its 101, then the turns' frames, each turn's checked (by the
+    count of completed events the frames carry, one a turn)."""
+
+    def __init__(self) -> None:
+        import gevent.event
+
+        self.head, self.completed, self.errors = b"", 0, 0
+        self.answered = gevent.event.Event()  # set as a turn's reply is sent
+
+    def send(self, data: bytes) -> int:
+        if not self.head:
+            self.head = bytes(data)
+            if not self.head.startswith(b"HTTP/1.1 101"):
+                raise SystemExit(f"not an upgrade: {self.head[:300]!r}")
+        # A turn's reply is one send, its completed event (2.6 KB) last: its tail is looked at, so
+        # that this stand-in for the client adds little to the count.
+        if data.find(b'{"type":"response.completed"', max(0, len(data) - 4096)) != -1:
+            self.completed += 1
+        elif data.find(b'{"type":"error"') != -1:
+            self.errors += 1
+        self.answered.set()
+        return len(data)
+
+    def shutdown(self, how: int) -> None:
+        pass
+
+
+class _Client(io.RawIOBase):
+    """What the client sends on the connection, as a client does it: the handshake, then each turn's
+    frame once the turn before it was answered, then its close frame once the last one was."""
+
+    def __init__(self, pieces: list[bytes], sock: _Upgraded):
+        self.pieces, self.sock, self.given = list(pieces), sock, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.given >= len(self.pieces):
+            return 0
+        while self.sock.completed + self.sock.errors < self.given - 1:  # the turn before is unanswered
+            self.sock.answered.clear()
+            self.sock.answered.wait()
+        piece = self.pieces[self.given]
+        size = min(len(piece), len(buffer))
+        buffer[:size] = piece[:size]
+        if size < len(piece):
+            self.pieces[self.given] = piece[size:]
+        else:
+            self.given += 1
+        return size
+
+
+def semula_app(url: str | None, every_api: bool = False) -> tuple[Any, str]:
+    """The app `semula serve` runs, on the pair (SQLite when no url; `every_api`: recorded for each
+    API, as bench.dialects records it), its call log batched; a token."""
+    from bench import dialects, replay
     from semula.config import Settings
     from semula.db import connect
     from semula.web import create_app
 
     url = url or f"sqlite:///{tempfile.mkdtemp(prefix='semula-instructions-')}/bench.db"
-    token = replay.load_pair(url)
+    token = dialects.load(url) if every_api else replay.load_pair(url)
     app = create_app(replace(Settings(), database_url=url, auth=True), connect(url, pool_size=2))
     layer = app.wsgi_app
     while not hasattr(layer, "calllog"):
@@ -92,7 +147,7 @@ def serve(mode: str, sdk: bool, requests: int, url: str | None = None, which: st
 
         app, token = floor_app.app, "unused"
     else:
-        app, token = semula_app(url)
+        app, token = semula_app(url, every_api=mode == "turn")
     body = pair.request_bytes()
 
     def request(number: int) -> bytes:
@@ -122,10 +177,35 @@ def serve(mode: str, sdk: bool, requests: int, url: str | None = None, which: st
 
     handler = Handler.__new__(Handler)
     handler.socket, handler.client_address, handler.server = _Socket(), ("127.0.0.1", 5555), Server()
+    if mode == "turn":
+        handler.socket = _Upgraded()
+        handler.rfile = io.BufferedReader(_Client(socket_turns(token, WARM + requests), handler.socket))
+        handler.handle_one_request()  # the upgrade, then every turn, until the client's close frame
+        if handler.socket.completed != WARM + requests or handler.socket.errors:
+            raise SystemExit(f"{handler.socket.completed} turns completed, {handler.socket.errors} errors")
+        return
     handler.rfile = io.BufferedReader(io.BytesIO(b"".join(request(n) for n in range(WARM + requests))))
     for _ in range(WARM + requests):
         if handler.handle_one_request() is not True:
             raise SystemExit("the connection closed")
+
+
+def socket_turns(token: str, turns: int) -> list[bytes]:
+    """What a client of the Responses WebSocket sends: the handshake (wrk's headers but the body's),
+    `turns` turns of the pair's Responses request, and its close frame."""
+    from bench import websocket
+
+    head = (
+        b"GET /p/bench/v1/responses HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer " + token.encode() + b"\r\n\r\n"
+    )
+    close = (
+        bytes([0x88, 0x82])
+        + websocket.MASK
+        + bytes(a ^ b for a, b in zip(b"\x03\xe8", websocket.MASK[:2], strict=True))
+    )
+    return [head, *[websocket.masked_frame(websocket.turn_message())] * turns, close]
 
 
 def counted(argv: list[str], env: dict[str, str], db: str) -> int:
@@ -162,7 +242,7 @@ def counted(argv: list[str], env: dict[str, str], db: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=("hit", "first"), default="hit")
+    parser.add_argument("--mode", choices=("hit", "first", "turn"), default="hit")
     parser.add_argument("--sdk", action="store_true", help="the openai SDK's sixteen headers, not wrk's four")
     parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--requests", type=int, default=1000)

@@ -273,8 +273,8 @@ class Dialect:
 
     def keeps_json(self, req: Request, recorded: dict[str, Any]) -> bool:
         """Whether a rendered body of this recorded response may be kept and sent again through
-        restamp_json(): yes when restamp() renews its stamps as render() does (every API but Chat
-        Completions stamps every reply afresh whatever the project's restamp setting)."""
+        restamp_json(): yes when restamp() renews its stamps as render() does (no when, with restamp
+        `recorded`, the response has no stamps of its own to keep and each render makes fresh ones)."""
         return True
 
     def keeps_stream(self, req: Request) -> bool:
@@ -283,8 +283,14 @@ class Dialect:
         return False
 
     def restamp_sse(self, data: bytes, first: dict[str, Any], req: Request, now: float) -> bytes:
-        """A kept stream's bytes (whose first event is `first`) stamped for one more reply."""
+        """A kept stream's bytes, kept with these stamps (stream_stamps()), stamped for one more reply."""
         raise NotImplementedError
+
+    def stream_stamps(self, first: dict[str, Any], data: bytes) -> dict[str, Any]:
+        """What a kept stream (`data`, whose first event is `first`) is kept with for restamp_sse():
+        its stamps, and where a dialect may note where they are in `data` (so that each reply need
+        not search for them)."""
+        return self.stamps(first)
 
     def upstream(self, settings: Any) -> tuple[str, str | None]:
         """The provider's base URL and key for this API (server configuration only)."""

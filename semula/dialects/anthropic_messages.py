@@ -292,12 +292,22 @@ class AnthropicMessages(Dialect):
             chunks = None  # templates are expanded in the message; its events are made from it
         if not req.stream:
             return self.restamp(response, req, now), None
-        fresh = message_id()
         events = chunks if chunks else synthesize_events(response)
+        start = next((event for event in events if event.get("type") == "message_start"), {})
+        if not req.fresh and _recorded_id(start.get("message")):
+            return None, events  # restamp `recorded`: the stream's own message id
+        fresh = message_id()
         return None, [_restamp_event(event, fresh) for event in events]
 
     def restamp(self, body: dict[str, Any], req: Request, now: float) -> dict[str, Any]:
+        """A fresh `msg_…` id for each reply; with restamp `recorded`, the one recorded (when it has one)."""
+        if not req.fresh and _recorded_id(body):
+            return body
         return {**body, "id": message_id()}
+
+    def keeps_json(self, req: Request, recorded: dict[str, Any]) -> bool:
+        # With restamp `recorded`, a message without an id of its own gets a fresh one each render.
+        return req.fresh or _recorded_id(recorded)
 
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         return typed_sse(events)
@@ -445,6 +455,11 @@ def synthesize_events(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _block_start(index: int, block: dict[str, Any]) -> dict[str, Any]:
     return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def _recorded_id(message: Any) -> bool:
+    """Whether a message (a response, or a message_start event's) has an id of its own to keep."""
+    return isinstance(message, dict) and isinstance(message.get("id"), str) and bool(message["id"])
 
 
 def _restamp_event(event: dict[str, Any], fresh_id: str) -> dict[str, Any]:

@@ -95,6 +95,15 @@ def response_id() -> str:
     return secrets.token_urlsafe(18).replace("-", "x").replace("_", "y")
 
 
+def _recorded_id(response: Any) -> bool:
+    """Whether a response (or a streamed chunk) has a `responseId` of its own to keep."""
+    return (
+        isinstance(response, dict)
+        and isinstance(response.get("responseId"), str)
+        and response["responseId"] != ""
+    )
+
+
 def model_id(path_model: str) -> str:
     """The model of a path (`models/gemini-2.5-flash` or `gemini-2.5-flash`) without `models/`."""
     return path_model.removeprefix("models/")
@@ -401,14 +410,23 @@ class Gemini(Dialect):
         if expand:
             response = templates.expand(response, req.model, now)
             chunks = None  # templates are expanded in the response; its chunks are made from it
-        fresh = response_id()
         if not req.stream:
-            return {**response, "responseId": fresh}, None
+            return self.restamp(response, req, now), None
         events = chunks if chunks else synthesize_chunks(response)
+        if not req.fresh and events and _recorded_id(events[0]):
+            return None, events  # restamp `recorded`: the stream's own responseId
+        fresh = response_id()
         return None, [{**event, "responseId": fresh} if "responseId" in event else event for event in events]
 
     def restamp(self, body: dict[str, Any], req: Request, now: float) -> dict[str, Any]:
+        """A fresh `responseId` for each reply; with restamp `recorded`, the recorded one (if any)."""
+        if not req.fresh and _recorded_id(body):
+            return body
         return {**body, "responseId": response_id()}
+
+    def keeps_json(self, req: Request, recorded: dict[str, Any]) -> bool:
+        # With restamp `recorded`, a response without an id of its own gets a fresh one each render.
+        return req.fresh or _recorded_id(recorded)
 
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         for event in events:

@@ -184,7 +184,9 @@ class Kept:
         self.version = version
         self.data = data  # the reply as sent (a JSON body, or a stream's events), packed or not
         self.packed = packed
-        self.stamps = stamps  # the dialect's `stamped` members the body has, with their values in `data`
+        # The dialect's `stamped` members the body has, with their values in `data` (for a stream, what
+        # Dialect.stream_stamps() keeps with it: where they are, too).
+        self.stamps = stamps
         self.fingerprint = fingerprint
         self.entry_id = entry_id
         self.shared = shared
@@ -392,7 +394,7 @@ class HitCache:
             return  # a counter of this store that cannot be held as bytes (none of semula's)
         dialect = call.dialect
         if call.stream:
-            stamps = dialect.stamps(body)
+            stamps = dialect.stream_stamps(body, data)
         else:
             if not call.request.fresh and not dialect.keeps_json(call.request, entries.decode(entry)[0]):
                 return  # restamp `recorded`, and the answer has no stamps of its own to keep
@@ -424,7 +426,7 @@ class HitCache:
                 shared.number,
                 packed if packed is not None else data,
                 packed is not None,
-                {name: stamps[name] for name in dialect.stamped if name in stamps},
+                stamps,
                 call.fingerprint,
                 entry["id"],
                 digest,

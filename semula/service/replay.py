@@ -15,7 +15,7 @@ from semula.core import fingerprint as fp
 from semula.core import recorded_meta, redact
 from semula.core.errors import BadRequest, NotFound, ReplayMiss, SequenceExhausted, TooManyMisses
 from semula.dialects import CHAT, Dialect, Request
-from semula.service import Context, quotas, sequences
+from semula.service import Context, quotas, record_through, sequences
 from semula.service import entries as entries_service
 from semula.service import pending as pending_service
 from semula.service import projects as projects_service
@@ -351,8 +351,12 @@ def pacing(call: Call, entry: dict[str, Any]) -> list[float] | None:
 
 
 def render(call: Call, entry: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None]:
-    """The response for an entry: a body, or (for stream requests) the events to send."""
+    """The response for an entry: a body, or (for stream requests) the events to send. The call that
+    forwarded it to the provider (record_through.RECEIVED) gets it as the provider sent it: its ids and
+    times, no templates expanded, as a forwarded stream does (and as restamp `recorded` replays it)."""
     response, chunks = entries_service.decode(entry)
+    if entry.get(record_through.RECEIVED):
+        return call.dialect.render(replace(call.request, fresh=False), response, chunks, False, time.time())
     return call.dialect.render(call.request, response, chunks, templated(entry), time.time())
 
 
