@@ -496,10 +496,11 @@ def prepare_entry(ctx: Context, settings: dict[str, Any], value: Any) -> _Prepar
     return item
 
 
-def write_entries(ctx: Context, row: dict[str, Any], items: list[_Prepared]) -> dict[str, Any]:
-    """Write prepared entries as a batch of an import does, in a transaction of their own; its counts
-    (created, updated, unchanged, skipped)."""
+def write_entries(ctx: Context, project: str, items: list[_Prepared]) -> dict[str, Any]:
+    """Write prepared entries into the project as a batch of an import does, in a transaction of their
+    own; its counts (created, updated, unchanged, skipped)."""
     require(ctx, role="admin")
+    row = projects_service.get_row(ctx, project)
     report: dict[str, Any] = {"created": 0, "updated": 0, "unchanged": 0, "skipped": 0}
     with ctx.store.transaction(ctx.principal.workspace_id) as tx:
         _write_batch(tx, ctx, row, items, now(), report)

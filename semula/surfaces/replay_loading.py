@@ -32,7 +32,7 @@ from semula.core.bundle_format import read_entry
 from semula.core.errors import SemulaError, ServiceUnavailable
 from semula.db import Row
 from semula.dialects.routes import CALL
-from semula.service import Context, bundles, projects
+from semula.service import Context, bundles
 from semula.surfaces import replay_cache
 
 # The line `semula export` writes an entry's fingerprint on, and the lines that open and close an entry.
@@ -104,7 +104,6 @@ class Loading:
         with bundle.open("rb") as source:
             config = bundles.read_config(ctx, source)
         self.settings = bundles.apply_config(ctx, project, config, overrides)
-        self.row = projects.get_row(ctx, project)
         self.bundle, self.project, self.overrides, self.keep = bundle, project, overrides, keep
         self.done = threading.Event()
         self.error: BaseException | None = None
@@ -203,7 +202,7 @@ class Loading:
             if self.done.is_set():
                 return False
             # Under the lock: the import's check of its count reads it after its last batch.
-            self.ahead += bundles.write_entries(self.ctx, self.row, [item])["created"]
+            self.ahead += bundles.write_entries(self.ctx, self.project, [item])["created"]
         return True
 
     def _indexed(self) -> dict[str, int]:

@@ -139,8 +139,7 @@ def test_an_import_apart_commits_each_batch_and_an_entry_written_ahead_is_found_
     value = json.loads(first)["entries"][0]
     item = bundles.prepare_entry(ctx, settings, value)
     assert item.fingerprint == value["fingerprint"]
-    row = projects.get_row(ctx, "copy")
-    assert bundles.write_entries(ctx, row, [item])["created"] == 1
+    assert bundles.write_entries(ctx, "copy", [item])["created"] == 1
     monkeypatch.setattr(bundles, "BATCH", 1)
     transactions = []
     opened = ctx.store.transaction
