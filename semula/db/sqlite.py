@@ -372,10 +372,26 @@ class SQLiteStore:
         """SQLite sends no notices: the caller polls."""
         return False
 
-    def copy_to(self, path: str) -> None:
-        """Write a consistent copy of the database to `path` (a new file), as one read transaction sees it."""
+    def copy_to(self, path: str, rows_of: tuple[str, ...] | None = None) -> None:
+        """Write a consistent copy of the database to `path` (a new file), as one read transaction sees
+        it; with `rows_of`, every other table of the copy empty."""
         with self._conn() as conn, _translated():
             conn.raw.execute("VACUUM INTO ?", (path,))
+        if rows_of is None:
+            return
+        copy = sqlite3.connect(path, isolation_level=None)
+        try:
+            with _translated():
+                tables = copy.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
+                ).fetchall()
+                copy.execute("BEGIN")
+                for (table,) in tables:
+                    if table not in rows_of:
+                        copy.execute(f'DELETE FROM "{table}"')  # noqa: S608 - the copy's own table names
+                copy.execute("COMMIT")
+        finally:
+            copy.close()
 
     def close(self) -> None:
         with self._watch_lock:
