@@ -3,7 +3,7 @@ a figure that does not move with the machine's load, to compare two versions of 
 or noisy machine (wall-clock runs there vary by ±10%).
 
     .venv/bin/python -m bench.instructions [--mode hit|first] [--sdk] [--db sqlite|postgres]
-        [--requests 1000] [--src DIR] [--app semula|floor]
+        [--requests 1000] [--src DIR] [--app semula|floor] [--kib 88]
 
 A request goes through `semula.worker.Handler.handle_one_request` (gevent's pywsgi with semula's
 cuts) into the app `semula serve` runs (SQLite, or with `--db postgres` a database of its own on
@@ -18,13 +18,16 @@ requests give a noisy figure (a kept hit measured 349,000-431,000 at 300 request
 at 3,000). `--src DIR` imports semula from another checkout (a worktree of an older
 commit). `--app floor` counts the floor (bench/floor_app.py: the bare route's steps as plain WSGI)
 through the same worker instead, so the two counts differ by what semula's own code adds to a
-request. Needs valgrind (`apt-get install valgrind`).
+request. `--kib N` (2 or more): the store (or the floor's table) holds bench.workloads' agent request
+of about N KiB with its tools instead of the pair, and that request is sent (issue #52's first sight
+at 2, 32 and 88 KB). Needs valgrind (`apt-get install valgrind`).
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import re
 import subprocess
@@ -119,16 +122,38 @@ class _Client(io.RawIOBase):
         return size
 
 
-def semula_app(url: str | None, every_api: bool = False) -> tuple[Any, str]:
-    """The app `semula serve` runs, on the pair (SQLite when no url; `every_api`: recorded for each
-    API, as bench.dialects records it), its call log batched; a token."""
+def recording(kib: int) -> Any:
+    """The recording sent: the pair below 2 KiB, else the agent request of about `kib` KiB."""
+    from bench import workloads
+
+    return workloads.agent_recording(kib * 1024) if kib >= 2 else None
+
+
+def semula_app(url: str | None, kib: int = 0, every_api: bool = False) -> tuple[Any, str]:
+    """The app `semula serve` runs, on the pair or the agent request of `kib` KiB (SQLite when no url;
+    `every_api`: recorded for each API, as bench.dialects records it), its call log batched; a token."""
     from bench import dialects, replay
     from semula.config import Settings
     from semula.db import connect
     from semula.web import create_app
 
     url = url or f"sqlite:///{tempfile.mkdtemp(prefix='semula-instructions-')}/bench.db"
-    token = dialects.load(url) if every_api else replay.load_pair(url)
+    agent = recording(kib)
+    if every_api:
+        token = dialects.load(url)
+    elif agent is None:
+        token = replay.load_pair(url)
+    else:
+        from semula.service import bundles, projects
+
+        with replay.service(url) as ctx:
+            projects.create(ctx, {"name": replay.PROJECT})
+            bundle = {
+                "bundle": {"format": "semula-bundle", "version": 1},
+                "entries": [{"request": agent.request, "response": agent.response}],
+            }
+            bundles.import_bundle(ctx, replay.PROJECT, io.BytesIO(json.dumps(bundle).encode()))
+            token = replay.replay_token(ctx)
     app = create_app(replace(Settings(), database_url=url, auth=True), connect(url, pool_size=2))
     layer = app.wsgi_app
     while not hasattr(layer, "calllog"):
@@ -137,21 +162,36 @@ def semula_app(url: str | None, every_api: bool = False) -> tuple[Any, str]:
     return app, token
 
 
-def serve(mode: str, sdk: bool, requests: int, url: str | None = None, which: str = "semula") -> None:
+def serve(
+    mode: str, sdk: bool, requests: int, url: str | None = None, which: str = "semula", kib: int = 0
+) -> None:
     """Run WARM + `requests` requests through a Handler (the child callgrind counts)."""
     from bench import pair
     from semula.worker import Handler
 
+    agent = recording(kib)
     if which == "floor":
+        if agent is not None:  # the floor's table holds the agent request (read at its import)
+            recordings = tempfile.mkstemp(prefix="semula-instructions-", suffix=".jsonl")[1]
+            with open(recordings, "w") as out:
+                out.write(json.dumps({"request": agent.request, "response": agent.response}) + "\n")
+            os.environ["SEMULA_BENCH_RECORDINGS"] = recordings
         from bench import floor_app
 
         app, token = floor_app.app, "unused"
     else:
-        app, token = semula_app(url, every_api=mode == "turn")
-    body = pair.request_bytes()
+        app, token = semula_app(url, kib, every_api=mode == "turn")
+    if agent is None:  # a `user` of its own for each first sight
+        body, mark, new = pair.request_bytes(), b'"messages"', b'"user":"u%d","messages"'
+    else:  # it has a `user`: its value is each first sight's own
+        body, mark, new = (
+            json.dumps({**agent.request, "user": "u"}).encode(),
+            b'"user": "u"',
+            b'"user": "u%d"',
+        )
 
     def request(number: int) -> bytes:
-        raw = body if mode == "hit" else body.replace(b'"messages"', b'"user":"u%d","messages"' % number, 1)
+        raw = body if mode == "hit" else body.replace(mark, new % number, 1)
         head = b"POST /p/bench/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"
         head += SDK_HEADERS if sdk else b""
         head += b"Authorization: Bearer " + token.encode() + b"\r\nContent-Type: application/json\r\n"
@@ -250,23 +290,27 @@ def main() -> None:
     parser.add_argument(
         "--app", choices=("semula", "floor"), default="semula", help="floor: bench/floor_app.py instead"
     )
+    parser.add_argument("--kib", type=int, default=0, help="the agent request of about this many KiB")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.src:
         sys.path.insert(0, args.src)
     if args.child is not None:
-        serve(args.mode, args.sdk, args.child, args.url, args.app)
+        serve(args.mode, args.sdk, args.child, args.url, args.app, args.kib)
         return
     # The child runs this file as a script: the checkout to measure first on its path, then this one.
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [args.src, here]))}
-    common = ["--mode", args.mode, "--app", args.app] + (["--sdk"] if args.sdk else [])
+    common = ["--mode", args.mode, "--app", args.app, "--kib", str(args.kib)] + (
+        ["--sdk"] if args.sdk else []
+    )
     common += ["--src", args.src] if args.src else []
     db = "none" if args.app == "floor" else args.db
     base = counted([*common, "--child", "0"], env, db)
     total = counted([*common, "--child", str(args.requests)], env, db)
     what = "the floor" if args.app == "floor" else f"{args.mode}, {args.db}"
+    what += f", {args.kib} KiB agent request" if args.kib >= 2 else ""
     print(
         f"{(total - base) / args.requests:,.0f} instructions per request ({what}, "
         f"{'sdk' if args.sdk else 'wrk'} headers, semula from {args.src or here})"

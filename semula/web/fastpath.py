@@ -232,8 +232,8 @@ class ProxyApp:
         number = None  # its number in its session, once counted
         if kept is not None and kept.sequence is not None:
             assert session is not None  # a kept sequence's key says it is in a session
-            number, seq = sequences.kept_number(ctx, kept, session)
-            kept = self.hits.find_answer(key, seq, kept.version) if seq is not None else None
+            number, seq, version = sequences.kept_number(ctx, kept, session)
+            kept = self.hits.find_answer(key, kept, seq, version)
         if kept is not None:
             data = self.hits.reply(kept)  # before the log: a failure is logged once, as an error
             self._log(ctx, kept, "hit", 200, started)
