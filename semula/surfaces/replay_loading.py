@@ -254,6 +254,9 @@ def _message(error: BaseException) -> str:
     return error.message if isinstance(error, SemulaError) else type(error).__name__
 
 
+ENTRY = "entry_by_fingerprint"  # the lookup a call makes (service.versions.Versions.entry_at_version)
+
+
 class LoadingStore:
     """The store, for the server and the import while the bundle loads: a lookup that finds no entry
     (or a rejected one) writes it ahead or waits for the import, and writers take turns. Once the
@@ -265,23 +268,23 @@ class LoadingStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def entry_at_version(
-        self, workspace_id: str, project_id: str, fingerprint: str
-    ) -> tuple[Row | None, object]:
+    def _entry(self, params: dict[str, Any]) -> Row | None:
+        """The `entry_by_fingerprint` lookup (the replay path's, service.versions): an entry not there
+        yet is written ahead from the bundle, or the lookup waits for the import."""
         loading = self.loading
         if loading.done.is_set():
             if loading.error is not None:
                 loading.wait()  # raises
-            return self.inner.entry_at_version(workspace_id, project_id, fingerprint)
-        row, version = self.inner.entry_at_version(workspace_id, project_id, fingerprint)
+            return self._one(ENTRY, params)
+        row = self._one(ENTRY, params)
         if row is not None and row["review_status"] != "rejected":
-            return row, version
-        if row is None and loading.write_ahead(fingerprint):
-            row, version = self.inner.entry_at_version(workspace_id, project_id, fingerprint)
+            return row
+        if row is None and loading.write_ahead(params["fingerprint"]):
+            row = self._one(ENTRY, params)
             if row is not None:
-                return row, version
+                return row
         loading.wait()
-        return self.inner.entry_at_version(workspace_id, project_id, fingerprint)
+        return self._one(ENTRY, params)
 
     @contextlib.contextmanager
     def transaction(self, workspace_id: str | None = None) -> Iterator[Any]:
@@ -289,6 +292,11 @@ class LoadingStore:
             yield tx
 
     def one(self, name: str, /, **params: Any) -> Row | None:
+        if name == ENTRY:
+            return self._entry(params)
+        return self._one(name, params)
+
+    def _one(self, name: str, params: dict[str, Any]) -> Row | None:
         with self.loading.turns.turn():
             return self.inner.one(name, **params)
 
