@@ -6,7 +6,8 @@ The targets (issues #17, #18 and #47): a Responses, a Messages and a Gemini hit 
 Completions hit rate, on SQLite and PostgreSQL. Beside them, the same Chat Completions request with
 `"stream": true` (a transport field: the same recording answers it as server-sent events), whose
 target (issue #22) is >= 0.8 x the non-stream rate. And the Responses request as turns on WebSockets
-(bench.websocket, issue #47: >= 0.9 x the Chat Completions hit, with the turns' p50 and p99).
+(bench.websocket, issue #47: >= 0.9 x the Chat Completions hit, with the turns' p50 and p99), and
+the same turns on one socket (their p50 and p99 without 49 other sockets queued in front).
 `python -m bench dialects [--db sqlite,postgres]`.
 """
 
@@ -135,10 +136,20 @@ def run(
                 chat.database,
                 runner=websocket.run_turns,
             )
-            websocket.check(turns)
             if warmup:
                 websocket.run_turns(turns, warmup)
             targets.append(turns)
+            # The same turns one after another on one socket: their own latency, no queue in front.
+            single = replay.Target(
+                f"{db}: {websocket.ONE_SOCKET}",
+                turns.url,
+                dict(chat.headers),
+                chat.process,
+                chat.database,
+                connections=1,
+                runner=websocket.run_turns,
+            )
+            targets.append(single)
         runs.interleave(targets, rounds=rounds, duration=duration)
         return report(targets, duration, rounds)
 
@@ -152,8 +163,9 @@ def report(targets: list[replay.Target], duration: int, rounds: int) -> str:
         f"pair as a {len(pair.request_bytes())} B Chat Completions request, {sizes}; medians of {rounds} "
         "interleaved rounds.",
         "",
-        "| server and API | req/s | p50 ms | p99 ms | server CPU µs/req | × Chat Completions |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| server and API | req/s | p50 ms | p99 ms | server CPU µs/req | client CPU µs/req "
+        "| × Chat Completions |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     chat_rps: dict[str, float] = {}
     verdicts = []
@@ -165,8 +177,11 @@ def report(targets: list[replay.Target], duration: int, rounds: int) -> str:
         ratio = rps / chat_rps[db] if db in chat_rps else float("nan")
         p50, p99 = median([r["p50_ms"] for r in t.rounds]), median([r["p99_ms"] for r in t.rounds])
         cpu = median([r["cpu_us"] for r in t.rounds])
-        lines.append(f"| {t.name} | {rps:,.0f} | {p50:.2f} | {p99:.1f} | {cpu:.0f} | {ratio:.2f} |")
-        if api != "Chat Completions":
+        client = median([r.get("client_cpu_us", float("nan")) for r in t.rounds])
+        lines.append(
+            f"| {t.name} | {rps:,.0f} | {p50:.2f} | {p99:.1f} | {cpu:.0f} | {client:.0f} | {ratio:.2f} |"
+        )
+        if api not in ("Chat Completions", websocket.ONE_SOCKET):  # one socket: its latency only
             goal = STREAM_TARGET if api == STREAM else TARGET
             verdict = "met" if ratio >= goal else "NOT met"
             verdicts.append(f"- {db}: {api} at {ratio:.2f} × Chat Completions (target {goal}): {verdict}")

@@ -3,7 +3,7 @@ a figure that does not move with the machine's load, to compare two versions of 
 or noisy machine (wall-clock runs there vary by ±10%).
 
     .venv/bin/python -m bench.instructions [--mode hit|first] [--sdk] [--db sqlite|postgres]
-        [--requests 1000] [--src DIR] [--app semula|floor]
+        [--requests 1000] [--src DIR] [--app semula|floor] [--kib 88]
 
 A request goes through `semula.worker.Handler.handle_one_request` (gevent's pywsgi with semula's
 cuts) into the app `semula serve` runs (SQLite, or with `--db postgres` a database of its own on
@@ -18,13 +18,16 @@ requests give a noisy figure (a kept hit measured 349,000-431,000 at 300 request
 at 3,000). `--src DIR` imports semula from another checkout (a worktree of an older
 commit). `--app floor` counts the floor (bench/floor_app.py: the bare route's steps as plain WSGI)
 through the same worker instead, so the two counts differ by what semula's own code adds to a
-request. Needs valgrind (`apt-get install valgrind`).
+request. `--kib N` (2 or more): the store (or the floor's table) holds bench.workloads' agent request
+of about N KiB with its tools instead of the pair, and that request is sent (issue #52's first sight
+at 2, 32 and 88 KB). Needs valgrind (`apt-get install valgrind`).
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import re
 import subprocess
@@ -65,15 +68,92 @@ class _Socket:
         self.send(data)
 
 
-def semula_app(url: str | None) -> tuple[Any, str]:
-    """The app `semula serve` runs, on the pair (SQLite when no url), its call log batched; a token."""
-    from bench import replay
+class _Upgraded(_Socket):
+    """The connection of a WebSocket: its 101, then the turns' frames, each turn's checked (by the
+    count of completed events the frames carry, one a turn)."""
+
+    def __init__(self) -> None:
+        import gevent.event
+
+        self.head, self.completed, self.errors = b"", 0, 0
+        self.answered = gevent.event.Event()  # set as a turn's reply is sent
+
+    def send(self, data: bytes) -> int:
+        if not self.head:
+            self.head = bytes(data)
+            if not self.head.startswith(b"HTTP/1.1 101"):
+                raise SystemExit(f"not an upgrade: {self.head[:300]!r}")
+        # A turn's reply is one send, its completed event (2.6 KB) last: its tail is looked at, so
+        # that this stand-in for the client adds little to the count.
+        if data.find(b'{"type":"response.completed"', max(0, len(data) - 4096)) != -1:
+            self.completed += 1
+        elif data.find(b'{"type":"error"') != -1:
+            self.errors += 1
+        self.answered.set()
+        return len(data)
+
+    def shutdown(self, how: int) -> None:
+        pass
+
+
+class _Client(io.RawIOBase):
+    """What the client sends on the connection, as a client does it: the handshake, then each turn's
+    frame once the turn before it was answered, then its close frame once the last one was."""
+
+    def __init__(self, pieces: list[bytes], sock: _Upgraded):
+        self.pieces, self.sock, self.given = list(pieces), sock, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.given >= len(self.pieces):
+            return 0
+        while self.sock.completed + self.sock.errors < self.given - 1:  # the turn before is unanswered
+            self.sock.answered.clear()
+            self.sock.answered.wait()
+        piece = self.pieces[self.given]
+        size = min(len(piece), len(buffer))
+        buffer[:size] = piece[:size]
+        if size < len(piece):
+            self.pieces[self.given] = piece[size:]
+        else:
+            self.given += 1
+        return size
+
+
+def recording(kib: int) -> Any:
+    """The recording sent: the pair below 2 KiB, else the agent request of about `kib` KiB."""
+    from bench import workloads
+
+    return workloads.agent_recording(kib * 1024) if kib >= 2 else None
+
+
+def semula_app(url: str | None, kib: int = 0, every_api: bool = False) -> tuple[Any, str]:
+    """The app `semula serve` runs, on the pair or the agent request of `kib` KiB (SQLite when no url;
+    `every_api`: recorded for each API, as bench.dialects records it), its call log batched; a token."""
+    from bench import dialects, replay
     from semula.config import Settings
     from semula.db import connect
     from semula.web import create_app
 
     url = url or f"sqlite:///{tempfile.mkdtemp(prefix='semula-instructions-')}/bench.db"
-    token = replay.load_pair(url)
+    agent = recording(kib)
+    if every_api:
+        token = dialects.load(url)
+    elif agent is None:
+        token = replay.load_pair(url)
+    else:
+        from semula.service import bundles, projects
+
+        with replay.service(url) as ctx:
+            projects.create(ctx, {"name": replay.PROJECT})
+            bundle = {
+                "bundle": {"format": "semula-bundle", "version": 1},
+                "entries": [{"request": agent.request, "response": agent.response}],
+            }
+            bundles.import_bundle(ctx, replay.PROJECT, io.BytesIO(json.dumps(bundle).encode()))
+            token = replay.replay_token(ctx)
     app = create_app(replace(Settings(), database_url=url, auth=True), connect(url, pool_size=2))
     layer = app.wsgi_app
     while not hasattr(layer, "calllog"):
@@ -82,21 +162,36 @@ def semula_app(url: str | None) -> tuple[Any, str]:
     return app, token
 
 
-def serve(mode: str, sdk: bool, requests: int, url: str | None = None, which: str = "semula") -> None:
+def serve(
+    mode: str, sdk: bool, requests: int, url: str | None = None, which: str = "semula", kib: int = 0
+) -> None:
     """Run WARM + `requests` requests through a Handler (the child callgrind counts)."""
     from bench import pair
     from semula.worker import Handler
 
+    agent = recording(kib)
     if which == "floor":
+        if agent is not None:  # the floor's table holds the agent request (read at its import)
+            recordings = tempfile.mkstemp(prefix="semula-instructions-", suffix=".jsonl")[1]
+            with open(recordings, "w") as out:
+                out.write(json.dumps({"request": agent.request, "response": agent.response}) + "\n")
+            os.environ["SEMULA_BENCH_RECORDINGS"] = recordings
         from bench import floor_app
 
         app, token = floor_app.app, "unused"
     else:
-        app, token = semula_app(url)
-    body = pair.request_bytes()
+        app, token = semula_app(url, kib, every_api=mode == "turn")
+    if agent is None:  # a `user` of its own for each first sight
+        body, mark, new = pair.request_bytes(), b'"messages"', b'"user":"u%d","messages"'
+    else:  # it has a `user`: its value is each first sight's own
+        body, mark, new = (
+            json.dumps({**agent.request, "user": "u"}).encode(),
+            b'"user": "u"',
+            b'"user": "u%d"',
+        )
 
     def request(number: int) -> bytes:
-        raw = body if mode == "hit" else body.replace(b'"messages"', b'"user":"u%d","messages"' % number, 1)
+        raw = body if mode == "hit" else body.replace(mark, new % number, 1)
         head = b"POST /p/bench/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"
         head += SDK_HEADERS if sdk else b""
         head += b"Authorization: Bearer " + token.encode() + b"\r\nContent-Type: application/json\r\n"
@@ -122,10 +217,35 @@ def serve(mode: str, sdk: bool, requests: int, url: str | None = None, which: st
 
     handler = Handler.__new__(Handler)
     handler.socket, handler.client_address, handler.server = _Socket(), ("127.0.0.1", 5555), Server()
+    if mode == "turn":
+        handler.socket = _Upgraded()
+        handler.rfile = io.BufferedReader(_Client(socket_turns(token, WARM + requests), handler.socket))
+        handler.handle_one_request()  # the upgrade, then every turn, until the client's close frame
+        if handler.socket.completed != WARM + requests or handler.socket.errors:
+            raise SystemExit(f"{handler.socket.completed} turns completed, {handler.socket.errors} errors")
+        return
     handler.rfile = io.BufferedReader(io.BytesIO(b"".join(request(n) for n in range(WARM + requests))))
     for _ in range(WARM + requests):
         if handler.handle_one_request() is not True:
             raise SystemExit("the connection closed")
+
+
+def socket_turns(token: str, turns: int) -> list[bytes]:
+    """What a client of the Responses WebSocket sends: the handshake (wrk's headers but the body's),
+    `turns` turns of the pair's Responses request, and its close frame."""
+    from bench import websocket
+
+    head = (
+        b"GET /p/bench/v1/responses HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer " + token.encode() + b"\r\n\r\n"
+    )
+    close = (
+        bytes([0x88, 0x82])
+        + websocket.MASK
+        + bytes(a ^ b for a, b in zip(b"\x03\xe8", websocket.MASK[:2], strict=True))
+    )
+    return [head, *[websocket.masked_frame(websocket.turn_message())] * turns, close]
 
 
 def counted(argv: list[str], env: dict[str, str], db: str) -> int:
@@ -162,7 +282,7 @@ def counted(argv: list[str], env: dict[str, str], db: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=("hit", "first"), default="hit")
+    parser.add_argument("--mode", choices=("hit", "first", "turn"), default="hit")
     parser.add_argument("--sdk", action="store_true", help="the openai SDK's sixteen headers, not wrk's four")
     parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--requests", type=int, default=1000)
@@ -170,23 +290,27 @@ def main() -> None:
     parser.add_argument(
         "--app", choices=("semula", "floor"), default="semula", help="floor: bench/floor_app.py instead"
     )
+    parser.add_argument("--kib", type=int, default=0, help="the agent request of about this many KiB")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.src:
         sys.path.insert(0, args.src)
     if args.child is not None:
-        serve(args.mode, args.sdk, args.child, args.url, args.app)
+        serve(args.mode, args.sdk, args.child, args.url, args.app, args.kib)
         return
     # The child runs this file as a script: the checkout to measure first on its path, then this one.
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [args.src, here]))}
-    common = ["--mode", args.mode, "--app", args.app] + (["--sdk"] if args.sdk else [])
+    common = ["--mode", args.mode, "--app", args.app, "--kib", str(args.kib)] + (
+        ["--sdk"] if args.sdk else []
+    )
     common += ["--src", args.src] if args.src else []
     db = "none" if args.app == "floor" else args.db
     base = counted([*common, "--child", "0"], env, db)
     total = counted([*common, "--child", str(args.requests)], env, db)
     what = "the floor" if args.app == "floor" else f"{args.mode}, {args.db}"
+    what += f", {args.kib} KiB agent request" if args.kib >= 2 else ""
     print(
         f"{(total - base) / args.requests:,.0f} instructions per request ({what}, "
         f"{'sdk' if args.sdk else 'wrk'} headers, semula from {args.src or here})"

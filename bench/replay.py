@@ -367,6 +367,7 @@ def run_wrk(target: Target, duration: int) -> dict[str, float]:
         result = parse_wrk(done.stdout)
         requests_done = result["rps"] * duration
         result["cpu_us"] = 1e6 * server / requests_done if requests_done else float("nan")
+        result["client_cpu_us"] = 1e6 * wrk_cpu / requests_done if requests_done else float("nan")
         result["others"] = max(0.0, machine - server - wrk_cpu) / (duration * (os.cpu_count() or 1))
         kept = kept_share(target, counted, int(requests_done) - int(result["non2xx"]))
         if kept is not None:

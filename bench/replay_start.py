@@ -13,6 +13,9 @@ request of one of the bundle's entries to the printed URL until a 200. Two rows 
   bundle with the same semula (decision 0062).
 
 A checkout without the cache (main before it) ignores the variable: both rows are its import.
+Each cell is the median wall-clock time with its range, then the median CPU time the server process
+had used at its first hit (user and system, from /proc): on a shared machine the wall-clock follows
+the load, the CPU time much less.
 `--against DIR` starts another checkout's semula (`git archive REV | tar -x -C DIR`) in turn with
 this one's, run by run, so a change in the machine's load falls on both, and reports the ratio.
 """
@@ -38,8 +41,17 @@ COUNTS = (1000, 10000, 100000)
 TIMEOUT = 600  # seconds a start may take before the run fails (100,000 entries on a busy machine)
 
 
-def one_run(src: Path, bundle: Path, body: dict, cache: Path, log: Path) -> float:
-    """Seconds from the start of `src`'s `semula replay` to the first 200 for `body`."""
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process `pid` has used so far (Linux: /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_run(
+    src: Path, bundle: Path, body: dict, cache: Path, log: Path, fill: bool = False
+) -> tuple[float, float]:
+    """Seconds from the start of `src`'s `semula replay` to the first 200 for `body`, and the CPU
+    seconds the server had used by then (on a shared machine, the figure its load changes least)."""
     env = {
         **os.environ,
         "PYTHONPATH": str(src),
@@ -72,7 +84,10 @@ def one_run(src: Path, bundle: Path, body: dict, cache: Path, log: Path) -> floa
                     timeout=30,
                 )
                 if r.status_code == 200:
-                    return time.monotonic() - started
+                    took = time.monotonic() - started, cpu_seconds(proc.pid)
+                    if fill:
+                        wait_for_the_kept_database(session, url, cache)
+                    return took
                 if time.monotonic() - started > TIMEOUT:
                     raise BenchError(f"no hit after {TIMEOUT} s: {r.status_code} {r.text[:300]}")
     finally:
@@ -80,14 +95,25 @@ def one_run(src: Path, bundle: Path, body: dict, cache: Path, log: Path) -> floa
         proc.wait(60)
 
 
+def wait_for_the_kept_database(session: requests.Session, url: str, cache: Path) -> None:
+    """Until the start keeps its database: a start answers while it imports (replay_loading) and
+    keeps what it made once the import ended, which a miss waits for."""
+    miss = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "never recorded"}]}
+    session.post(url + "/chat/completions", json=miss, timeout=TIMEOUT)
+    deadline = time.monotonic() + TIMEOUT
+    while not list(cache.glob("*.db")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def run(counts: tuple[int, ...] = COUNTS, runs: int = 3, against: Path | None = None) -> str:
-    """A markdown table: start to first hit per bundle size, first start and cached; with `against`
-    (another checkout), its starts interleaved with this one's, and the ratio."""
+    """A markdown table: start to first hit per bundle size, first start and cached, wall-clock and
+    the server's CPU time; with `against` (another checkout), its starts interleaved with this one's,
+    and the ratios."""
     sources = [("this", ROOT)] + ([("against", against)] if against else [])
-    head = " | ".join(f"{name} p50 s (min-max)" for name, _ in sources)
+    head = " | ".join(f"{name} p50 s (min-max) | {name} CPU s" for name, _ in sources)
     lines = [
-        f"| entries | bundle MB | start | {head} |" + (" this / against |" if against else ""),
-        "|---:|---:|---|" + "---:|" * (len(sources) + bool(against)),
+        f"| entries | bundle MB | start | {head} |" + (" this / against (CPU) |" if against else ""),
+        "|---:|---:|---|" + "---:|" * (2 * len(sources) + bool(against)),
     ]
     with tempfile.TemporaryDirectory(prefix="semula-bench-replay-") as tmp:
         work = Path(tmp)
@@ -97,20 +123,24 @@ def run(counts: tuple[int, ...] = COUNTS, runs: int = 3, against: Path | None = 
             write_bundle(bundle, count)
             size = bundle.stat().st_size / 1e6
             body = request(count // 2)  # an entry from the middle of the bundle
-            times: dict[tuple[str, str], list[float]] = {}
+            times: dict[tuple[str, str], list[tuple[float, float]]] = {}
             caches = {name: Path(tempfile.mkdtemp(dir=work)) for name, _ in sources}
             for name, src in sources:
-                one_run(src, bundle, body, caches[name], log)  # fills the cache
+                one_run(src, bundle, body, caches[name], log, fill=True)  # fills the cache
             for _ in range(runs):  # the checkouts in turn, so a change in the machine's load hits both
                 for name, src in sources:
                     empty = Path(tempfile.mkdtemp(dir=work))
                     for start, cache in (("first start", empty), ("cached", caches[name])):
                         times.setdefault((start, name), []).append(one_run(src, bundle, body, cache, log))
             for start in ("first start", "cached"):
-                cells = [times[start, name] for name, _ in sources]
-                row = " | ".join(f"{statistics.median(t):.2f} ({min(t):.2f}-{max(t):.2f})" for t in cells)
-                ratio = statistics.median(cells[0]) / statistics.median(cells[-1])
-                ratio = f" {ratio:.2f} |" if against else ""
+                walls = [[wall for wall, _ in times[start, name]] for name, _ in sources]
+                cpus = [statistics.median(cpu for _, cpu in times[start, name]) for name, _ in sources]
+                row = " | ".join(
+                    f"{statistics.median(t):.2f} ({min(t):.2f}-{max(t):.2f}) | {cpu:.2f}"
+                    for t, cpu in zip(walls, cpus, strict=True)
+                )
+                ratio = statistics.median(walls[0]) / statistics.median(walls[-1])
+                ratio = f" {ratio:.2f} ({cpus[0] / cpus[-1]:.2f}) |" if against else ""
                 lines.append(f"| {count:,} | {size:.1f} | {start} | {row} |{ratio}")
             print(*lines[-2:], sep="\n", file=sys.stderr, flush=True)
             bundle.unlink()

@@ -36,12 +36,23 @@ _CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 class Request:
     """What the log lines of one HTTP request share, and what its access line says (semula.web.access)."""
 
-    __slots__ = ("id", "method", "started", "route", "outcome", "project", "token_id", "pending_id")
+    __slots__ = (
+        "id",
+        "method",
+        "started",
+        "hit_sample",
+        "route",
+        "outcome",
+        "project",
+        "token_id",
+        "pending_id",
+    )
 
-    def __init__(self, request_id: str, method: str, started: float):
+    def __init__(self, request_id: str, method: str, started: float, hit_sample: float = 1.0):
         self.id = request_id
         self.method = method
         self.started = started
+        self.hit_sample = hit_sample  # the share of replay hits that get an access line: the app's setting
         self.route: str | None = None
         self.outcome: str | None = None
         self.project: str | None = None
@@ -53,13 +64,14 @@ class Request:
 CURRENT: ContextVar[Request | None] = ContextVar("semula_request", default=None)
 
 
-def begin_request(client_id: str | None, method: str = "") -> Request:
-    """Start a request's log context: the client's x-request-id when it is a plain id, else a new one."""
+def begin_request(client_id: str | None, method: str = "", hit_sample: float = 1.0) -> Request:
+    """Start a request's log context: the client's x-request-id when it is a plain id, else a new one;
+    `hit_sample`, the app's SEMULA_ACCESS_LOG_HITS (semula.web.access)."""
     # Not a secret, only unique: random's generator (reseeded in each forked worker) costs no system call.
     request_id = (
         client_id if client_id and _CLIENT_ID.fullmatch(client_id) else f"req_{random.getrandbits(80):020x}"
     )
-    req = Request(request_id, method, time.monotonic())
+    req = Request(request_id, method, time.monotonic(), hit_sample)
     CURRENT.set(req)
     return req
 

@@ -35,6 +35,7 @@ class FakeUpstream:
         self.sent_at: list[float] = []  # time.monotonic() as each streamed chunk went out
         self.headers: dict[str, str] = {}  # response headers sent with every answer
         self.calls: list[dict[str, Any]] = []
+        self.answered: list[bytes] = []  # the body of each answer, as sent
         self.numbered = False  # True: a chat answer ends with " #N", N its call's number (1 for the first)
         self._lock = threading.Lock()
         fake = self
@@ -79,6 +80,7 @@ class FakeUpstream:
                 if fake.mode == "down":  # every API's call fails, as when the provider is down
                     respond = fake.respond_down
                 status, content_type, data = respond(body, credential)
+                fake.answered.append(data)
                 if fake.chunk_delay and content_type == "text/event-stream":
                     self.send_response(status)
                     for name, value in fake.headers.items():

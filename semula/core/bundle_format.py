@@ -21,6 +21,7 @@ writes and checks that format; semula/service/bundles.py exports and imports pro
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -261,6 +262,26 @@ def _read(
         raise InvalidBundle('This is not a semula bundle: it has no "bundle" header.', param="bundle")
     for _ in events:
         pass  # Drain to the end, so trailing garbage is reported as invalid JSON.
+
+
+def read_entry(data: bytes) -> Any:
+    """One entry of a bundle from its own bytes, with the checks read_bundle() makes of it there (its
+    nesting within the bundle, valid JSON and UTF-8, no lone surrogate); InvalidBundle otherwise."""
+    guard = Surrogates(io.BytesIO(data))
+    try:
+        events = ijson.basic_parse(guard, use_float=True)
+        first = next(events, None)
+        if first is None:
+            raise InvalidBundle("An entry is a JSON object.")
+        value = build(*first, events, 2)  # inside the root object and the entries, as in a bundle
+        for _ in events:
+            raise InvalidBundle("More than one JSON value.")
+    except ijson.JSONError as exc:
+        raise json_error(exc) from None
+    except UnicodeDecodeError:
+        raise InvalidBundle("The bundle is not valid UTF-8 text.") from None
+    guard.finish()
+    return value
 
 
 def redacted(value: Any, secrets: tuple[str, ...]) -> Any:

@@ -17,6 +17,7 @@ from jsonschema.exceptions import SchemaError
 
 from semula.core import toolsets
 from semula.core.errors import BadRequest
+from semula.core.fingerprint import CHAT_API
 from semula.core.limits import MAX_BLOCKS, MAX_ITEMS, blocks
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -45,72 +46,89 @@ def check(body: dict[str, Any]) -> None:
             code="array_above_max_length",
         )
     for index, message in enumerate(messages):
-        _message(message, f"messages[{index}]")
+        _message(message, index)
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
             raise _type("tools", "an array", tools)
         check_length("tools", tools, MAX_TOOLS)
         # An agent sends the same tools with every request: checked once per tool set.
-        toolsets.checked("openai.chat", tools, _tools)
+        toolsets.checked(CHAT_API, tools, _tools)
     response_format = body.get("response_format")
     if response_format is not None:
         _response_format(response_format)
 
 
-def _message(message: Any, param: str) -> None:
+def _message(message: Any, index: int) -> None:
+    """messages[index]; the error's `param` is written only when there is an error (an agent's request
+    carries dozens of messages, each checked on every first sight)."""
     if not isinstance(message, dict):
-        raise _type(param, "an object", message)
+        raise _type(f"messages[{index}]", "an object", message)
     role = message.get("role")
-    if role is None:
-        raise _missing(f"{param}.role")
     if role not in ROLES:
-        raise _value(f"{param}.role", role, ROLES)
-    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+        if role is None:
+            raise _missing(f"messages[{index}].role")
+        raise _value(f"messages[{index}].role", role, ROLES)
+    if role == "tool" and type(message.get("tool_call_id")) is not str:
         if message.get("tool_call_id") is None:
-            raise _missing(f"{param}.tool_call_id")
-        raise _type(f"{param}.tool_call_id", "a string", message["tool_call_id"])
-    tool_calls = message.get("tool_calls")
-    if tool_calls is not None and role == "assistant":
-        _tool_calls(tool_calls, f"{param}.tool_calls")
+            raise _missing(f"messages[{index}].tool_call_id")
+        if not isinstance(message["tool_call_id"], str):
+            raise _type(f"messages[{index}].tool_call_id", "a string", message["tool_call_id"])
+    if role == "assistant":
+        tool_calls = message.get("tool_calls")
+        if tool_calls is not None:
+            _tool_calls(tool_calls, index)
     content = message.get("content")
     if content is None or isinstance(content, str):
         return
     if not isinstance(content, list):
-        raise _type(f"{param}.content", "one of a string or array of objects", content)
-    for index, part in enumerate(content):
+        raise _type(f"messages[{index}].content", "one of a string or array of objects", content)
+    for at, part in enumerate(content):
         if not isinstance(part, dict):
-            raise _type(f"{param}.content[{index}]", "an object", part)
+            raise _type(f"messages[{index}].content[{at}]", "an object", part)
         if not isinstance(part.get("type"), str):
-            raise _missing(f"{param}.content[{index}].type")
+            raise _missing(f"messages[{index}].content[{at}].type")
 
 
-def _tool_calls(calls: Any, param: str) -> None:
+def _tool_calls(calls: Any, index: int) -> None:
     """An assistant message's earlier tool calls, as OpenAI requires them: id, type, function."""
+    param = f"messages[{index}].tool_calls"
     if not isinstance(calls, list):
         raise _type(param, "an array of objects", calls)
     check_length(param, calls, MAX_TOOL_CALLS)
-    for index, call in enumerate(calls):
-        where = f"{param}[{index}]"
-        if not isinstance(call, dict):
-            raise _type(where, "an object", call)
-        for key in ("id", "type"):
-            if call.get(key) is None:
-                raise _missing(f"{where}.{key}")
-        if not isinstance(call["id"], str):
-            raise _type(f"{where}.id", "a string", call["id"])
-        if call["type"] != "function":
-            continue  # a custom tool call carries `custom` instead: recorded as sent
-        function = call.get("function")
-        if function is None:
-            raise _missing(f"{where}.function")
-        if not isinstance(function, dict):
-            raise _type(f"{where}.function", "an object", function)
-        for key in ("name", "arguments"):
-            if function.get(key) is None:
-                raise _missing(f"{where}.function.{key}")
-            if not isinstance(function[key], str):
-                raise _type(f"{where}.function.{key}", "a string", function[key])
+    for at, call in enumerate(calls):
+        if type(call) is dict and type(call.get("id")) is str and call.get("type") == "function":
+            function = call.get("function")
+            if (
+                type(function) is dict
+                and type(function.get("name")) is str
+                and type(function.get("arguments")) is str
+            ):
+                continue  # the common case, checked without writing a `param`
+        _tool_call(call, f"{param}[{at}]")
+
+
+def _tool_call(call: Any, where: str) -> None:
+    """One tool call the quick look in _tool_calls did not pass: its error, if it has one."""
+    if not isinstance(call, dict):
+        raise _type(where, "an object", call)
+    for key in ("id", "type"):
+        if call.get(key) is None:
+            raise _missing(f"{where}.{key}")
+    if not isinstance(call["id"], str):
+        raise _type(f"{where}.id", "a string", call["id"])
+    if call["type"] != "function":
+        return  # a custom tool call carries `custom` instead: recorded as sent
+    function = call.get("function")
+    if function is None:
+        raise _missing(f"{where}.function")
+    if not isinstance(function, dict):
+        raise _type(f"{where}.function", "an object", function)
+    for key in ("name", "arguments"):
+        if function.get(key) is None:
+            raise _missing(f"{where}.function.{key}")
+        if not isinstance(function[key], str):
+            raise _type(f"{where}.function.{key}", "a string", function[key])
 
 
 def _tools(tools: list[Any]) -> None:

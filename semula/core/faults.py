@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from semula.core import jsonio
 from semula.core.errors import BadRequest, SemulaError
 
 HEADER = "X-Semula-Fault"
@@ -127,6 +128,11 @@ def error(
         shown = str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
         exc.headers = (("Retry-After", shown), ("retry-after-ms", str(int(seconds * 1000))), *headers)
     return exc
+
+
+def logged(fault: Fault) -> str:
+    """A fault the header asked for, as the call log keeps it (a rule is kept as itself)."""
+    return jsonio.compact({"kind": fault.kind, **fault.params, "via": "header"}).decode()
 
 
 def events(data: bytes) -> list[bytes]:

@@ -146,9 +146,19 @@ class Tx(Protocol):
 
 
 class Store(Protocol):
+    """Named queries, run on one of the process's connections, and notices. What the service layer
+    does with them (which reads go together, what is remembered) is not the store's business: it
+    asks the store's capabilities below rather than its dialect."""
+
     dialect: str
     # True when a call holds the whole process until it returns (SQLite), even under gevent.
     blocks_process: bool
+    # True when a statement costs a round trip to a server (PostgreSQL): reads asked for together are
+    # worth one statement (semula.service.versions), and there entries_at_version reads a project's
+    # entries for several fingerprints with the change counter in one.
+    batches_lookups: bool
+    # The workspace every statement runs as (scoped()), under row-level security; None unscoped.
+    workspace_id: str | None
 
     def one(self, name: str, /, **params: Any) -> Row | None: ...
     def all(self, name: str, /, **params: Any) -> list[Row]: ...
@@ -158,35 +168,27 @@ class Store(Protocol):
     def migration_transaction(self) -> AbstractContextManager[Tx]: ...
     def iterate(self, name: str, /, batch: int = 500, **params: Any) -> Iterator[Row]: ...
     def version(self, workspace_id: str) -> object:
-        """A value that differs once a row a replay answer of this workspace is made of may have changed
-        (its projects and their settings, entries and their answers, tokens, the workspace itself).
+        """The replay change counter of this workspace, read now: a value that differs once a row a
+        replay answer of this workspace is made of may have changed (its projects and their settings,
+        entries and their answers, tokens, the workspace itself). It may change more often than those
+        rows, never less. PostgreSQL: the `replay_counter` statement; SQLite: one counter for all,
+        read only when its WAL-index header moved (a read of shared memory otherwise).
 
         Read before the rows it covers, it tells a later caller whether what it read then is still
-        current (semula.service.hits). It may change more often than those rows, never less.
+        current (semula.service.hits, semula.service.versions).
         """
         ...
 
-    def entry_at_version(
-        self, workspace_id: str, project_id: str, fingerprint: str
-    ) -> tuple[Row | None, object]:
-        """The `entry_by_fingerprint` row and a value of version(workspace_id) read no later than it:
-        the row is current as of that version. PostgreSQL reads both in one statement, and the
-        lookups of a project asked for while one is in flight together in the next one (a round trip
-        for many first sights); SQLite reads version() and then the row."""
-        ...
-
-    def listen_for_changes(self) -> None:
-        """Let version() answer from what it read until a notice of a change (SEMULA_CHANGE_CHECK=notify,
-        PostgreSQL): a change is seen once its notice has come rather than from the very next call.
-        SQLite's version() reads no database already; there it changes nothing."""
-        ...
-
-    def on_notice(self, channel: str, callback: Callable[[str | None], None]) -> bool:
+    def on_notice(
+        self, channel: str, callback: Callable[[str | None], None], lost: Callable[[], None] | None = None
+    ) -> bool:
         """Call `callback(payload)` at each notice on `channel`, committed by any process on the
-        database: "resolved" (a parked call was answered or cancelled; its id) or "flights" (a
-        record-through flight ended; "project fingerprint seq"); with None when notices may have been
-        missed. False where the database sends none (SQLite): there the caller polls only. A notice
-        comes after the commit by an amount nobody can bound, so a caller polls as well."""
+        database: "resolved" (a parked call was answered or cancelled; its id), "flights" (a
+        record-through flight ended; "project fingerprint seq") or "changes" (a row a replay answer is
+        made of changed; the workspace's id). With None when the listening (re)starts: notices may have
+        been missed; `lost()` when it stops. False where the database sends none (SQLite): there the
+        caller polls only. A notice comes after the commit by an amount nobody can bound, so a caller
+        polls as well."""
         ...
 
     def close(self) -> None: ...

@@ -7,7 +7,7 @@ import logging
 import re
 import sys
 import threading
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,14 +30,21 @@ from semula.db import (
     refuse_nul,
     takes_rows,
 )
-from semula.rounds import Round, Rounds
 
 # Any fixed 64-bit number: every semula process migrating one database takes the same lock.
 MIGRATION_LOCK = 0x53454D554C41
 # The channel every replay change is announced on (0020_replay_change_notices.postgresql.sql).
 CHANGES_CHANNEL = "semula_replay_changes"
 # Store.on_notice's channels (0022_upstream_flights_notices.postgresql.sql), by the name callers use.
-NOTICE_CHANNELS = {"resolved": "semula_resolved", "flights": "semula_flights"}
+NOTICE_CHANNELS = {"resolved": "semula_resolved", "flights": "semula_flights", "changes": CHANGES_CHANNEL}
+# The listening connection each channel shares, and what is logged when it is lost: the wakeups
+# together, started at their first subscriber; the replay changes (SEMULA_CHANGE_CHECK=notify) on their
+# own, so a process that does not ask for them is sent none.
+LISTENERS = {"resolved": "wakeups", "flights": "wakeups", "changes": "changes"}
+LOST = {
+    "wakeups": "release notices lost; held calls are released by polling until they are back",
+    "changes": "replay change notices lost; kept hits read the counter until they are back",
+}
 RELISTEN_AFTER = 1.0  # s between a lost listening connection and the next attempt
 RELISTEN_MAX = 30.0  # s between attempts at most, doubling from RELISTEN_AFTER while they fail
 NOTICE_WAIT = 0.5  # s the listener waits for notices before it looks whether it is being stopped
@@ -52,18 +59,29 @@ def to_psycopg(sql: str) -> str:
 
 PG_QUERIES = {name: to_psycopg(sql) for name, sql in POSTGRES_QUERIES.items()}
 
-# Entry lookups (one, or several asked together: VersionReads), by how many: entries_at_version with
-# `= ANY` over an ARRAY of that many parameters, padded with the last fingerprint, for
-# `= ANY(:fingerprints)`. psycopg prepares each after its fifth run, and PostgreSQL then plans each
-# once: a generic plan for a known number of values costs what a plan for the values given does,
-# whereas over an array of unknown length it looked dearer once a project had many entries, and every
-# lookup was planned afresh, ~55 us of the server's CPU (decision 0045). Larger batches take
-# entries_at_version itself.
+# entries_at_version's lookups (one, or several asked together: semula.service.versions), by how
+# many: the statement with `= ANY` over an ARRAY of that many parameters, padded with the last
+# fingerprint, for `= ANY(:fingerprints)`; all() picks it (_planned). psycopg prepares each after its
+# fifth run, and PostgreSQL then plans each once: a generic plan for a known number of values costs
+# what a plan for the values given does, whereas over an array of unknown length it looked dearer
+# once a project had many entries, and every lookup was planned afresh, ~55 us of the server's CPU
+# (decision 0045). Larger batches take entries_at_version itself.
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
 def _batch_name(size: int) -> str:
     return f"entries_at_version_{size}"
+
+
+def _planned(params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """entries_at_version's statement for this many fingerprints (BATCH_SIZES), and its parameters."""
+    fingerprints = params["fingerprints"]
+    size = next((n for n in BATCH_SIZES if n >= len(fingerprints)), None)
+    if size is None or not fingerprints:
+        return "entries_at_version", params
+    padded = fingerprints + fingerprints[-1:] * (size - len(fingerprints))
+    others = {key: value for key, value in params.items() if key != "fingerprints"}
+    return _batch_name(size), others | {f"f{index}": fingerprint for index, fingerprint in enumerate(padded)}
 
 
 if "ANY(%(fingerprints)s)" not in PG_QUERIES["entries_at_version"]:
@@ -238,6 +256,12 @@ def _small_entries(rows: list[Row]) -> bool:
     return size <= KEPT_RESULT
 
 
+# The reads that run on the connection's kept cursor (_cursor()): those of the replay path, whose
+# results are small (the counter) or dropped when they are not.
+KEEPS: dict[str, Keeps] = {"replay_counter": _always, "entries_at_version": _small_entries}
+KEEPS |= {_batch_name(size): _small_entries for size in BATCH_SIZES}
+
+
 def _cursor(raw: psycopg.Connection) -> psycopg.Cursor[Row]:
     """The connection's kept cursor (its result is read before the connection goes back)."""
     cursor = raw.semula_cursor
@@ -284,62 +308,37 @@ class _Conn:
             self.raw.execute(sql)
 
 
-Key = Hashable  # what a version is read for (a workspace's change counter)
-Query = Callable[[list[Key]], dict[Key, object]]
-
-
-class _Batch(Round):
-    __slots__ = ("keys", "found")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.keys: set[Key] = set()
-        self.found: dict[Key, object] = {}
-
-    def answer(self, key: Key) -> object:
-        return self.found.get(key, object())  # no such project: a value equal to nothing
-
-
-class VersionReads:
-    """Reads asked for concurrently, done in one query: the counter each kept hit on PostgreSQL
-    needs, and the entries (with the counter) of a project's first sights.
-
-    A caller gets its value from a query that began *after* it asked, as a query of its own would
-    (so it sees every commit that completed before it asked): keys that arrive while a query is in
-    flight wait for it to end and are then read together by one of them (semula.rounds). One query per
-    group is in flight at a time (the store reads a workspace's counter in a group of its own, as its
-    tenant).
-    """
-
-    def __init__(self) -> None:
-        self._rounds: Rounds[_Batch] = Rounds(lambda: _Batch())  # the class as it is when a round is made
-
-    def read(self, workspace: Hashable, key: Key, query: Query) -> object:
-        def send(batch: _Batch) -> None:
-            batch.found = query(sorted(batch.keys))
-
-        batch, _ = self._rounds.join(workspace, lambda batch: batch.keys.add(key), send)
-        return batch.answer(key)
-
-
-class _Listener:
+class Listener:
     """One connection of its own that LISTENs on `channels`, in a thread (a greenlet in a gevent
-    worker). When it is lost (a database restart, `pg_terminate_backend`, an idle timeout) it listens
-    again a second later, then at doubling intervals up to RELISTEN_MAX while the attempts fail, and
-    logs the loss once, naming the error's type, never the connection string."""
+    worker), and calls each subscriber of a channel with the payload of its notices (Store.on_notice).
+    Started at the first subscriber. When the listening starts (after LISTEN: every commit from then on
+    is announced) every subscriber is called with None, since notices may have been missed before; when
+    it stops, each subscriber's `lost`. When it is lost (a database restart, `pg_terminate_backend`, an
+    idle timeout) it listens again a second later, then at doubling intervals up to RELISTEN_MAX while
+    the attempts fail, and logs the loss once, naming the error's type, never the connection string."""
 
-    channels: tuple[str, ...] = ()
-    lost = "notices lost"  # the warning logged when the listening is lost
-
-    def __init__(self, conninfo: str):
+    def __init__(self, conninfo: str, channels: tuple[str, ...], lost: str = "notices lost"):
         self._conninfo = conninfo  # holds the password: never logged, never in an error text
+        self.channels = channels
+        self.lost = lost  # the warning logged when the listening is lost
         self.backend: int | None = None  # the listening session's process id, for tests
+        self._lock = threading.Lock()
+        self._subscribers: dict[
+            str, list[tuple[Callable[[str | None], None], Callable[[], None] | None]]
+        ] = {}
         self._stopping = threading.Event()
         self._heard = False
-        self._thread = threading.Thread(target=self._run, name=f"semula-{type(self).__name__}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="semula-listener", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
+    def subscribe(
+        self, channel: str, callback: Callable[[str | None], None], lost: Callable[[], None] | None = None
+    ) -> None:
+        with self._lock:
+            subscribers = self._subscribers.setdefault(channel, [])
+            if (callback, lost) not in subscribers:  # each scoped view of a store subscribes the same one
+                subscribers.append((callback, lost))
+            if self._thread.ident is None:
+                self._thread.start()
 
     def stop(self) -> None:
         """Stop listening (within NOTICE_WAIT)."""
@@ -347,12 +346,19 @@ class _Listener:
         if self._thread.ident is not None:
             self._thread.join(timeout=5)
 
-    def _listening(self, listening: bool) -> None:
-        """Called when the listening starts (after LISTEN: every commit from here on is announced) and
-        when it stops."""
-
-    def _notice(self, channel: str, payload: str) -> None:
-        """Called with each notice."""
+    def _call(self, channel: str | None, payload: str | None, *, lost: bool = False) -> None:
+        """Call the subscribers of `channel` (None: of every channel)."""
+        for name, subscribers in list(self._subscribers.items()):
+            if channel is not None and name != channel:
+                continue
+            for callback, on_lost in list(subscribers):
+                try:
+                    if not lost:
+                        callback(payload)
+                    elif on_lost is not None:
+                        on_lost()
+                except Exception:  # a subscriber's bug must not stop the notices of the others
+                    logger.exception("a notice's subscriber failed")
 
     def _run(self) -> None:
         pause, said = RELISTEN_AFTER, False  # said: the loss is logged, until the listening is back
@@ -366,7 +372,7 @@ class _Listener:
                     logger.warning(self.lost, extra={"error": type(exc).__name__})
                     said = True
             finally:
-                self._listening(False)
+                self._call(None, None, lost=True)
             self._stopping.wait(pause)
             pause = min(pause * 2, RELISTEN_MAX)  # a database that stays away is tried less often
 
@@ -377,115 +383,16 @@ class _Listener:
                 conn.execute(f"LISTEN {channel}")
             self.backend = conn.info.backend_pid
             self._heard = True
-            self._listening(True)
+            self._call(None, None)
             while not self._stopping.is_set():
                 for notice in conn.notifies(timeout=NOTICE_WAIT):
-                    self._notice(notice.channel, notice.payload)
-
-
-class ChangeNotices(_Listener):
-    """The replay change counters a process has read, each good until a notice of a change to its
-    workspace comes (SEMULA_CHANGE_CHECK=notify; docs/decisions/0047-change-notices.md).
-
-    A counter read is remembered only when no notice came, and the listening did not stop, between
-    the moment before the read began and its end: a change it missed committed after the read's
-    snapshot, so after LISTEN took effect, and its notice forgets the counter again. While the
-    connection is lost, nothing is remembered and every check reads the counter, as without notices.
-    """
-
-    channels = (CHANGES_CHANNEL,)
-    lost = "replay change notices lost; kept hits read the counter until they are back"
-
-    def __init__(self, conninfo: str):
-        super().__init__(conninfo)
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self.known: dict[str, int] = {}
-        self.epoch = 0  # moves with every notice, and when the listening starts or stops
-        self.listening = False
-
-    def version(self, workspace_id: str, read: Callable[[], object]) -> object:
-        """The workspace's counter: remembered, or read (and remembered if no notice came meanwhile).
-
-        Every kept hit comes here: the remembered value is looked up without the lock (a dict's get
-        is atomic, and a notice that forgets it an instant later is one that came after this hit)."""
-        epoch = self.epoch  # before the read begins: a notice from here on moves it
-        listening = self.listening
-        if listening:
-            value = self.known.get(workspace_id)
-            if value is not None:
-                return value
-        value = read()
-        if listening and type(value) is int:
-            with self._lock:
-                if self.listening and self.epoch == epoch:
-                    self.known[workspace_id] = value
-        return value
-
-    def wait_moved(self, epoch: int, timeout: float) -> bool:
-        """Wait until the epoch is past `epoch` (a notice came, or the listening started or stopped)."""
-        with self._changed:
-            return self._changed.wait_for(lambda: self.epoch > epoch, timeout)
-
-    def _listening(self, listening: bool) -> None:
-        self._moved(listening=listening)
-
-    def _notice(self, channel: str, payload: str) -> None:
-        self._moved(workspace_id=payload)
-
-    def _moved(self, *, listening: bool | None = None, workspace_id: str | None = None) -> None:
-        with self._changed:
-            if listening is not None:
-                self.listening = listening
-                self.known.clear()
-            if workspace_id is not None:
-                self.known.pop(workspace_id, None)
-            self.epoch += 1
-            self._changed.notify_all()
-
-
-class Wakeups(_Listener):
-    """Notices that wake waiting calls when what they wait for is committed, by any process on the
-    database (Store.on_notice; docs/decisions/0057-several-hosts.md): a parked call resolved, a
-    record-through flight ended. Started at the first subscriber. Whoever waits also polls: a notice
-    only makes the wait shorter, and when the listening (re)starts every subscriber is woken with None,
-    since notices may have been missed meanwhile."""
-
-    channels = tuple(NOTICE_CHANNELS.values())
-    lost = "release notices lost; held calls are released by polling until they are back"
-
-    def __init__(self, conninfo: str):
-        super().__init__(conninfo)
-        self._lock = threading.Lock()
-        self._subscribers: dict[str, list[Callable[[str | None], None]]] = {}
-
-    def subscribe(self, channel: str, callback: Callable[[str | None], None]) -> None:
-        with self._lock:
-            subscribers = self._subscribers.setdefault(NOTICE_CHANNELS[channel], [])
-            if callback not in subscribers:  # each scoped view of a store subscribes the same callback
-                subscribers.append(callback)
-            if self._thread.ident is None:
-                self.start()
-
-    def _call(self, channel: str, payload: str | None) -> None:
-        for callback in list(self._subscribers.get(channel, ())):
-            try:
-                callback(payload)
-            except Exception:  # a subscriber's bug must not stop the notices of the others
-                logger.exception("a notice's subscriber failed")
-
-    def _listening(self, listening: bool) -> None:
-        if listening:
-            for channel in list(self._subscribers):
-                self._call(channel, None)
-
-    def _notice(self, channel: str, payload: str) -> None:
-        self._call(channel, payload)
+                    self._call(notice.channel, notice.payload)
 
 
 class PostgresStore:
     dialect = "postgresql"
     blocks_process = False  # psycopg waits through gevent's patched sockets
+    batches_lookups = True  # each statement is a round trip to the server
 
     workspace_id: str | None = None
 
@@ -506,24 +413,26 @@ class PostgresStore:
         except Unavailable:
             self._pool.close()  # or its workers go on trying to connect in the background
             raise
-        self._versions = VersionReads()  # shared with the scoped views, which copy this object
-        self._notices: ChangeNotices | None = None  # listen_for_changes(); shared the same way
-        self._wakeups = Wakeups(self._pool.conninfo)  # on_notice(): started at the first subscriber
+        # on_notice()'s listening connections (LISTENERS), made at their first subscriber; shared with
+        # the scoped views, which copy this object.
+        self.listeners: dict[str, Listener] = {}
+        self._listeners_lock = threading.Lock()
 
-    def listen_for_changes(self) -> None:
-        """Check kept hits by notice (SEMULA_CHANGE_CHECK=notify): version() answers from the counters
-        it read until a change's notice forgets them, rather than reading the counter each time. A
-        change is then seen once its notice has come, within milliseconds, where a read sees it from
-        the very next request. Before the scoped views are made: they share this object."""
-        if self._notices is None:
-            self._notices = ChangeNotices(self._pool.conninfo)
-            self._notices.start()
-
-    def on_notice(self, channel: str, callback: Callable[[str | None], None]) -> bool:
+    def on_notice(
+        self, channel: str, callback: Callable[[str | None], None], lost: Callable[[], None] | None = None
+    ) -> bool:
         """Call `callback(payload)` at each notice on `channel` ("resolved": a parked call's id;
-        "flights": a record-through flight's "project fingerprint seq"), committed by any process on
-        the database; with None when the listening (re)starts. One listening connection per process."""
-        self._wakeups.subscribe(channel, callback)
+        "flights": a record-through flight's "project fingerprint seq"; "changes": the workspace whose
+        replay rows changed), committed by any process on the database; with None when the listening
+        (re)starts, and `lost()` when it stops. One listening connection per process for the first
+        two, one of its own for the changes (LISTENERS)."""
+        group = LISTENERS[channel]
+        with self._listeners_lock:
+            listener = self.listeners.get(group)
+            if listener is None:
+                channels = tuple(NOTICE_CHANNELS[name] for name, of in LISTENERS.items() if of == group)
+                listener = self.listeners[group] = Listener(self._pool.conninfo, channels, LOST[group])
+        listener.subscribe(NOTICE_CHANNELS[channel], callback, lost)
         return True
 
     def scoped(self, workspace_id: str) -> PostgresStore:
@@ -568,9 +477,11 @@ class PostgresStore:
         return self._read(name, params, False)
 
     def all(self, name: str, /, **params: Any) -> list[Row]:
+        if name == "entries_at_version":
+            name, params = _planned(params)
         return self._read(name, params, True)
 
-    def _read(self, name: str, params: dict[str, Any], every: bool, *, reuse: Keeps | None = None) -> Any:
+    def _read(self, name: str, params: dict[str, Any], every: bool) -> Any:
         """A statement's rows (all, or the first), written out rather than through _conn()'s context
         managers, which were a fifth of the client CPU of a replay hit's counter read.
 
@@ -579,11 +490,12 @@ class PostgresStore:
         at every checkout, which would cost every replay hit a round trip. A write is not run again:
         it may have been applied before the connection broke.
 
-        `reuse`: run on the connection's kept cursor (`_cursor()`), which is dropped with its result
-        when `reuse(rows)` says the result is too large to go on holding.
+        The replay path's reads (KEEPS) run on the connection's kept cursor (`_cursor()`), which is
+        dropped with its result when KEEPS says the result is too large to go on holding.
         """
         refuse_nul(params)
         sql = PG_QUERIES[name]
+        reuse = KEEPS.get(name)
         try:
             return self._fetch(sql, params, every, reuse)
         except (PoolTimeout, psycopg.Error) as exc:
@@ -613,54 +525,10 @@ class PostgresStore:
 
     def version(self, workspace_id: str) -> object:
         """The workspace's replay change counter: triggers move it in the transaction of every change
-        of a row a replay answer is made of (migrations/0017_replay_changes.postgresql.sql).
-
-        Concurrent hits of a workspace read it together (VersionReads), each in a query that began
-        after it asked: one row by primary key, whatever the number of hits waiting.
-        """
-        group = (self.workspace_id, workspace_id)  # under row-level security, a query reads as one tenant
-        if self._notices is not None:
-            return self._notices.version(
-                workspace_id, lambda: self._versions.read(group, workspace_id, self._read_counter)
-            )
-        return self._versions.read(group, workspace_id, self._read_counter)
-
-    def entry_at_version(
-        self, workspace_id: str, project_id: str, fingerprint: str
-    ) -> tuple[Row | None, object]:
-        """Lookups of one project asked for together are read in one statement (VersionReads: each
-        from a statement that began after it asked), with the counter from the same snapshot."""
-        group = (self.workspace_id, "entries", workspace_id, project_id)
-        found = self._versions.read(
-            group, fingerprint, lambda keys: self._read_entries(workspace_id, project_id, keys)
-        )
-        assert isinstance(found, tuple)
-        return found
-
-    def _read_entries(self, workspace_id: str, project_id: str, fingerprints: list[Key]) -> dict[Key, object]:
-        params: dict[str, Any] = {"workspace_id": workspace_id, "project_id": project_id}
-        size = next((n for n in BATCH_SIZES if n >= len(fingerprints)), None)
-        if size is not None:  # a statement PostgreSQL plans once (BATCH_SIZES)
-            padded = fingerprints + fingerprints[-1:] * (size - len(fingerprints))
-            params |= {f"f{index}": fingerprint for index, fingerprint in enumerate(padded)}
-            name = _batch_name(size)
-        else:
-            params["fingerprints"] = fingerprints
-            name = "entries_at_version"
-        rows = self._read(name, params, True, reuse=_small_entries)
-        version = rows[0]["version"]  # one row at least: the counter's
-        found: dict[Key, object] = {fingerprint: (None, version) for fingerprint in fingerprints}
-        for row in rows:
-            fingerprint = row.pop("found_fingerprint")
-            if fingerprint is not None:
-                del row["version"]
-                found[fingerprint] = (row, version)
-        return found
-
-    def _read_counter(self, keys: list[Key]) -> dict[Key, object]:
-        [workspace_id] = keys  # one workspace per group
-        row = self._read("replay_counter", {"workspace_id": workspace_id}, False, reuse=_always)
-        return {workspace_id: row["counter"]} if row is not None else {}
+        of a row a replay answer is made of (migrations/0017_replay_changes.postgresql.sql). One row by
+        primary key; concurrent reads are joined by the service layer (semula.service.versions)."""
+        row = self._read("replay_counter", {"workspace_id": workspace_id}, False)
+        return row["counter"] if row is not None else object()  # no such workspace: equal to nothing
 
     def run(self, name: str, /, **params: Any) -> int:
         with self._conn() as conn:
@@ -698,7 +566,6 @@ class PostgresStore:
         return stats.get("pool_size", 0) - stats.get("pool_available", 0)
 
     def close(self) -> None:
-        if self._notices is not None:
-            self._notices.stop()
-        self._wakeups.stop()
+        for listener in list(self.listeners.values()):
+            listener.stop()
         self._pool.close()

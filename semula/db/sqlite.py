@@ -42,10 +42,6 @@ WAL_INDEX_HEADER = 48
 WAL_INDEX_VERSION = 3007000
 # The replay change counter (store.version()): its triggers are in the migration that made it.
 COUNTER = "SELECT counter FROM replay_changes WHERE id = 1"
-# store.entry_at_version(): the named query with positional parameters, in their order.
-ENTRY_BY_FINGERPRINT = (
-    QUERIES["entry_by_fingerprint"].replace(":project_id", "?").replace(":fingerprint", "?")
-)
 
 
 def _translation(exc: sqlite3.DatabaseError) -> DatabaseError:
@@ -213,6 +209,8 @@ class WalIndex:
 class SQLiteStore:
     dialect = "sqlite"
     blocks_process = True  # gevent cannot switch inside sqlite3; a thread can run beside it
+    batches_lookups = False  # a statement costs no round trip: each lookup reads alone
+    workspace_id = None  # scoped() is the store itself
 
     def __init__(self, path: str, *, pool_size: int = 10):
         self.path = path
@@ -280,12 +278,31 @@ class SQLiteStore:
         return self.transaction() if name in STEPS else self._conn()
 
     def one(self, name: str, /, **params: Any) -> Row | None:
-        with self._for(name) as conn:
-            return conn.one(name, **params)
+        if name in STEPS:
+            with self.transaction() as conn:
+                return conn.one(name, **params)
+        row = self._read(name, params, False)
+        return dict(row) if row is not None else None
 
     def all(self, name: str, /, **params: Any) -> list[Row]:
-        with self._for(name) as conn:
-            return conn.all(name, **params)
+        if name in STEPS:
+            with self.transaction() as conn:
+                return conn.all(name, **params)
+        return [dict(row) for row in self._read(name, params, True)]
+
+    def _read(self, name: str, params: dict[str, Any], every: bool) -> Any:
+        """A named query's rows (all, or the first), written out with no generator context managers
+        (_conn(), _translated()): every first sight of a replay reads its entry here, where decision 0045
+        measured what they cost beside SQLite's own ~10 us."""
+        refuse_nul(params)
+        conn = self._take()
+        try:
+            cursor = conn.raw.execute(QUERIES[name], params)
+            return cursor.fetchall() if every else cursor.fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise _translation(exc) from exc
+        finally:
+            self._give_back(conn)
 
     def run(self, name: str, /, **params: Any) -> int:
         with self._for(name) as conn:
@@ -316,22 +333,6 @@ class SQLiteStore:
             cursor = conn.raw.execute(QUERIES[name], params)
             while rows := cursor.fetchmany(batch):
                 yield from (dict(r) for r in rows)
-
-    def entry_at_version(
-        self, workspace_id: str, project_id: str, fingerprint: str
-    ) -> tuple[Row | None, object]:
-        version = self.version(workspace_id)  # before the row: a later change moves it
-        # Every first sight of a replay comes here: no generator context managers (_conn(),
-        # _translated()), positional parameters (the ids and the hex fingerprint are semula's own,
-        # never NUL), a third of the Python around SQLite's own ~10 us (decision 0045).
-        conn = self._take()
-        try:
-            row = conn.raw.execute(ENTRY_BY_FINGERPRINT, (project_id, fingerprint)).fetchone()
-        except sqlite3.DatabaseError as exc:
-            raise _translation(exc) from exc
-        finally:
-            self._give_back(conn)
-        return (dict(row) if row is not None else None), version
 
     def version(self, workspace_id: str) -> object:
         """The replay change counter (one for all workspaces): moved, by triggers, in the transaction
@@ -365,17 +366,32 @@ class SQLiteStore:
                     self._wal_index = WalIndex(self.path)
             return counter
 
-    def listen_for_changes(self) -> None:
-        """Nothing to do: version() reads a header in shared memory, not the database."""
-
-    def on_notice(self, channel: str, callback: Callable[[str | None], None]) -> bool:
+    def on_notice(
+        self, channel: str, callback: Callable[[str | None], None], lost: Callable[[], None] | None = None
+    ) -> bool:
         """SQLite sends no notices: the caller polls."""
         return False
 
-    def copy_to(self, path: str) -> None:
-        """Write a consistent copy of the database to `path` (a new file), as one read transaction sees it."""
+    def copy_to(self, path: str, rows_of: tuple[str, ...] | None = None) -> None:
+        """Write a consistent copy of the database to `path` (a new file), as one read transaction sees
+        it; with `rows_of`, every other table of the copy empty."""
         with self._conn() as conn, _translated():
             conn.raw.execute("VACUUM INTO ?", (path,))
+        if rows_of is None:
+            return
+        copy = sqlite3.connect(path, isolation_level=None)
+        try:
+            with _translated():
+                tables = copy.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
+                ).fetchall()
+                copy.execute("BEGIN")
+                for (table,) in tables:
+                    if table not in rows_of:
+                        copy.execute(f'DELETE FROM "{table}"')  # noqa: S608 - the copy's own table names
+                copy.execute("COMMIT")
+        finally:
+            copy.close()
 
     def close(self) -> None:
         with self._watch_lock:

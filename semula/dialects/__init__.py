@@ -21,7 +21,7 @@ from semula.core import fingerprint as fp
 from semula.core.errors import BadRequest, SemulaError
 from semula.dialects.routes import Route, Table
 
-CHAT = "openai.chat"
+CHAT = fp.CHAT_API  # the default API: the one of rows, bundles and fingerprints from before the others
 RESPONSES = "openai.responses"
 EMBEDDINGS = "openai.embeddings"
 ANTHROPIC = "anthropic.messages"
@@ -56,6 +56,12 @@ class Dialect:
     owns_prefix: ClassVar[str | None] = None
     # The header besides x-request-id its SDKs read a response's request id from (Anthropic's).
     request_id_header: ClassVar[str | None] = None
+    # The environment variables its SDKs read their base URL and key from, and their values for a
+    # semula server at `{root}` (its /v1 routes at {root}/v1) with the key `{key}`: OpenAI's SDKs'.
+    sdk_env: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("OPENAI_BASE_URL", "{root}/v1"),
+        ("OPENAI_API_KEY", "{key}"),
+    )
     upstream_path: ClassVar[str]
     transport_fields: ClassVar[frozenset[str]]
     upstream_model_applies: ClassVar[bool] = True  # whether a project's upstream_model replaces the model
@@ -267,8 +273,8 @@ class Dialect:
 
     def keeps_json(self, req: Request, recorded: dict[str, Any]) -> bool:
         """Whether a rendered body of this recorded response may be kept and sent again through
-        restamp_json(): yes when restamp() renews its stamps as render() does (every API but Chat
-        Completions stamps every reply afresh whatever the project's restamp setting)."""
+        restamp_json(): yes when restamp() renews its stamps as render() does (no when, with restamp
+        `recorded`, the response has no stamps of its own to keep and each render makes fresh ones)."""
         return True
 
     def keeps_stream(self, req: Request) -> bool:
@@ -277,8 +283,14 @@ class Dialect:
         return False
 
     def restamp_sse(self, data: bytes, first: dict[str, Any], req: Request, now: float) -> bytes:
-        """A kept stream's bytes (whose first event is `first`) stamped for one more reply."""
+        """A kept stream's bytes, kept with these stamps (stream_stamps()), stamped for one more reply."""
         raise NotImplementedError
+
+    def stream_stamps(self, first: dict[str, Any], data: bytes) -> dict[str, Any]:
+        """What a kept stream (`data`, whose first event is `first`) is kept with for restamp_sse():
+        its stamps, and where a dialect may note where they are in `data` (so that each reply need
+        not search for them)."""
+        return self.stamps(first)
 
     def upstream(self, settings: Any) -> tuple[str, str | None]:
         """The provider's base URL and key for this API (server configuration only)."""
@@ -429,6 +441,34 @@ def transport_fields() -> frozenset[str]:
     matches."""
     get(CHAT)
     return frozenset().union(*(dialect.transport_fields for dialect in DIALECTS.values()))
+
+
+def known(name: str) -> bool:
+    """Whether an API called `name` is registered now."""
+    if not DIALECTS:
+        _load()
+    return name in DIALECTS
+
+
+def spoken() -> str:
+    """The APIs registered, for people: "Chat Completions, Responses, … and Gemini embeddings"."""
+    if not DIALECTS:
+        _load()
+    titles = [dialect.title for dialect in DIALECTS.values()]
+    return ", ".join(titles[:-1]) + " and " + titles[-1] if len(titles) > 1 else "".join(titles)
+
+
+def sdk_env(root: str, key: str | None = None) -> dict[str, str]:
+    """The environment that points every registered API's SDKs at a semula server at `root` (without
+    /v1), with `key` as their key (without one, their base URLs only)."""
+    if not DIALECTS:
+        _load()
+    return {
+        name: value.format(root=root, key=key)
+        for dialect in DIALECTS.values()
+        for name, value in dialect.sdk_env
+        if key is not None or "{key}" not in value
+    }
 
 
 def names() -> list[str]:

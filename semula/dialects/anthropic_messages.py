@@ -24,7 +24,7 @@ from semula.core import answers, stream, templates
 from semula.core.errors import InvalidAnswer, SemulaError
 from semula.dialects import ANTHROPIC, Dialect, Request, answer_of, common_answer, tool_call, typed_sse
 from semula.dialects.anthropic_checks import HEADER_FIELDS, bad, check
-from semula.dialects.routes import Route
+from semula.dialects.routes import COUNT_TOKENS, Route
 
 DEFAULT_VERSION = "2023-06-01"
 TRANSPORT = frozenset({"stream", "metadata", "service_tier", "anthropic-version"})
@@ -79,10 +79,12 @@ class AnthropicMessages(Dialect):
     title = "Anthropic Messages"
     routes = (
         Route("/v1/messages", "/v1/messages"),
-        Route("/v1/messages/count_tokens", "/v1/messages/count_tokens", "count_tokens"),
+        Route("/v1/messages/count_tokens", "/v1/messages/count_tokens", COUNT_TOKENS),
     )
     summary = "POST /v1/messages and POST /v1/messages/count_tokens"
     request_id_header = "request-id"  # what the Anthropic SDKs expose as _request_id
+    # The Anthropic SDK appends /v1/messages to its base URL itself.
+    sdk_env = (("ANTHROPIC_BASE_URL", "{root}"), ("ANTHROPIC_API_KEY", "{key}"))
     stamped = ("id",)
     upstream_model_applies = False  # a project's upstream_model names an OpenAI model
     upstream_path = "/messages"
@@ -290,12 +292,22 @@ class AnthropicMessages(Dialect):
             chunks = None  # templates are expanded in the message; its events are made from it
         if not req.stream:
             return self.restamp(response, req, now), None
-        fresh = message_id()
         events = chunks if chunks else synthesize_events(response)
+        start = next((event for event in events if event.get("type") == "message_start"), {})
+        if not req.fresh and _recorded_id(start.get("message")):
+            return None, events  # restamp `recorded`: the stream's own message id
+        fresh = message_id()
         return None, [_restamp_event(event, fresh) for event in events]
 
     def restamp(self, body: dict[str, Any], req: Request, now: float) -> dict[str, Any]:
+        """A fresh `msg_…` id for each reply; with restamp `recorded`, the one recorded (when it has one)."""
+        if not req.fresh and _recorded_id(body):
+            return body
         return {**body, "id": message_id()}
+
+    def keeps_json(self, req: Request, recorded: dict[str, Any]) -> bool:
+        # With restamp `recorded`, a message without an id of its own gets a fresh one each render.
+        return req.fresh or _recorded_id(recorded)
 
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         return typed_sse(events)
@@ -443,6 +455,11 @@ def synthesize_events(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _block_start(index: int, block: dict[str, Any]) -> dict[str, Any]:
     return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def _recorded_id(message: Any) -> bool:
+    """Whether a message (a response, or a message_start event's) has an id of its own to keep."""
+    return isinstance(message, dict) and isinstance(message.get("id"), str) and bool(message["id"])
 
 
 def _restamp_event(event: dict[str, Any], fresh_id: str) -> dict[str, Any]:

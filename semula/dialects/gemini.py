@@ -27,13 +27,13 @@ from semula.core import answers, jsonio, stream, templates
 from semula.core.errors import InvalidAnswer, SemulaError
 from semula.dialects import GEMINI, Dialect, Request, answer_of, common_answer, tool_call
 from semula.dialects.gemini_checks import OWN, check, json_names
-from semula.dialects.routes import CALL, MODEL, MODELS, Route, keyed
+from semula.dialects.routes import CALL, COUNT_TOKENS, MODEL, MODELS, Handler, Route, keyed, model_seen
 
 VERSIONS = ("v1beta", "v1")  # google-genai 1.x+ calls /v1, earlier clients /v1beta
 MODEL_IN_PATH = r"(?P<model>[^/:?#]{1,200})"
 
 
-def methods(*served: tuple[str, str]) -> tuple[Route, ...]:
+def methods(*served: tuple[str, Handler | None]) -> tuple[Route, ...]:
     """The routes of a model's methods (`/{version}/models/{model}:METHOD`), under both versions; the
     method is the route's argument after the model."""
     return tuple(
@@ -46,6 +46,12 @@ def methods(*served: tuple[str, str]) -> tuple[Route, ...]:
         for version in VERSIONS
         for method, serves in served
     )
+
+
+# GET /v1beta/models and /v1beta/models/{model}: the models seen in the project's entries, as the
+# Gemini API describes them (a model no recording uses is a 404).
+MODEL_LIST = Handler(("GET",), lambda s: {"models": [model_object(m) for m in s.models()]})
+ONE_MODEL = Handler(("GET",), lambda s: model_object(model_seen(s, model_id(s.values[0]))))
 
 
 def google_key(environ: Any) -> str | None:
@@ -87,6 +93,15 @@ BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
 def response_id() -> str:
     """A fresh `responseId`, of the kind Google sends (URL-safe base64 characters)."""
     return secrets.token_urlsafe(18).replace("-", "x").replace("_", "y")
+
+
+def _recorded_id(response: Any) -> bool:
+    """Whether a response (or a streamed chunk) has a `responseId` of its own to keep."""
+    return (
+        isinstance(response, dict)
+        and isinstance(response.get("responseId"), str)
+        and response["responseId"] != ""
+    )
 
 
 def model_id(path_model: str) -> str:
@@ -171,18 +186,20 @@ class Gemini(Dialect):
     name = GEMINI
     title = "Gemini"
     routes = (
-        *methods(("generateContent", CALL), ("streamGenerateContent", CALL), ("countTokens", "count_tokens")),
-        Route("/v1beta/models", "/v1beta/models", "gemini_models"),
-        Route(f"/v1beta/models/{MODEL_IN_PATH}", "/v1beta/models/{model}", "gemini_model"),
+        *methods(("generateContent", CALL), ("streamGenerateContent", CALL), ("countTokens", COUNT_TOKENS)),
+        Route("/v1beta/models", "/v1beta/models", MODEL_LIST),
+        Route(f"/v1beta/models/{MODEL_IN_PATH}", "/v1beta/models/{model}", ONE_MODEL),
         # GET /v1/models from a Google client is this API's model list, which google-genai calls under /v1.
-        keyed(MODELS, "gemini_models"),
-        keyed(MODEL, "gemini_model"),
+        keyed(MODELS, MODEL_LIST),
+        keyed(MODEL, ONE_MODEL),
     )
     summary = (
         "POST /v1beta/models/{model}:generateContent, :streamGenerateContent and :countTokens"
         " and GET /v1beta/models"
     )
     owns_prefix = "v1beta"
+    # The Google SDKs append /v1beta/models/... (or /v1/...) to their base URL themselves.
+    sdk_env = (("GOOGLE_GEMINI_BASE_URL", "{root}"), ("GEMINI_API_KEY", "{key}"))
     stamped = ("responseId",)
     upstream_model_applies = False  # a project's upstream_model names an OpenAI model
     upstream_path = "/models"  # the model and the method follow (upstream_target)
@@ -393,14 +410,23 @@ class Gemini(Dialect):
         if expand:
             response = templates.expand(response, req.model, now)
             chunks = None  # templates are expanded in the response; its chunks are made from it
-        fresh = response_id()
         if not req.stream:
-            return {**response, "responseId": fresh}, None
+            return self.restamp(response, req, now), None
         events = chunks if chunks else synthesize_chunks(response)
+        if not req.fresh and events and _recorded_id(events[0]):
+            return None, events  # restamp `recorded`: the stream's own responseId
+        fresh = response_id()
         return None, [{**event, "responseId": fresh} if "responseId" in event else event for event in events]
 
     def restamp(self, body: dict[str, Any], req: Request, now: float) -> dict[str, Any]:
+        """A fresh `responseId` for each reply; with restamp `recorded`, the recorded one (if any)."""
+        if not req.fresh and _recorded_id(body):
+            return body
         return {**body, "responseId": response_id()}
+
+    def keeps_json(self, req: Request, recorded: dict[str, Any]) -> bool:
+        # With restamp `recorded`, a response without an id of its own gets a fresh one each render.
+        return req.fresh or _recorded_id(recorded)
 
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         for event in events:

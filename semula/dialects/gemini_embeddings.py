@@ -76,6 +76,7 @@ class GeminiEmbeddings(Dialect):
     transport_fields = frozenset()
     makes_vectors = True
 
+    sdk_env = Gemini.sdk_env
     api_key = Gemini.api_key
     with_route = Gemini.with_route
     upstream = Gemini.upstream

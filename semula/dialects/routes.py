@@ -2,7 +2,8 @@
 
 A dialect lists its routes (`Dialect.routes`): a path pattern, the route template the access log and
 the metrics name its requests by, and what the proxy does there (`serves`: CALL replays or records a
-POST; the other kinds are the proxy's handlers in semula/web/fastpath.py). The table joins every route
+POST; a Handler answers a route of the API's own, such as its model list or a stored response, from
+what the service layer gives it, a `Served`). The table joins every route
 into one regular expression, each route one named alternative, so finding a request's route is one
 match and one dict lookup; it is rebuilt when a dialect is registered or unregistered, never per
 request (docs/decisions/0064-one-registration-per-api.md).
@@ -12,18 +13,51 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
+
+from semula.core.errors import NotFound
 
 if TYPE_CHECKING:
     from semula.dialects import Dialect
 
-CALL = "call"  # a POST replayed or recorded in the route's API
 # A path may begin with a project (and a replay session) it is a call of.
 PREFIX = r"^(?:/p/(?P<project>[a-z0-9][a-z0-9_-]{0,62})(?:/s/(?P<session>[A-Za-z0-9_.-]{1,64}))?)?"
 PROJECT_LABEL = "/p/{project}"
 _PARAMETER = re.compile(r"\(\?P<(\w+)>")
+
+
+class Served(Protocol):
+    """What a route's own handler is given (semula/service/served.py makes it): the request, and what
+    the handler may read of the call's project, read through the service layer."""
+
+    method: str  # the request's method, one of its handler's
+    values: tuple[str, ...]  # the route's values: its path's parameters, then its constant arguments
+    dialect: Dialect  # the route's API
+    project: str  # the project's name, for error messages
+
+    def body(self) -> Any:
+        """The request's JSON body, with what its API carries in headers (Dialect.with_headers)."""
+
+    def models(self) -> list[str]:
+        """The models seen in the project's entries."""
+
+    def recorded(self, response_id: str) -> tuple[dict[str, Any], Any, list[dict[str, Any]] | None]:
+        """The request, response and chunks of the project's recorded response with this id (a
+        Responses API id, Dialect.response_id); a 404 when there is none."""
+
+
+@dataclass(frozen=True)
+class Handler:
+    """A route that neither replays nor records: the methods it takes (any other is a 405) and the
+    function that answers it with a JSON object."""
+
+    methods: tuple[str, ...]
+    answer: Callable[[Served], dict[str, Any]]
+
+
+CALL: Handler | None = None  # the route's POST is a call of its API, replayed or recorded
 
 
 @dataclass(frozen=True)
@@ -32,7 +66,7 @@ class Route:
 
     path: str  # the path after PREFIX, a regular expression whose named groups are its parameters
     label: str  # its route template in the access log and the metrics: a bounded set, no id in it
-    serves: str = CALL
+    serves: Handler | None = CALL
     # Constants the dialect's with_route() and a kept hit's key get after the path's parameters.
     args: tuple[str, ...] = ()
     # A GET upgraded to a WebSocket is the Responses API's socket mode (semula/web/responses_socket.py).
@@ -42,9 +76,38 @@ class Route:
     keyed: bool = False
 
 
+def model_seen(served: Served, model: str) -> str:
+    """A model of the project's entries; a 404 when no recording uses it."""
+    if model not in served.models():
+        raise NotFound(
+            f"The model {model!r} does not exist in project {served.project!r}: no recording uses it.",
+            param="model",
+            code="model_not_found",
+        )
+    return model
+
+
+def _model_object(model: str) -> dict[str, Any]:
+    return {"id": model, "object": "model", "created": 0, "owned_by": "semula"}
+
+
+def count_tokens(served: Served) -> dict[str, Any]:
+    """An API's token-counting route (Dialect.count_tokens: an estimate; nothing is recorded)."""
+    return served.dialect.count_tokens(served.body())
+
+
+COUNT_TOKENS = Handler(("POST",), count_tokens)
 # The model list OpenAI's and Anthropic's clients read: no API's own, answered in the default envelope.
-MODELS = Route("/v1/models", "/v1/models", "models")
-MODEL = Route(r"/v1/models/(?P<model>[^?#]{1,200})", "/v1/models/{model}", "model")
+MODELS = Route(
+    "/v1/models",
+    "/v1/models",
+    Handler(("GET",), lambda s: {"object": "list", "data": [_model_object(m) for m in s.models()]}),
+)
+MODEL = Route(
+    r"/v1/models/(?P<model>[^?#]{1,200})",
+    "/v1/models/{model}",
+    Handler(("GET",), lambda s: _model_object(model_seen(s, s.values[0]))),
+)
 SHARED = (MODELS, MODEL)
 
 
@@ -147,9 +210,9 @@ def _literal(text: str) -> str:
 
 def _summary(dialect: Dialect) -> str:
     """The routes a dialect that says nothing of them serves, for the unknown-path error."""
-    return " and ".join(f"POST {r.label}" for r in dialect.routes if r.serves == CALL and not r.keyed)
+    return " and ".join(f"POST {r.label}" for r in dialect.routes if r.serves is CALL and not r.keyed)
 
 
-def keyed(route: Route, serves: str) -> Route:
+def keyed(route: Route, serves: Handler) -> Route:
     """A shared route, served by another handler when the request carries the declaring API's key."""
     return replace(route, serves=serves, keyed=True)

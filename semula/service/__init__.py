@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from marshmallow import Schema, ValidationError
@@ -13,6 +13,7 @@ from marshmallow import Schema, ValidationError
 from semula.config import Settings
 from semula.core.errors import BadRequest
 from semula.db import Store
+from semula.service.versions import Versions
 
 if TYPE_CHECKING:
     from semula.service.sequences import Counts
@@ -52,6 +53,10 @@ class Context:
     # The server's session-call counts, written together (service.sequences.Counts); without them
     # (the CLI, a test's context) each call is counted by a statement of its own.
     counts: Counts | None = None
+    # The replay change counter's reads (service.versions): the app's, shared by every context it
+    # makes, so concurrent reads are joined and a listening app's counters are remembered; a context
+    # made on its own (the CLI, a test's) has one of its own.
+    versions: Versions = field(default_factory=Versions)
 
     def __post_init__(self) -> None:
         # Hosted mode: every statement runs as the caller's workspace, so PostgreSQL's
@@ -60,7 +65,7 @@ class Context:
             self.store = self.store.scoped(self.principal.workspace_id)
 
     def as_(self, principal: Principal) -> Context:
-        return Context(self.store, self.settings, principal, self.on_resolved, self.counts)
+        return Context(self.store, self.settings, principal, self.on_resolved, self.counts, self.versions)
 
 
 def now() -> float:

@@ -4,6 +4,7 @@ semula/core/bundle_format.py, all of an import or nothing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import pickle
@@ -108,11 +109,25 @@ def _export_pieces(ctx: Context, row: dict[str, Any], secrets: tuple[str, ...]) 
 # --- validation -------------------------------------------------------------------------------------
 
 
+class Registered(validate.Validator):
+    """An API registered when the value is checked (semula.dialects.register), not when this module
+    was imported: a bundle of an API registered later is read as one of the built-in ones."""
+
+    @property
+    def choices(self) -> list[str]:  # the `enum` apispec gives the field (the OpenAPI document)
+        return dialects.names()
+
+    def __call__(self, value: Any) -> Any:
+        if not isinstance(value, str) or not dialects.known(value):
+            raise ValidationError(f"Must be one of: {', '.join(dialects.names())}.")
+        return value
+
+
 class EntrySchema(Schema):
     class Meta:
         unknown = RAISE
 
-    api = fields.String(load_default=dialects.CHAT, validate=validate.OneOf(dialects.names()))
+    api = fields.String(load_default=dialects.CHAT, validate=Registered())
     fingerprint = fields.String(load_default=None, validate=validate.Regexp(FINGERPRINT_PATTERN))
     request = fields.Dict(required=True)
     response = fields.Raw(required=True, allow_none=False)
@@ -127,7 +142,6 @@ class EntrySchema(Schema):
 
 _ENTRY = EntrySchema()
 _ENTRY_KEYS = frozenset(_ENTRY.fields)
-_APIS = frozenset(dialects.names())
 _REVIEW_STATUSES = frozenset(entries_service.REVIEW_STATUSES)
 _FINGERPRINT = re.compile(FINGERPRINT_PATTERN)
 
@@ -152,7 +166,7 @@ def _load_entry(value: dict[str, Any]) -> dict[str, Any]:
         and type(review) is str
         and review in _REVIEW_STATUSES
         and type(api) is str
-        and api in _APIS
+        and dialects.known(api)
         and (fingerprint is None or (type(fingerprint) is str and _FINGERPRINT.match(fingerprint)))
     ):
         return {
@@ -351,6 +365,8 @@ def import_bundle(
     *,
     progress: Progress | None = None,
     offload: Offload | None = None,
+    overrides: dict[str, Any] | None = None,
+    apart: bool = False,
 ) -> dict[str, Any]:
     """Import a bundle into a project: all of it or, on any error, nothing.
 
@@ -366,6 +382,12 @@ def import_bundle(
     `offload` runs the first phase elsewhere (the server: in a native thread, so the worker's
     event loop keeps serving while a large bundle is parsed and checked); the source is copied to
     a temporary file first, on the caller's side, since a request's socket is the caller's to read.
+
+    `overrides` are settings written over the bundle's in the same transaction (operator fields
+    among them, in place of their defaults). `apart` commits the settings, each batch of entries
+    and the end on their own: other writers wait for a batch, not for the import; only for a
+    database that is thrown away when an import fails (`semula replay`'s), since one that fails
+    while writing leaves the batches before it.
     """
     require(ctx, role="admin")
     row = projects_service.get_row(ctx, project)
@@ -384,7 +406,7 @@ def import_bundle(
             )
         spool.seek(0)
         try:
-            report = _write(ctx, row, current, config, spool, count, progress)
+            report = _write(ctx, row, current, config, spool, count, progress, overrides, apart)
         except UniqueViolation:
             raise Conflict(
                 "An entry was recorded in this project while the bundle was being imported; nothing "
@@ -444,6 +466,60 @@ def _validate(
     return config, count, recomputed
 
 
+# --- entries ahead of their import (semula replay) -------------------------------------------------
+
+
+def read_config(ctx: Context, source: IO[bytes]) -> dict[str, Any]:
+    """A bundle's settings as its import checks them, read no further than its first entry (an error
+    of the header or the config is the import's)."""
+    reader = CountingReader(source, None, ENTRY_FACTOR * ctx.settings.max_body_bytes)
+    raw: Any = None
+    events = read_bundle(reader, reader.start_entry)
+    try:
+        for kind, value in events:
+            if kind == "bundle":
+                check_header(value)
+            elif kind == "config":
+                raw = value
+            else:
+                break
+    finally:
+        events.close()
+    return _check_config(raw) if raw is not None else {}
+
+
+def apply_config(
+    ctx: Context, project: str, config: dict[str, Any], overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Write the settings an import of `config` with these `overrides` gives the project, before its
+    entries (import_bundle writes the same again); the project's settings after."""
+    require(ctx, role="admin")
+    row = projects_service.get_row(ctx, project)
+    values = settings_after(projects_service.present(row), config, overrides)
+    with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+        _update_project(tx, ctx, row, values, now())
+    return values
+
+
+def prepare_entry(ctx: Context, settings: dict[str, Any], value: Any) -> _Prepared:
+    """One entry checked and made what an import under the project's `settings` writes of it (its
+    fingerprint, pin and texts); InvalidBundle when the import would refuse it."""
+    rules = (settings["ignore_fields"], settings["normalize"])
+    item, _ = _prepare(0, value, rules, ctx.settings.max_body_bytes, ctx.settings.secrets())
+    return item
+
+
+def write_entries(ctx: Context, project: str, items: list[_Prepared]) -> dict[str, Any]:
+    """Write prepared entries into the project as a batch of an import does, in a transaction of their
+    own; its counts (created, updated, unchanged, skipped)."""
+    require(ctx, role="admin")
+    row = projects_service.get_row(ctx, project)
+    report: dict[str, Any] = {"created": 0, "updated": 0, "unchanged": 0, "skipped": 0}
+    with ctx.store.transaction(ctx.principal.workspace_id) as tx:
+        _write_batch(tx, ctx, row, items, now(), report)
+    return report
+
+
 def _read_prepared(spool: IO[bytes], count: int) -> Iterator[list[_Prepared]]:
     batch: list[_Prepared] = []
     for _ in range(count):
@@ -463,152 +539,187 @@ def _write(
     spool: IO[bytes],
     count: int,
     progress: Progress | None,
+    overrides: dict[str, Any] | None = None,
+    apart: bool = False,
 ) -> dict[str, Any]:
     workspace = ctx.principal.workspace_id
-    values = {k: current[k] for k in projects_service.DEFAULTS} | config
-    values |= {k: projects_service.DEFAULTS[k] for k in projects_service.OPERATOR_FIELDS}
+    values = settings_after(current, config, overrides)
     changed = sorted(k for k in values if values[k] != current[k])
     report: dict[str, Any] = {"created": 0, "updated": 0, "unchanged": 0, "skipped": 0}
     # What the import changed of the project's settings, the operator fields it reset included (a
     # project in replay mode records again): said, not only audited.
     report["settings_changed"] = {key: values[key] for key in changed}
     stamp = now()
-    with ctx.store.transaction(workspace) as tx:
-        tx.run(
-            "update_project",
-            id=row["id"],
-            workspace_id=workspace,
-            now=stamp,
-            **projects_service._columns(values),
-        )
+
+    with contextlib.nullcontext() if apart else ctx.store.transaction(workspace) as whole:
+
+        @contextlib.contextmanager
+        def step() -> Iterator[Any]:
+            """The import's one transaction; with `apart`, one of its own for each step."""
+            if whole is not None:
+                yield whole
+                return
+            with ctx.store.transaction(workspace) as tx:
+                yield tx
+
+        with step() as tx:
+            _update_project(tx, ctx, row, values, stamp)
         for batch in _read_prepared(spool, count):
-            found = tx.all(
-                "entries_by_fingerprints",
-                project_id=row["id"],
-                fingerprints=dumps([item.fingerprint for item in batch]),
-            )
-            existing = {r["fingerprint"]: r for r in found}
-            # Answers 2..n stored for them, read for the batch at once (a pinned entry is skipped whole).
-            stored_answers: dict[str, list[dict[str, Any]]] = {}
-            sequenced = [r["id"] for r in found if r["answers"] > 1 and not r["pinned"]]
-            for answer in (
-                tx.all("answers_of_entries", entry_ids=dumps(sequenced), workspace_id=workspace)
-                if sequenced
-                else ()
-            ):
-                stored_answers.setdefault(answer["entry_id"], []).append(answer)
-            inserts, updates, revisions = [], [], []
-            # Answers 2..n of new entries and their revisions (number 1), written with the batch.
-            new_answers: list[dict[str, Any]] = []
-            new_answer_revisions: list[dict[str, Any]] = []
-            # Entries whose answers are the ones stored, and answers 2..n of them, whose pin, review
-            # or meta differs.
-            marked, answer_marks = [], []
-            # Entries written whose answers 2..n change: with the answer count and the pinned ones.
-            sequences: list[tuple[str, _Prepared, int, set[int]]] = []
-            for item in batch:
-                old = existing.get(item.fingerprint)
-                # Answers 2..n stored for it, and those pinned: an import leaves a pinned answer alone,
-                # in its place (the answers up to the last pinned one stay).
-                stored = stored_answers.get(old["id"], []) if old is not None else []
-                kept = {answer["seq"] for answer in stored if answer["pinned"]}
-                values_ = {
-                    "answers": max([1 + len(item.later), *kept]),
-                    "api": item.api,
-                    "response_id": item.response_id,
-                    "meta": item.meta,
-                    "model": item.model,
-                    "request": item.request,
-                    "response": item.response,
-                    "chunks": item.chunks,
-                    "pinned": item.pinned,
-                    "review_status": item.review_status,
-                    "workspace_id": workspace,
-                    "now": stamp,
+            with step() as tx:
+                _write_batch(tx, ctx, row, batch, stamp, report)
+            if progress:
+                progress("write", len(batch), count)
+        with step() as tx:
+            # Counted inside the transaction, after the writes: a breach undoes the whole import.
+            quotas.check(ctx, "quota_entries", adding=0, tx=tx)
+            audit.record(tx, ctx, "project.import", row["name"], changed)
+    return {"object": "import_report", "project": row["name"], "entries": count, **report}
+
+
+def settings_after(
+    current: dict[str, Any], config: dict[str, Any], overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A project's settings after an import of `config`: the bundle's over the project's, operator
+    fields reset to their defaults, then `overrides` (the caller's, operator fields among them)."""
+    values = {k: current[k] for k in projects_service.DEFAULTS} | config
+    values |= {k: projects_service.DEFAULTS[k] for k in projects_service.OPERATOR_FIELDS}
+    return values | (overrides or {})
+
+
+def _update_project(tx: Any, ctx: Context, row: dict[str, Any], values: dict[str, Any], stamp: float) -> None:
+    tx.run(
+        "update_project",
+        id=row["id"],
+        workspace_id=ctx.principal.workspace_id,
+        now=stamp,
+        **projects_service._columns(values),
+    )
+
+
+def _write_batch(
+    tx: Any, ctx: Context, row: dict[str, Any], batch: list[_Prepared], stamp: float, report: dict[str, Any]
+) -> None:
+    """Write one batch of prepared entries in `tx`, counting them in `report` (see import_bundle)."""
+    workspace = ctx.principal.workspace_id
+    found = tx.all(
+        "entries_by_fingerprints",
+        project_id=row["id"],
+        fingerprints=dumps([item.fingerprint for item in batch]),
+    )
+    existing = {r["fingerprint"]: r for r in found}
+    # Answers 2..n stored for them, read for the batch at once (a pinned entry is skipped whole).
+    stored_answers: dict[str, list[dict[str, Any]]] = {}
+    sequenced = [r["id"] for r in found if r["answers"] > 1 and not r["pinned"]]
+    for answer in (
+        tx.all("answers_of_entries", entry_ids=dumps(sequenced), workspace_id=workspace) if sequenced else ()
+    ):
+        stored_answers.setdefault(answer["entry_id"], []).append(answer)
+    inserts, updates, revisions = [], [], []
+    # Answers 2..n of new entries and their revisions (number 1), written with the batch.
+    new_answers: list[dict[str, Any]] = []
+    new_answer_revisions: list[dict[str, Any]] = []
+    # Entries whose answers are the ones stored, and answers 2..n of them, whose pin, review
+    # or meta differs.
+    marked, answer_marks = [], []
+    # Entries written whose answers 2..n change: with the answer count and the pinned ones.
+    sequences: list[tuple[str, _Prepared, int, set[int]]] = []
+    for item in batch:
+        old = existing.get(item.fingerprint)
+        # Answers 2..n stored for it, and those pinned: an import leaves a pinned answer alone,
+        # in its place (the answers up to the last pinned one stay).
+        stored = stored_answers.get(old["id"], []) if old is not None else []
+        kept = {answer["seq"] for answer in stored if answer["pinned"]}
+        values_ = {
+            "answers": max([1 + len(item.later), *kept]),
+            "api": item.api,
+            "response_id": item.response_id,
+            "meta": item.meta,
+            "model": item.model,
+            "request": item.request,
+            "response": item.response,
+            "chunks": item.chunks,
+            "pinned": item.pinned,
+            "review_status": item.review_status,
+            "workspace_id": workspace,
+            "now": stamp,
+        }
+        if old is None:
+            entry_id, number = new_id("entry"), 1
+            inserts.append(
+                {
+                    "id": entry_id,
+                    "project_id": row["id"],
+                    "fingerprint": item.fingerprint,
+                    **values_,
                 }
-                if old is None:
-                    entry_id, number = new_id("entry"), 1
-                    inserts.append(
-                        {
-                            "id": entry_id,
-                            "project_id": row["id"],
-                            "fingerprint": item.fingerprint,
-                            **values_,
-                        }
-                    )
-                    report["created"] += 1
-                elif old["pinned"]:
-                    report["skipped"] += 1
-                    continue
-                elif (marks := _marks_changed(old, item, stored, values_["answers"])) is not None:
-                    # The answers are the ones stored: no new revision, but the bundle's pin, review
-                    # and meta are kept (the entry row's too when only a later answer's differ: its
-                    # updated_at moves).
-                    if marks:
-                        marked.append(
-                            {
-                                "id": old["id"],
-                                "workspace_id": workspace,
-                                "meta": item.meta,
-                                "pinned": item.pinned,
-                                "review_status": item.review_status,
-                                "now": stamp,
-                            }
-                        )
-                        answer_marks += [
-                            {
-                                "entry_id": old["id"],
-                                "workspace_id": workspace,
-                                "seq": seq,
-                                "pinned": pinned,
-                                "meta": meta,
-                                "now": stamp,
-                            }
-                            for seq, pinned, meta in marks
-                            if seq > 1
-                        ]
-                    report["updated" if marks else "unchanged"] += 1
-                    continue
-                else:
-                    entry_id, number = old["id"], old["revision"] + 1
-                    updates.append({"id": entry_id, "revision": number, **values_})
-                    report["updated"] += 1
-                revisions.append(
+            )
+            report["created"] += 1
+        elif old["pinned"]:
+            report["skipped"] += 1
+            continue
+        elif (marks := _marks_changed(old, item, stored, values_["answers"])) is not None:
+            # The answers are the ones stored: no new revision, but the bundle's pin, review
+            # and meta are kept (the entry row's too when only a later answer's differ: its
+            # updated_at moves).
+            if marks:
+                marked.append(
                     {
-                        "id": new_id("revision"),
+                        "id": old["id"],
                         "workspace_id": workspace,
-                        "entry_id": entry_id,
-                        "number": number,
-                        "response": item.response,
-                        "chunks": item.chunks,
-                        "actor": "import",
-                        "summary": "imported from a bundle",
+                        "meta": item.meta,
+                        "pinned": item.pinned,
+                        "review_status": item.review_status,
                         "now": stamp,
                     }
                 )
-                if old is None:
-                    for seq, (response, chunks, pinned, meta) in enumerate(item.later, start=2):
-                        answer = {"workspace_id": workspace, "entry_id": entry_id, "seq": seq, "number": 1}
-                        answer |= {"response": response, "chunks": chunks, "now": stamp}
-                        new_answers.append(answer | {"pinned": pinned, "meta": meta})
-                        new_answer_revisions.append(answer | _IMPORTED | {"id": new_id("revision")})
-                elif item.later or old["answers"] > 1:
-                    sequences.append((entry_id, item, values_["answers"], kept))
-            tx.many("import_insert_entry", inserts)
-            tx.many("import_update_entry", updates)
-            tx.many("insert_revision", revisions)
-            tx.many("import_entry_marks", marked)
-            tx.many("import_answer_marks", answer_marks)
-            tx.many("import_new_answer", new_answers)
-            tx.many("insert_answer_revision", new_answer_revisions)
-            for entry_id, item, answers, kept in sequences:
-                _write_answers(tx, workspace, entry_id, item, stamp, answers, kept)
-            if progress:
-                progress("write", len(batch), count)
-        # Counted inside the transaction, after the writes: a breach undoes the whole import.
-        quotas.check(ctx, "quota_entries", adding=0, tx=tx)
-        audit.record(tx, ctx, "project.import", row["name"], changed)
-    return {"object": "import_report", "project": row["name"], "entries": count, **report}
+                answer_marks += [
+                    {
+                        "entry_id": old["id"],
+                        "workspace_id": workspace,
+                        "seq": seq,
+                        "pinned": pinned,
+                        "meta": meta,
+                        "now": stamp,
+                    }
+                    for seq, pinned, meta in marks
+                    if seq > 1
+                ]
+            report["updated" if marks else "unchanged"] += 1
+            continue
+        else:
+            entry_id, number = old["id"], old["revision"] + 1
+            updates.append({"id": entry_id, "revision": number, **values_})
+            report["updated"] += 1
+        revisions.append(
+            {
+                "id": new_id("revision"),
+                "workspace_id": workspace,
+                "entry_id": entry_id,
+                "number": number,
+                "response": item.response,
+                "chunks": item.chunks,
+                "actor": "import",
+                "summary": "imported from a bundle",
+                "now": stamp,
+            }
+        )
+        if old is None:
+            for seq, (response, chunks, pinned, meta) in enumerate(item.later, start=2):
+                answer = {"workspace_id": workspace, "entry_id": entry_id, "seq": seq, "number": 1}
+                answer |= {"response": response, "chunks": chunks, "now": stamp}
+                new_answers.append(answer | {"pinned": pinned, "meta": meta})
+                new_answer_revisions.append(answer | _IMPORTED | {"id": new_id("revision")})
+        elif item.later or old["answers"] > 1:
+            sequences.append((entry_id, item, values_["answers"], kept))
+    tx.many("import_insert_entry", inserts)
+    tx.many("import_update_entry", updates)
+    tx.many("insert_revision", revisions)
+    tx.many("import_entry_marks", marked)
+    tx.many("import_answer_marks", answer_marks)
+    tx.many("import_new_answer", new_answers)
+    tx.many("insert_answer_revision", new_answer_revisions)
+    for entry_id, item, answers, kept in sequences:
+        _write_answers(tx, workspace, entry_id, item, stamp, answers, kept)
 
 
 _IMPORTED = {"actor": "import", "summary": "imported from a bundle"}

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from semula import dialects
 from semula.core import sampling
 from semula.core.errors import BadRequest
 from semula.core.ids import new_ids
@@ -133,7 +134,7 @@ def present(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "object": "call",
         "id": row["id"],
-        "api": row.get("api") or "openai.chat",
+        "api": row.get("api") or dialects.CHAT,
         "project": row.get("project_name"),
         "created": row["created_at"],
         "fingerprint": row["fingerprint"],

@@ -31,8 +31,10 @@ def lookup_at(
     ctx: Context, project: dict[str, Any], fingerprint: str
 ) -> tuple[dict[str, Any] | None, object]:
     """lookup(), with the project's workspace's change counter read no later than the entry
-    (store.entry_at_version): the entry is current as of that value."""
-    row, version = ctx.store.entry_at_version(project["workspace_id"], project["id"], fingerprint)
+    (Versions.entry_at_version): the entry is current as of that value."""
+    row, version = ctx.versions.entry_at_version(
+        ctx.store, project["workspace_id"], project["id"], fingerprint
+    )
     if row is None or row["review_status"] == "rejected":
         return None, version
     return row, version

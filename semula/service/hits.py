@@ -184,7 +184,9 @@ class Kept:
         self.version = version
         self.data = data  # the reply as sent (a JSON body, or a stream's events), packed or not
         self.packed = packed
-        self.stamps = stamps  # the dialect's `stamped` members the body has, with their values in `data`
+        # The dialect's `stamped` members the body has, with their values in `data` (for a stream, what
+        # Dialect.stream_stamps() keeps with it: where they are, too).
+        self.stamps = stamps
         self.fingerprint = fingerprint
         self.entry_id = entry_id
         self.shared = shared
@@ -311,7 +313,9 @@ class HitCache:
 
         A first sight, or a request only noted so far, reads nothing: its call reads the change
         counter with its entry (Call.version), and keep() keeps it under that value. With `sequences`,
-        a kept sequence too (Kept.sequence: no answer until its call is counted, find_answer()).
+        a kept sequence too (Kept.sequence: no answer until its call is counted, find_answer()),
+        unchecked: the statement that counts its call reads the counter (sequences.kept_number), and
+        find_answer() compares it, so a counted call costs one round trip, not two (decision 0068).
         """
         held = self._kept.get(key)
         if held is None or isinstance(held, _Seen):
@@ -324,7 +328,7 @@ class HitCache:
         shared = self._numbers[number]
         if not visible(ctx, shared.project["id"]):
             return None
-        if ctx.store.version(shared.workspace_id) != version:
+        if not flags & _COUNTED and ctx.versions.version(ctx.store, shared.workspace_id) != version:
             self._put(key, SEEN, admitted=True)
             return None
         require(ctx, role="viewer", scope="replay")
@@ -333,9 +337,21 @@ class HitCache:
             self.served += 1
         return kept
 
-    def find_answer(self, key: Key, seq: int, version: int) -> Kept | None:
-        """Answer `seq` of the kept sequence find() gave for `key` (read at its `version`), if it was
-        kept at that version too."""
+    def find_answer(self, key: Key, kept: Kept, seq: int | None, version: object) -> Kept | None:
+        """Answer `seq` of the kept sequence find() gave for `key`, if the change counter its call's
+        count read (`version`) is the one it was kept at, and the answer was kept at it too (None
+        also for no `seq`: after_last `fail`, past the last)."""
+        if version != kept.version:  # changed since: the call goes the whole way (and keeps it anew)
+            held = self._kept.get(key)
+            if (
+                held is not None
+                and not isinstance(held, _Seen)
+                and _HEAD.unpack_from(held)[0] == kept.version
+            ):
+                self._put(key, SEEN, admitted=True)  # unless another call kept it anew meanwhile
+            return None
+        if seq is None:
+            return None
         held = self._kept.get(answer_key(key, seq))
         if held is None or isinstance(held, _Seen) or _HEAD.unpack_from(held)[0] != version:
             return None
@@ -392,7 +408,7 @@ class HitCache:
             return  # a counter of this store that cannot be held as bytes (none of semula's)
         dialect = call.dialect
         if call.stream:
-            stamps = dialect.stamps(body)
+            stamps = dialect.stream_stamps(body, data)
         else:
             if not call.request.fresh and not dialect.keeps_json(call.request, entries.decode(entry)[0]):
                 return  # restamp `recorded`, and the answer has no stamps of its own to keep
@@ -424,7 +440,7 @@ class HitCache:
                 shared.number,
                 packed if packed is not None else data,
                 packed is not None,
-                {name: stamps[name] for name in dialect.stamped if name in stamps},
+                stamps,
                 call.fingerprint,
                 entry["id"],
                 digest,

@@ -119,7 +119,8 @@ class SettingsSchema(Schema):
     restamp = fields.String(
         validate=validate.OneOf(["fresh", "recorded"]),
         metadata={
-            "description": "Whether a replay gets a fresh id and created (fresh) or the recorded ones."
+            "description": "Whether a replay gets a fresh id and created (fresh) or the recorded ones, "
+            "as the call that recorded it through got them (recorded)."
         },
     )
     stream_pacing = fields.Raw(

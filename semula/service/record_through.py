@@ -29,6 +29,10 @@ from semula.service.auth import require
 logger = logging.getLogger("semula.upstream")
 
 SUMMARY = "recorded from upstream"
+# The member of an entry _record() returns that says "the provider's answer to this very call": the
+# call that forwarded it replies with it as received (replay.render()); calls that waited for it, and
+# every later one, replay it as any entry (a fresh id and time unless the project's restamp is `recorded`).
+RECEIVED = "received"
 
 
 @dataclass
@@ -130,18 +134,23 @@ def forward(
     dialect = dialect or dialects.get(dialects.CHAT)
     stored = _stored_or_dry_run(ctx, project, fingerprint, body)
     key = _flight_key(ctx, project, fingerprint, seq)
+    led: list[bool] = []
+
+    def once() -> dict[str, Any]:
+        led.append(True)
+        return _forward_once(ctx, project, fingerprint, body, stored, dialect, seq)
+
     # This process's flight, led once the deployment's is (service.flights): any other process's
     # identical call in flight has ended by then, and its entry is found by the budget's re-check.
-    return FLIGHTS.run(
-        key,
-        lambda: flights.run(
-            ctx,
-            project["id"],
-            fingerprint,
-            seq or 1,
-            lambda: _forward_once(ctx, project, fingerprint, body, stored, dialect, seq),
-        ),
-    )
+    entry = FLIGHTS.run(key, lambda: flights.run(ctx, project["id"], fingerprint, seq or 1, once))
+    return entry if led else _waited(entry)
+
+
+def _waited(entry: Any) -> Any:
+    """The entry a call that waited for another's forward replays: not the provider's answer to it."""
+    if isinstance(entry, dict) and entry.get(RECEIVED):
+        return {name: value for name, value in entry.items() if name != RECEIVED}
+    return entry
 
 
 def _budget_or_entry(
@@ -233,6 +242,7 @@ def _record(
             "model": stored.get("model"),
             "warning": warning[:300],
             "meta": dumps(meta) if meta else None,
+            RECEIVED: True,
         }
     # Not in a transaction of its own: one statement on PostgreSQL, a round trip for all of it.
     saved = (entries_service.save if seq is None else entries_service.append)(
@@ -269,6 +279,7 @@ def _record(
         "review_status": "unreviewed",
         "model": stored.get("model"),
         "meta": dumps(meta) if meta else None,
+        RECEIVED: True,
     }
 
 
@@ -288,7 +299,7 @@ def forward_live(
     key = _flight_key(ctx, project, fingerprint, seq)
     flight, leader = FLIGHTS.join(key)
     if not leader:
-        return FLIGHTS.wait(flight)
+        return _waited(FLIGHTS.wait(flight))
     held: flights.Flight | None = None  # the deployment's flight, once this process leads it
     finished: list[bool] = []
 

@@ -14,8 +14,8 @@ from semula import dialects
 from semula.core import fingerprint as fp
 from semula.core import recorded_meta, redact
 from semula.core.errors import BadRequest, NotFound, ReplayMiss, SequenceExhausted, TooManyMisses
-from semula.dialects import ANTHROPIC, CHAT, RESPONSES, Dialect, Request, gemini
-from semula.service import Context, quotas, sequences
+from semula.dialects import CHAT, Dialect, Request
+from semula.service import Context, quotas, record_through, sequences
 from semula.service import entries as entries_service
 from semula.service import pending as pending_service
 from semula.service import projects as projects_service
@@ -115,7 +115,7 @@ class ProjectRows:
         self, ctx: Context, path_project: str | None, header_project: str | None
     ) -> tuple[dict[str, Any], object]:
         """Read the project again, after the counter (so it is current as of the value kept with it)."""
-        version = ctx.store.version(ctx.principal.workspace_id)
+        version = ctx.versions.version(ctx.store, ctx.principal.workspace_id)
         project = resolve_project(ctx, path_project, header_project)
         if len(self._rows) >= self.limit:
             self._rows.clear()
@@ -132,12 +132,6 @@ class ProjectRows:
 def rules(ignore_fields: str, normalize: str) -> tuple[list[str], list[dict[str, str]]]:
     """A project's stored fingerprint settings, parsed once per process for each value."""
     return json.loads(ignore_fields), json.loads(normalize)
-
-
-def check_body(body: Any) -> tuple[str, bool, bool]:
-    """The model, stream and include_usage of a chat completion request; 400 when it is not one."""
-    req = dialects.get(CHAT).check(body)
-    return req.model, req.stream, req.include_usage
 
 
 def start(
@@ -393,8 +387,12 @@ def pacing(call: Call, entry: dict[str, Any]) -> list[float] | None:
 
 
 def render(call: Call, entry: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None]:
-    """The response for an entry: a body, or (for stream requests) the events to send."""
+    """The response for an entry: a body, or (for stream requests) the events to send. The call that
+    forwarded it to the provider (record_through.RECEIVED) gets it as the provider sent it: its ids and
+    times, no templates expanded, as a forwarded stream does (and as restamp `recorded` replays it)."""
     response, chunks = entries_service.decode(entry)
+    if entry.get(record_through.RECEIVED):
+        return call.dialect.render(replace(call.request, fresh=False), response, chunks, False, time.time())
     return call.dialect.render(call.request, response, chunks, templated(entry), time.time())
 
 
@@ -443,83 +441,4 @@ def log_row(
         "token_id": ctx.principal.token_id if ctx.principal else None,
         "api": call.dialect.name if call else None,
         "fault": fault if fault is not None or call is None else call.fault,
-    }
-
-
-def _recorded_response(ctx: Context, project: dict[str, Any], response_id: str) -> dict[str, Any]:
-    require(ctx, role="viewer", scope="replay")
-    row = entries_service.by_response_id(ctx, project["id"], response_id)
-    if row is None:
-        raise NotFound(
-            f"Response with id {response_id!r} not found: it is not a recorded response of project "
-            f"{project['name']!r}.",
-            param="response_id",
-            code="response_not_found",
-        )
-    return row
-
-
-def stored_response(ctx: Context, project: dict[str, Any], response_id: str) -> dict[str, Any]:
-    """GET /v1/responses/{id}: a recorded response as it was recorded."""
-    row = _recorded_response(ctx, project, response_id)
-    response, chunks = entries_service.decode(row)
-    return dialects.get(RESPONSES).common_response(response, chunks)
-
-
-def forget_response(ctx: Context, project: dict[str, Any], response_id: str) -> dict[str, Any]:
-    """DELETE /v1/responses/{id}: acknowledged, but the recording stays (an app's clean-up must not
-    delete what its next replay needs)."""
-    _recorded_response(ctx, project, response_id)
-    return {"id": response_id, "object": "response", "deleted": True}
-
-
-def input_items(ctx: Context, project: dict[str, Any], response_id: str) -> dict[str, Any]:
-    """GET /v1/responses/{id}/input_items: the input items of a recorded response's request."""
-    row = _recorded_response(ctx, project, response_id)
-    items = dialects.get(RESPONSES).input_items(json.loads(row["request"]))
-    return {
-        "object": "list",
-        "data": items,
-        "first_id": items[0]["id"] if items else None,
-        "last_id": items[-1]["id"] if items else None,
-        "has_more": False,
-    }
-
-
-def model(ctx: Context, project: dict[str, Any], model_id: str) -> dict[str, Any]:
-    """GET /v1/models/{id}: a model seen in the project's entries, as OpenAI's model object; else 404."""
-    for item in models(ctx, project)["data"]:
-        if item["id"] == model_id:
-            return item
-    raise NotFound(
-        f"The model {model_id!r} does not exist in project {project['name']!r}: no recording uses it.",
-        param="model",
-        code="model_not_found",
-    )
-
-
-def count_tokens(ctx: Context, body: Any, api: str = ANTHROPIC) -> dict[str, Any]:
-    """POST /v1/messages/count_tokens (and the Gemini API's :countTokens): an estimate of the request's
-    input tokens (nothing is recorded)."""
-    require(ctx, role="viewer", scope="replay")
-    return dialects.get(api).count_tokens(body)
-
-
-def gemini_models(ctx: Context, project: dict[str, Any]) -> dict[str, Any]:
-    """GET /v1beta/models: the models seen in the project's entries, as the Gemini API lists models."""
-    return {"models": [gemini.model_object(item["id"]) for item in models(ctx, project)["data"]]}
-
-
-def gemini_model(ctx: Context, project: dict[str, Any], model_id: str) -> dict[str, Any]:
-    """GET /v1beta/models/{model}: one model seen in the project's entries; else 404."""
-    return gemini.model_object(model(ctx, project, gemini.model_id(model_id))["id"])
-
-
-def models(ctx: Context, project: dict[str, Any]) -> dict[str, Any]:
-    """GET /v1/models: the models seen in the project's entries, as OpenAI's list."""
-    require(ctx, role="viewer", scope="replay")
-    rows = ctx.store.all("models_in_project", project_id=project["id"])
-    return {
-        "object": "list",
-        "data": [{"id": r["model"], "object": "model", "created": 0, "owned_by": "semula"} for r in rows],
     }

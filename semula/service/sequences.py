@@ -95,6 +95,12 @@ def _count(ctx: Context, call: Call) -> int:
 
 def count(ctx: Context, project_id: str, session: str, fingerprint: str) -> int:
     """The number of this call of a request in its session: its counter, raised by one."""
+    return counted_at(ctx, project_id, session, fingerprint)[0]
+
+
+def counted_at(ctx: Context, project_id: str, session: str, fingerprint: str) -> tuple[int, object]:
+    """count(), and the caller's replay change counter (store.version()) as the write read it: one
+    round trip checks a kept sequence and counts its call (service.hits)."""
     if ctx.counts is not None:
         return ctx.counts.count(ctx, (project_id, session, fingerprint))
     row = ctx.store.one(
@@ -107,15 +113,16 @@ def count(ctx: Context, project_id: str, session: str, fingerprint: str) -> int:
         now=now(),
     )
     assert row is not None
-    return int(row["calls"])
+    return int(row["calls"]), row["version"]
 
 
-def kept_number(ctx: Context, kept: Kept, session: str) -> tuple[int, int | None]:
-    """Count a call of a kept sequence (service.hits): its number, and the answer that number gets
-    (None: after_last `fail`, past the last; the call goes the whole way with its number, and fails)."""
+def kept_number(ctx: Context, kept: Kept, session: str) -> tuple[int, int | None, object]:
+    """Count a call of a kept sequence (service.hits): its number, the answer that number gets (None:
+    after_last `fail`, past the last; the call goes the whole way with its number, and fails), and
+    the change counter the count read, which says whether the kept sequence still holds."""
     answers, after_last = kept.sequence or (1, "repeat_last")
-    number = count(ctx, kept.project["id"], session, kept.fingerprint)
-    return number, answer_number(number, answers, after_last)
+    number, version = counted_at(ctx, kept.project["id"], session, kept.fingerprint)
+    return number, answer_number(number, answers, after_last), version
 
 
 CountKey = tuple[str, str, str]  # a counter: project id, session, fingerprint
@@ -123,14 +130,16 @@ Offload = Callable[[Callable[[], Any]], Any]  # runs a function elsewhere and re
 
 
 class _Counted(Round):
-    """The calls one write counts: how many of each counter, and (once written) each one's first number."""
+    """The calls one write counts: how many of each counter, and (once written) each one's first number
+    and the workspace's change counter as the write read it."""
 
-    __slots__ = ("asked", "first")
+    __slots__ = ("asked", "first", "version")
 
     def __init__(self) -> None:
         super().__init__()
         self.asked: dict[CountKey, int] = {}
         self.first: dict[CountKey, int] = {}
+        self.version: object = None
 
 
 class Counts:
@@ -154,8 +163,9 @@ class Counts:
         self.offload = offload
         self.rounds: Rounds[_Counted] = Rounds(_Counted)
 
-    def count(self, ctx: Context, key: CountKey) -> int:
-        """This call's number in its session: the counter of `key` raised by one."""
+    def count(self, ctx: Context, key: CountKey) -> tuple[int, object]:
+        """This call's number in its session (the counter of `key` raised by one), and the caller's
+        change counter as the write that counted it read it (counted_at)."""
 
         def ask(round_: _Counted) -> int:
             place = round_.asked.get(key, 0)
@@ -164,7 +174,7 @@ class Counts:
 
         # Under row-level security a statement writes as one tenant: a round per workspace.
         round_, place = self.rounds.join(ctx.principal.workspace_id, ask, lambda r: self._send(ctx, r))
-        return round_.first[key] + place
+        return round_.first[key] + place, round_.version
 
     def _send(self, ctx: Context, round_: _Counted) -> None:
         group = ctx.principal.workspace_id
@@ -179,12 +189,14 @@ class Counts:
                 [row] = rows
                 written = ctx.store.one("count_session_call", **row, now=now())
                 assert written is not None
-                return [{**row, "calls": written["calls"]}]
-            return ctx.store.all("count_session_calls", rows=orjson.dumps(rows).decode(), now=now())
+                return [{**row, **written}]
+            rows_json = orjson.dumps(rows).decode()
+            return ctx.store.all("count_session_calls", rows=rows_json, workspace_id=group, now=now())
 
         for row in self.offload(write) if self.offload is not None else write():
             key = (row["project_id"], row["session"], row["fingerprint"])
             round_.first[key] = int(row["calls"]) - round_.asked[key] + 1
+            round_.version = row["version"]  # one statement: the same in every row
 
 
 def calls_so_far(ctx: Context, call: Call) -> int:

@@ -119,7 +119,7 @@ def emit(value: Any) -> None:
 )
 def main(env_file: Path | None) -> None:
     """semula records and replays LLM API calls (OpenAI Chat Completions, Responses and embeddings,
-    Anthropic Messages)."""
+    Anthropic Messages, Gemini and its embeddings)."""
     if env_file is not None:
         from semula.config import load_env_file
 

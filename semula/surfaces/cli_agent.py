@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from semula import dialects
 from semula.core import images
 from semula.surfaces.client import Client, ClientError
 
@@ -302,7 +303,7 @@ def register(group: click.Group) -> None:
 def render(item: dict[str, Any], *, images_hint: bool = True) -> None:
     """A parked call for a reader: what was asked, what the answer must look like, how to send it."""
     line = f"{item['id']}  project {item['project']}  model {item['model']}  status {item['status']}"
-    if item.get("api") not in (None, "openai.chat"):
+    if item.get("api") not in (None, dialects.CHAT):  # the default API goes without saying
         line += f"  api {item['api']}"
     if (item.get("seq") or 1) > 1:  # the answer becomes answer `seq` of the request's sequence
         line += f"  answer #{item['seq']} of its sequence"

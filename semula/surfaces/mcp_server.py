@@ -17,6 +17,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent, ToolAnnotations
 from pydantic import Field
 
+from semula import dialects
 from semula.core import faults as fault_kinds
 from semula.core import images
 from semula.surfaces.client import Client, ClientError
@@ -24,7 +25,7 @@ from semula.surfaces.client import Client, ClientError
 T = TypeVar("T")
 
 INSTRUCTIONS = """\
-semula is a record/replay server for LLM API calls (OpenAI Chat Completions and Responses). When an
+semula is a record/replay server for LLM API calls (its APIs: {apis}). When an
 application's request has no recorded answer, semula parks it ("a pending call") and holds the
 application's HTTP call open until someone answers. You are that someone: you write the reply the model
 should have given.
@@ -188,7 +189,7 @@ def build(client: Client | None = None) -> MCPServer:
     client = client or Client()
     server = MCPServer(
         "semula",
-        instructions=INSTRUCTIONS,
+        instructions=INSTRUCTIONS.replace("{apis}", dialects.spoken()),
         log_level="WARNING",
         warn_on_duplicate_tools=True,
     )

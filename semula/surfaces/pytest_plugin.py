@@ -106,13 +106,11 @@ class ReplayServer:
             threading.Thread(target=self._watch, daemon=True).start()
         self.patch = pytest.MonkeyPatch()
         self.patch.setenv(URL_VARIABLE, self.url)
-        self.patch.setenv("OPENAI_API_KEY", "semula-replay")
-        # The Anthropic SDK appends /v1/messages to its base URL itself.
-        self.patch.setenv("ANTHROPIC_BASE_URL", self.url.removesuffix("/v1"))
-        self.patch.setenv("ANTHROPIC_API_KEY", "semula-replay")
-        # The Google SDKs append /v1beta/models/... (or /v1/...) themselves.
-        self.patch.setenv("GOOGLE_GEMINI_BASE_URL", self.url.removesuffix("/v1"))
-        self.patch.setenv("GEMINI_API_KEY", "semula-replay")
+        from semula import dialects  # here: the plugin is loaded by every pytest run, most without a bundle
+
+        # Every API's SDKs: base URLs (a session's, below, in each worker) and placeholder keys.
+        for name, value in dialects.sdk_env(self.url.removesuffix("/v1"), "semula-replay").items():
+            self.patch.setenv(name, value)
 
     def claim_line(self) -> str:
         return f"SEMULA_URL={self.root} semula claim --wait"
@@ -190,10 +188,10 @@ class Session:
         self.reset_url = f"{root}/api/v1/projects/{project}/sessions/{name}/reset"
         self.faults_url = f"{root}/api/v1/projects/{project}/faults"
         self.patch = pytest.MonkeyPatch()
-        self.patch.setenv("OPENAI_BASE_URL", self.url)
-        # The Anthropic SDK appends /v1/messages itself, the Google SDKs /v1beta/models/...
-        self.patch.setenv("ANTHROPIC_BASE_URL", self.url.removesuffix("/v1"))
-        self.patch.setenv("GOOGLE_GEMINI_BASE_URL", self.url.removesuffix("/v1"))
+        from semula import dialects
+
+        for variable, value in dialects.sdk_env(self.url.removesuffix("/v1")).items():  # base URLs
+            self.patch.setenv(variable, value)
 
     def reset(self) -> None:
         response = requests.post(self.reset_url, timeout=30)

@@ -123,15 +123,16 @@ def load(folder: Path, name: str, target: Path) -> bool:
     return True
 
 
-def save(folder: Path, name: str, store: SQLiteStore) -> None:
+def save(folder: Path, name: str, store: SQLiteStore, only: tuple[str, ...] | None = None) -> None:
     """Keep a copy of `store`'s database under `name` (a SQLiteStore, before anything but the import
-    wrote to it), then drop the least recently used beyond KEEP. A cache that cannot be written
-    costs the next start its import, nothing else."""
+    wrote to it, or with `only` the rows of these tables: those an import writes), then drop the least
+    recently used beyond KEEP. A cache that cannot be written costs the next start its import, nothing
+    else."""
     partial = folder / f".{name}.{os.getpid()}.partial"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         partial.unlink(missing_ok=True)
-        store.copy_to(str(partial))
+        store.copy_to(str(partial), only)
         os.replace(partial, folder / f"{name}.db")  # whole or not there, for starts running beside this one
     except (OSError, DatabaseError) as exc:
         logger.warning("replay_cache_unwritable", extra={"path": str(folder), "error": str(exc)})

@@ -23,7 +23,7 @@ from semula.config import Settings
 from semula.db import connect
 from semula.migrate import migrate
 from semula.service import CLI, Context, bundles, entries, projects
-from semula.surfaces import replay_cache
+from semula.surfaces import replay_cache, replay_loading
 from semula.web import create_app
 
 DATABASE = "replay.db"  # in the server's temporary directory
@@ -56,32 +56,48 @@ def serve(
     # A database kept from an earlier start of this bundle is what the import would make again.
     loaded = kept is not None and replay_cache.load(cache, kept, Path(workdir) / DATABASE)
     store = connect(settings.database_url, pool_size=4)
+    loading: replay_loading.Loading | None = None
     try:
         ctx = Context(store, settings, CLI)
+        # Recording records sequences: a test's k-th identical call past the last answer records answer k.
+        changes = {"mode": "record" if record else "replay", "record_timeout": record_timeout}
+        changes |= {"sequences": "record"} if record else {}
+        made = replay_cache.digest(project, settings) if kept is not None else None
         if not loaded:
             migrate(store)
             projects.create(ctx, {"name": project})
-            made = replay_cache.digest(project, settings) if kept is not None else None
-            if bundle.exists():
+            if bundle.exists() and not record:
+                # Served while it is imported (replay_loading); its settings are written first.
+                loading = replay_loading.Loading(
+                    ctx, project, bundle, changes, (cache, made) if made is not None else None
+                )
+                ctx = loading.ctx
+            elif bundle.exists():
                 with bundle.open("rb") as source:
                     reading = replay_cache.Reading(source, made) if made is not None else None
                     bundles.import_bundle(ctx, project, reading or source)
                     if reading is not None:
                         replay_cache.save(cache, reading.name(), store)
-        # An import resets operator fields (mode among them): set the mode after it.
-        # Recording records sequences: a test's k-th identical call past the last answer records answer k.
-        changes = {"mode": "record" if record else "replay", "record_timeout": record_timeout}
-        projects.update(ctx, project, changes | ({"sequences": "record"} if record else {}))
-        server = make_server(host, port, create_app(settings, store), threaded=True)
+        if loading is None:
+            # An import resets operator fields (mode among them): set the mode after it.
+            projects.update(ctx, project, changes)
+        app = create_app(settings, ctx.store)
+        server = make_server(host, port, loading.gate(app) if loading else app, threaded=True)
         print(f"http://{host}:{server.server_port}/p/{project}/v1", file=out, flush=True)
         stop = lambda *_: threading.Thread(target=server.shutdown, daemon=True).start()  # noqa: E731
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        if loading is not None:
+            loading.start(on_failure=stop)
         try:
             server.serve_forever()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             server.server_close()
+            if loading is not None:
+                loading.stop()
+        if loading is not None:
+            loading.check()
         if record:
             dropped = drop_unused(ctx, project) if prune else 0
             kept = write_back(ctx, project, bundle)

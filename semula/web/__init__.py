@@ -19,6 +19,7 @@ from semula.migrate import schema
 from semula.parking import Parking
 from semula.service import Context, sequences
 from semula.service.calllog import CallLog
+from semula.service.versions import Versions
 from semula.web import access, policy
 from semula.web.fastpath import ProxyApp
 
@@ -46,12 +47,14 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     parking = Parking(store, settings.poll_interval)
     calllog = CallLog(store, hit_share=settings.call_log_hits)
     counts = sequences.Counts()  # the server sets its offload (semula/web/wsgi.py)
+    versions = Versions()  # the server makes it listen (SEMULA_CHANGE_CHECK=notify, semula/web/wsgi.py)
     app.extensions["semula"] = {
         "settings": settings,
         "store": store,
         "parking": parking,
         "calllog": calllog,
         "counts": counts,
+        "versions": versions,
     }
 
     from semula.web import openapi
@@ -68,10 +71,9 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.register_blueprint(ui)
     # The description of every /api/v1 route (semula/web/openapi.py); public, like any API description.
     app.add_url_rule("/api/v1/openapi.json", "openapi", openapi.serve)
-    proxy = ProxyApp(app.wsgi_app, settings, store, parking, calllog, counts)
+    proxy = ProxyApp(app.wsgi_app, settings, store, parking, calllog, counts, versions)
     app.wsgi_app = proxy  # type: ignore[method-assign]
     app.extensions["semula"]["proxy"] = proxy  # the server sets its offload (semula/web/wsgi.py)
-    access.HIT_SAMPLE = settings.access_log_hits
 
     @app.after_request
     def access_line(response: Response) -> Response:
@@ -173,7 +175,13 @@ def context() -> Context:
     ctx = g.get("semula_ctx")
     if ctx is None:
         ext = current_extension()
-        base = Context(ext["store"], ext["settings"], None, ext["parking"].release)  # type: ignore[arg-type]
+        base = Context(
+            ext["store"],
+            ext["settings"],
+            None,  # type: ignore[arg-type]
+            ext["parking"].release,
+            versions=ext["versions"],
+        )
         ctx = base.as_(policy.authenticate(base, request.headers.get("Authorization")))
         g.semula_ctx = ctx
     return ctx

@@ -3,7 +3,8 @@
 The proxy (semula/web/fastpath.py) and the Flask app both finish a request here. The line carries ids,
 names and numbers only: method, route template, project, status, outcome, duration, token id and
 (from semula.logs) the request id; never a path with ids in it, a prompt or a secret. Replay hits
-can be sampled (SEMULA_ACCESS_LOG_HITS, docs/operations.md); a successful poll of a QUIET route
+can be sampled (SEMULA_ACCESS_LOG_HITS, docs/operations.md: the app's setting, carried by the
+request's log context); a successful poll of a QUIET route
 writes no line (docs/decisions/0052-quiet-answerer-and-loaded-schema.md); every other request is
 always logged. Every request is counted.
 """
@@ -25,8 +26,6 @@ PROXY_SURFACE, API_SURFACE = "proxy", "api"
 # or a project name from a URL is logged only when it is one of these, or a valid project name.
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 PROJECT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
-# The share of replay hits that get a line (SEMULA_ACCESS_LOG_HITS); set by the app factory.
-HIT_SAMPLE = 1.0
 # What a daemon polls all day (the answerer, every 0.5 s: ~170,000 lines a day): a 2xx or 3xx writes
 # no line, the count in semula_requests_total stays; a refusal or a failure is logged as any request.
 QUIET = frozenset({"/api/v1/answerer/candidates"})
@@ -46,7 +45,7 @@ def finish(
     route = req.route or "unmatched"
     metrics.count_request(surface, route, status, outcome, seconds)
     quiet = status < 400 and route in QUIET
-    if not quiet and (outcome != "hit" or sampling.keep(HIT_SAMPLE)):
+    if not quiet and (outcome != "hit" or sampling.keep(req.hit_sample)):
         fields: dict[str, Any] = {
             "method": req.method if req.method in METHODS else "OTHER",
             "route": route,

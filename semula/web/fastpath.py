@@ -7,6 +7,7 @@ proxy routes are served here and everything else falls through to the Flask app.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 import socket
@@ -24,6 +25,8 @@ from semula.service import Context, hits, record_through, sequences, synthetic
 from semula.service import faults as fault_rules
 from semula.service import replay as replay_service
 from semula.service.calllog import CallLog
+from semula.service.served import Served
+from semula.service.versions import Versions
 from semula.web import access, policy, responses_socket, websocket
 
 logger = logging.getLogger("semula.web")
@@ -85,13 +88,15 @@ class ProxyApp:
         parking: Parking,
         calllog: CallLog,
         counts: sequences.Counts | None = None,
+        versions: Versions | None = None,
     ):
         self.fallback = fallback
         self.settings = settings
         self.store = store
         self.parking = parking
         self.calllog = calllog
-        self.base = Context(store, settings, None, parking.release, counts)  # type: ignore[arg-type]
+        self.base = Context(store, settings, None, parking.release, counts, versions or Versions())  # type: ignore[arg-type]
+        self.hit_sample = settings.access_log_hits  # the share of replay hits with an access line
         self.principals = policy.PrincipalCache()
         self.hits = hits.HitCache(settings.hit_cache_mb << 20)
         metrics.watch_kept(self.hits)
@@ -101,7 +106,9 @@ class ProxyApp:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
-        req = logs.begin_request(environ.get("HTTP_X_REQUEST_ID"), environ.get("REQUEST_METHOD", ""))
+        req = logs.begin_request(
+            environ.get("HTTP_X_REQUEST_ID"), environ.get("REQUEST_METHOD", ""), self.hit_sample
+        )
         table = dialects.table()
         found = table.find(path)
         if found is None:
@@ -127,10 +134,10 @@ class ProxyApp:
             session = sequences.check_session(path_session) if path_session else self._session(environ)
             if route.route.websocket and websocket.requested(environ):  # decision 0056
                 self._method(environ, "GET")
-                selectors = (match["project"], header_project)
-                return responses_socket.serve(self, ctx, selectors, session, environ, start_response)
-            serves = route.route.serves
-            if serves == CALL and environ.get("REQUEST_METHOD") == "POST":
+                call = (speaks, (match["project"], header_project), session)
+                return responses_socket.serve(self, ctx, call, environ, start_response)
+            handler, method = route.route.serves, environ.get("REQUEST_METHOD", "")
+            if handler is CALL and method == "POST":
                 raw = self._read(environ)
                 arrayed = route.dialect.streams_array(in_path, environ.get("QUERY_STRING", ""))
                 if environ.get("HTTP_X_SEMULA_FAULT") is None and not arrayed:
@@ -146,7 +153,10 @@ class ProxyApp:
                     return _json_array(start_response, reply, route.dialect)
                 return self._faulted(post, header_project, start_response, made)
             project = replay_service.resolve_project(ctx, match["project"], header_project)
-            answer = SERVES[serves](self, ctx, project, in_path, speaks, environ)
+            if handler is CALL or method not in handler.methods:
+                raise errors.MethodNotAllowed()  # a call route takes a POST only; a handler, its methods
+            body = functools.partial(self._handler_body, environ, speaks)
+            answer = handler.answer(Served(ctx, project, method, in_path, speaks, body))
             return self._json(start_response, 200, answer)
         except Exception as exc:
             if isinstance(exc, errors.SemulaError):
@@ -176,9 +186,8 @@ class ProxyApp:
         def inner(respond: Callable[..., Any]) -> Iterable[bytes]:
             return self._post(*post, respond, made)
 
-        logged = jsonio.compact({"kind": fault.kind, **fault.params, "via": "header"}).decode()
         where = (ctx, None, project, speaks, environ, started)
-        return self._inject(fault, logged, where, start_response, inner)
+        return self._inject(fault, faults.logged(fault), where, start_response, inner)
 
     def _inject(
         self,
@@ -194,13 +203,7 @@ class ProxyApp:
         ctx, call, project, speaks, environ, started = where
         metrics.FAULTS.labels(fault.kind).inc()
         if fault.is_error:
-            status = speaks.overloaded_status if fault.kind == "overloaded" else None
-            limits = (
-                speaks.rate_limit_headers(fault["retry_after"], time.time())
-                if fault.kind == "rate_limit"
-                else ()
-            )
-            exc = faults.error(fault, status, limits)
+            exc = injected_error(fault, speaks)
             self._log(ctx, call, "fault", exc.status, started, project, logged)
             return self._json(start_response, exc.status, speaks.error_body(exc), list(exc.headers))
         if fault.kind == "timeout":
@@ -234,8 +237,8 @@ class ProxyApp:
         number = None  # its number in its session, once counted
         if kept is not None and kept.sequence is not None:
             assert session is not None  # a kept sequence's key says it is in a session
-            number, seq = sequences.kept_number(ctx, kept, session)
-            kept = self.hits.find_answer(key, seq, kept.version) if seq is not None else None
+            number, seq, version = sequences.kept_number(ctx, kept, session)
+            kept = self.hits.find_answer(key, kept, seq, version)
         if kept is not None:
             data = self.hits.reply(kept)  # before the log: a failure is logged once, as an error
             self._log(ctx, kept, "hit", 200, started)
@@ -354,51 +357,9 @@ class ProxyApp:
         except Exception as exc:
             logger.error("a replay hit was not kept", exc_info=exc)
 
-    # The routes that neither replay nor record, by what they serve (Route.serves). Each takes the
-    # call's project, the route's values (ids in its path), its dialect and the environ.
-
-    def _not_posted(self, *_: Any) -> dict[str, Any]:
-        raise errors.MethodNotAllowed()  # a route that replays or records takes a POST only
-
-    def _count_tokens(
-        self, ctx: Context, _: Any, __: Any, speaks: dialects.Dialect, environ: Environ
-    ) -> Answer:
-        self._method(environ, "POST")
-        body = speaks.with_headers(policy.parse_json(self._read(environ)), _header(environ))
-        return replay_service.count_tokens(ctx, body, speaks.name)
-
-    def _models(self, ctx: Context, project: Answer, _: Any, __: Any, environ: Environ) -> Answer:
-        self._method(environ, "GET")
-        return replay_service.models(ctx, project)
-
-    def _model(self, ctx: Context, project: Answer, in_path: InPath, _: Any, environ: Environ) -> Answer:
-        self._method(environ, "GET")
-        return replay_service.model(ctx, project, in_path[0])
-
-    def _gemini_models(self, ctx: Context, project: Answer, _: Any, __: Any, environ: Environ) -> Answer:
-        self._method(environ, "GET")
-        return replay_service.gemini_models(ctx, project)
-
-    def _gemini_model(
-        self, ctx: Context, project: Answer, in_path: InPath, _: Any, environ: Environ
-    ) -> Answer:
-        self._method(environ, "GET")
-        return replay_service.gemini_model(ctx, project, in_path[0])
-
-    def _stored_response(
-        self, ctx: Context, project: Answer, in_path: InPath, _: Any, environ: Environ
-    ) -> Answer:
-        """GET (and DELETE) /v1/responses/{id}: a recorded response."""
-        if environ.get("REQUEST_METHOD") == "DELETE":
-            return replay_service.forget_response(ctx, project, in_path[0])
-        self._method(environ, "GET")
-        return replay_service.stored_response(ctx, project, in_path[0])
-
-    def _input_items(
-        self, ctx: Context, project: Answer, in_path: InPath, _: Any, environ: Environ
-    ) -> Answer:
-        self._method(environ, "GET")
-        return replay_service.input_items(ctx, project, in_path[0])
+    def _handler_body(self, environ: Environ, speaks: dialects.Dialect) -> Any:
+        """The JSON body of a request a route's own handler reads (Served.body)."""
+        return speaks.with_headers(policy.parse_json(self._read(environ)), _header(environ))
 
     def _miss(self, ctx: Context, call: replay_service.Call, client: Any = None) -> str:
         """Park and hold a miss in record mode; returns the outcome, or raises the right error."""
@@ -536,6 +497,14 @@ class ProxyApp:
             req.project = call.project["name"] if call is not None else project and project["name"]
 
 
+def injected_error(fault: faults.Fault, speaks: dialects.Dialect) -> faults.InjectedFault:
+    """An error fault as this API has it: its overload's status, a 429's rate-limit headers."""
+    status = speaks.overloaded_status if fault.kind == "overloaded" else None
+    rate_limit = fault.kind == "rate_limit"
+    limits = speaks.rate_limit_headers(fault["retry_after"], time.time()) if rate_limit else ()
+    return faults.error(fault, status, limits)
+
+
 def _abort(environ: dict[str, Any]) -> None:
     """Cut the client's connection where it stands: no more bytes, no end of the response."""
     sock = environ.get("gunicorn.sock")
@@ -609,19 +578,6 @@ def _json_array(
                 close()  # a relayed stream learns whether it was read whole (it is recorded then)
 
     return elements()
-
-
-# What each kind of route (Route.serves) is answered by, after its project is resolved.
-SERVES: dict[str, Callable[..., dict[str, Any]]] = {
-    CALL: ProxyApp._not_posted,
-    "count_tokens": ProxyApp._count_tokens,
-    "models": ProxyApp._models,
-    "model": ProxyApp._model,
-    "gemini_models": ProxyApp._gemini_models,
-    "gemini_model": ProxyApp._gemini_model,
-    "stored_response": ProxyApp._stored_response,
-    "input_items": ProxyApp._input_items,
-}
 
 
 def _header(environ: dict[str, Any]) -> Callable[[str], str | None]:

@@ -1134,7 +1134,8 @@ SCHEMAS["BundleEntry"]["properties"]["later_answers"]["items"] = ref("BundleAnsw
 
 def document() -> dict[str, Any]:
     """The OpenAPI document, with the server's version and the APIs registered now (dialects.register)."""
-    API["enum"] = dialects.names()
+    # A bundle entry's api (bundles.Registered) is checked against the registry when it is read.
+    API["enum"] = SCHEMAS["BundleEntry"]["properties"]["api"]["enum"] = dialects.names()
     try:
         semula_version = version("semula")
     except PackageNotFoundError:

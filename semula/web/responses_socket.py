@@ -11,18 +11,26 @@ waits as an HTTP call does while the socket keeps answering pings. A turn that f
 `{"type": "error", "status", "error": {...}}` event (the API's error object, as the HTTP error's
 body has it) and the socket stays open. Every turn is logged as an HTTP call is: a call-log row, an
 access line and the request metrics (decision 0056).
+
+Faults (decisions 0060, 0061): the handshake's X-Semula-Fault applies to every turn of its socket, and
+a project's rules to each turn as to an HTTP call. An error kind is an error event with its status
+(a 429's headers in the event's error) and the socket stays open; `timeout` sends nothing, then cuts
+the connection; `disconnect` sends the turn's first N events, then cuts it; `slow` delays the first
+event and paces the others.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from semula import dialects, logs
-from semula.core import errors, jsonio
+from semula import dialects, logs, metrics
+from semula.core import errors, faults, jsonio
 from semula.db import DatabaseError
 from semula.service import Context, hits, provider
+from semula.service import faults as fault_rules
 from semula.service import replay as replay_service
 from semula.web import access, policy, websocket
 from semula.web.websocket import Gone, WebSocket
@@ -37,25 +45,31 @@ ENVELOPE = ("type", "stream_id")
 # Codex acknowledges each response it has handled with {"type": "response.processed", "response_id"}:
 # the API answers nothing, and Codex would take an error event for the failure of its next turn.
 PROCESSED = b'"response.processed"'
-KEPT_API = dialects.RESPONSES + " over a WebSocket"  # what keys a turn's kept hit (service.hits.key)
+OVER_A_SOCKET = " over a WebSocket"  # after the API's name, what keys a turn's kept hit (service.hits.key)
+SHAPING = ("slow", "disconnect")  # the fault kinds that deliver the turn's own reply, shaped
 
 
 def serve(
     app: ProxyApp,
     ctx: Context,
-    selectors: tuple[str | None, str | None],
-    session: str | None,
+    call: tuple[dialects.Dialect, tuple[str | None, str | None], str | None],
     environ: dict[str, Any],
     start_response: Callable[..., Any],
 ) -> list[bytes]:
-    """Take the upgrade of an authenticated request and answer its turns until the client closes."""
+    """Take the upgrade of an authenticated request and answer its turns until the client closes.
+    `call`: the API of the route that declared the socket (Route.websocket), the project selectors
+    and the session."""
+    # The handshake's fault applies to every turn; a bad one is a 400 before any upgrade, as on HTTP.
+    asked = environ.get("HTTP_X_SEMULA_FAULT")
+    fault = faults.parse(asked) if asked is not None else None
     req = logs.CURRENT.get()
     if req is not None:
         req.outcome = "websocket"
     ws = WebSocket.accept(
         environ, start_response, max_size=app.settings.max_body_bytes, headers=access.finish(101)
     )
-    turns = Turns(app, ctx, ws, selectors, session, environ, req.route if req is not None else None)
+    turns = Turns(app, ctx, ws, call, environ, req.route if req is not None else None)
+    turns.fault = fault
     try:
         while (message := ws.receive()) is not None:
             if not turns.answer(message):
@@ -67,23 +81,24 @@ def serve(
 
 class Turns:
     """What every turn of one socket shares: the caller, the project selectors, the session, the
-    handshake's headers."""
+    handshake's headers, the fault the handshake asks every turn to get."""
+
+    fault: faults.Fault | None = None
 
     def __init__(
         self,
         app: ProxyApp,
         ctx: Context,
         ws: WebSocket,
-        selectors: tuple[str | None, str | None],
-        session: str | None,
+        call: tuple[dialects.Dialect, tuple[str | None, str | None], str | None],
         environ: dict[str, Any],
         route: str | None,
     ):
         from semula.web.fastpath import _header  # fastpath imports this module
 
         self.app, self.ctx, self.ws = app, ctx, ws
-        self.selectors, self.session, self.route = selectors, session, route
-        self.speaks = dialects.get(dialects.RESPONSES)
+        self.speaks, self.selectors, self.session = call
+        self.route, self.api = route, self.speaks.name + OVER_A_SOCKET  # what keys its kept hits
         self.header = _header(environ)
         self.answer_headers = tuple(environ.get(name) for name in self.speaks.answer_headers)
         self.authorization = environ.get("HTTP_AUTHORIZATION")
@@ -95,10 +110,10 @@ class Turns:
         return app.base.as_(app.principals.authenticate(app.base, self.authorization))
 
     def answer(self, message: bytes) -> bool:
-        """Answer one message; False when the client is gone."""
+        """Answer one message; False when the client is gone (or a fault cut the connection)."""
         if PROCESSED in message and _processed(message):
             return True  # Codex's acknowledgement of a response it has handled: nothing to answer
-        req = logs.begin_request(None, "GET")
+        req = logs.begin_request(None, "GET", self.app.hit_sample)
         req.route = self.route
         started = time.monotonic()
         app, ctx, ws, speaks = self.app, self.ctx, self.ws, self.speaks
@@ -108,9 +123,10 @@ class Turns:
             try:
                 ctx = self.ctx = self._caller()
                 # A turn seen before is answered from the proxy's kept hits (service.hits) as an
-                # HTTP call is, under a key of its own: the message is not an HTTP body.
-                key = hits.key(ctx, KEPT_API, *self.selectors, message, self.session, self.answer_headers)
-                kept = app.hits.find(ctx, key, message)
+                # HTTP call is, under a key of its own: the message is not an HTTP body. A socket that
+                # asks for a fault has each of its turns looked at, as an HTTP call with the header.
+                key = hits.key(ctx, self.api, *self.selectors, message, self.session, self.answer_headers)
+                kept = app.hits.find(ctx, key, message) if self.fault is None else None
                 if kept is not None and _same_width(kept.stamps):
                     # The turn's frames as kept (its lane in them), restamped in place: a stamp of
                     # the same width leaves every frame's length as it was.
@@ -121,9 +137,24 @@ class Turns:
                     return True
                 body, plain, lane = _call_body(message)
                 body = speaks.with_headers(body, self.header)
+                if self.fault is not None and self.fault.kind not in SHAPING:
+                    # The handshake's error or timeout, as the header's on HTTP: nothing looked up,
+                    # parked or forwarded.
+                    project, _ = app.projects.get(ctx, *self.selectors)
+                    return self._inject(self.fault, faults.logged(self.fault), None, project, lane, started)
                 call = app.start(ctx, self.selectors, body, speaks, self.session, plain)
+                # A rule that fires decides the turn; the handshake's slow or disconnect shapes the others.
+                picked = fault_rules.pick(ctx, call) if call.project["faults"] != "[]" else None
+                if picked is None and self.fault is not None:
+                    picked = self.fault, faults.logged(self.fault)
+                if picked is not None and picked[0].kind not in SHAPING:
+                    return self._inject(*picked, call, call.project, lane, started)
                 outcome = "hit" if call.entry else app._miss(ctx, call)
+                if picked is not None:
+                    call.fault = picked[1]
                 app._log(ctx, call, outcome, 200, started)
+                if picked is not None:
+                    return self._shaped(picked[0], call, lane)
                 if call.live is not None:
                     _relay(ws, call.live, lane)
                 else:
@@ -140,6 +171,55 @@ class Turns:
         except Gone:
             return False
         return True
+
+    def _inject(
+        self,
+        fault: faults.Fault,
+        logged: str,
+        call: replay_service.Call | None,
+        project: dict[str, Any],
+        lane: bytes,
+        started: float,
+    ) -> bool:
+        """An error fault (an error event; the socket stays open, as the API's own errors leave it) or a
+        timeout (nothing, then the connection cut); logged as on HTTP. False when the socket is gone."""
+        from semula.web.fastpath import injected_error  # fastpath imports this module
+
+        metrics.FAULTS.labels(fault.kind).inc()
+        if fault.is_error:
+            exc = injected_error(fault, self.speaks)
+            self.app._log(self.ctx, call, "fault", exc.status, started, project, logged)
+            access.finish(exc.status, exc.code)
+            self.ws.send(_laned(jsonio.compact(error_event(exc, self.speaks)), lane))
+            return True
+        self.app._log(self.ctx, call, "fault", 0, started, project, logged)
+        after = fault["after"] if fault["after"] is not None else project["record_timeout"]
+        self.ws.wait_closed(min(after, project["record_timeout"]))
+        self.ws.abort()  # a dead provider's end: no close frame (the client's 1006)
+        return False
+
+    def _shaped(self, fault: faults.Fault, call: replay_service.Call, lane: bytes) -> bool:
+        """The turn's own events, made whole first (a relayed reply is recorded, a miss is the miss),
+        then sent late and paced (`slow`) or cut after `after_events` (`disconnect`: the connection is
+        cut without a close frame). False when the socket is gone."""
+        metrics.FAULTS.labels(fault.kind).inc()
+        if call.live is not None:
+            with contextlib.closing(_relayed(call.live, lane)) as relayed:
+                payloads = list(relayed)
+        else:
+            assert call.entry is not None
+            _, events = replay_service.render(call, call.entry)
+            payloads = [_laned(jsonio.compact(event), lane) for event in events or []]
+        if fault.kind == "slow":
+            for number, payload in enumerate(payloads):
+                time.sleep(fault["pace"] if number else fault["ttfb"])  # gevent's: the socket is served
+                self.ws.send(payload)
+            access.finish(200)
+            return True
+        self.ws.send(*payloads[: fault["after_events"]])
+        access.finish(200)
+        self.ws.abort()
+        return False
 
     def _replay(
         self, call: replay_service.Call, outcome: str, key: hits.Key, raw: bytes, lane: bytes
@@ -228,14 +308,20 @@ def _payloads(data: bytes, lane: bytes) -> list[bytes]:
 
 def _relay(ws: WebSocket, live: Iterable[bytes], lane: bytes) -> None:
     """A record-through stream as the provider sends it: each server-sent event's data, one message."""
+    with contextlib.closing(_relayed(live, lane)) as relayed:
+        for payload in relayed:
+            ws.send(payload)
+
+
+def _relayed(live: Iterable[bytes], lane: bytes) -> Iterator[bytes]:
+    """A record-through stream's messages as the provider sends them: each server-sent event's data."""
     try:
         for piece in live:
             for block in piece.split(b"\n\n"):
                 data = provider.event_data(block) if block.strip() else None
                 if data is not None:
-                    ws.send(
-                        _laned(jsonio.compact(data), lane) if isinstance(data, dict) else jsonio.compact(data)
-                    )
+                    payload = jsonio.compact(data)
+                    yield _laned(payload, lane) if isinstance(data, dict) else payload
     finally:
         close = getattr(live, "close", None)
         if close is not None:
@@ -243,5 +329,11 @@ def _relay(ws: WebSocket, live: Iterable[bytes], lane: bytes) -> None:
 
 
 def error_event(exc: errors.SemulaError, speaks: dialects.Dialect) -> dict[str, Any]:
-    """The Responses WebSocket's error event: the HTTP error's status and the API's error object."""
-    return {"type": "error", "status": exc.status, "error": speaks.error_body(exc)["error"]}
+    """The Responses WebSocket's error event: the HTTP error's status and the API's error object, with
+    the headers the HTTP error would carry (a 429's Retry-After and rate-limits), as the event's
+    `error.headers` has them (the openai SDK's ResponseWsError)."""
+    error = speaks.error_body(exc)["error"]
+    headers = {name.lower(): value for name, value in exc.headers if name.lower() != "connection"}
+    if headers:  # the connection's own header is the HTTP response's, not the error's
+        error = {**error, "headers": headers}
+    return {"type": "error", "status": exc.status, "error": error}

@@ -43,7 +43,13 @@ ui = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates")
 def anonymous() -> Context:
     """A context with no caller yet: for signing in and out, before the session is known."""
     ext = current_extension()
-    return Context(ext["store"], ext["settings"], None, ext["parking"].release)  # type: ignore[arg-type]
+    return Context(
+        ext["store"],
+        ext["settings"],
+        None,  # type: ignore[arg-type]
+        ext["parking"].release,
+        versions=ext["versions"],
+    )
 
 
 def ui_context() -> Context:

@@ -148,10 +148,22 @@ class WebSocket:
                 self._gone = True
                 raise Gone() from None
 
+    def wait_closed(self, seconds: float) -> None:
+        """Wait `seconds`, or less when the client closes the socket or the connection breaks first
+        (pings are answered meanwhile)."""
+        self._reading.join(seconds)
+
+    def abort(self) -> None:
+        """Cut the connection where it stands, without the closing handshake: the client sees what a
+        broken connection gives it (no close frame: its close code is 1006)."""
+        with self._sending:
+            self._gone = True
+            self._shut()
+
     def close(self, code: int = 1000, reason: str = "") -> None:
         """Close the socket (the closing handshake when it is open) and the connection under it."""
         with self._sending:
-            if self._protocol.state is State.OPEN:
+            if self._protocol.state is State.OPEN and not self._gone:
                 self._protocol.send_close(code, reason)
                 with contextlib.suppress(Gone):
                     self._flush()

@@ -47,8 +47,8 @@ logs.setup(settings.log_level, settings.secrets(), settings.log_format)
 app = create_app(settings)
 store = app.extensions["semula"]["store"]
 if settings.change_check == "notify":
-    # Before the first request: the scoped views of the store each request makes share the listener.
-    store.listen_for_changes()
+    # Before the first request: every context the app makes shares its Versions.
+    app.extensions["semula"]["versions"].listen(store)
 # Call-log rows are written every 0.1 s. SQLite's calls hold the whole process, so its writes (and the
 # WAL checkpoints they trigger, with an fsync) run in one of gevent's native threads instead.
 app.extensions["semula"]["calllog"].start(interval=0.1, offload=offload if store.blocks_process else None)

@@ -21,7 +21,7 @@ from semula import dialects
 from semula.core import errors
 from semula.service import Context, projects, tokens
 from semula.web import create_app
-from tests.contract.cases import CASES, PROJECT, case
+from tests.contract.cases import CASES, PROJECT, case, typed
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import parked
 
@@ -311,6 +311,54 @@ def test_a_forwarded_stream_is_relayed_whole_saved_and_replayed(env, name):
     again = _stream(env, name, "the weather").get_data(as_text=True)
     assert held.ended(again) and held.usage(again) == FAKE_USAGE[name], again
     assert len(env.fake.calls) == 1
+
+
+def _stamps(name: str, events: list[Any]) -> set[tuple[str, Any]]:
+    """The ids and times in a body or a stream's events: the dialect's stamped members and `id`, at an
+    event's top or in the message or response it carries."""
+    wanted = {*dialects.get(name).stamped, "id"}
+    found = set()
+    for event in events:
+        for holder in (event, event.get("message"), event.get("response")):
+            if isinstance(holder, dict):
+                found |= {(key, holder[key]) for key in wanted & set(holder)}
+    return found
+
+
+@pytest.mark.parametrize("restamp", ["fresh", "recorded"])
+@pytest.mark.parametrize("name", STREAMING)
+def test_a_forwarded_call_gets_the_providers_ids_and_replays_by_the_restamp_setting(env, name, restamp):
+    """The call that forwarded a miss gets the provider's ids and times, streamed or not, as the
+    provider sent them (a stream and a plain call of one request are one entry: two requests here).
+    Replays (a first sight, then kept hits) carry them again with restamp
+    `recorded`; with `fresh`, each stamped member is this reply's own (the rest, as the Responses
+    API's id, stays the recorded one)."""
+    held = case(name)
+    env.project(mode="record", record_through=True, restamp=restamp)
+    forwarded = env.post(name, held.path, held.body("the weather"))
+    assert forwarded.status_code == 200, forwarded.json
+    sent_body = _stamps(name, [json.loads(env.fake.answered[-1])])
+    assert sent_body and _stamps(name, [forwarded.json]) == sent_body
+    relayed = _stream(env, name, "the tide").get_data(as_text=True)
+    sent_stream = _stamps(name, typed(env.fake.answered[-1].decode()))
+    assert sent_stream and _stamps(name, typed(relayed)) == sent_stream
+    projects.update(env.ctx, "shop", {"mode": "replay"})
+    stamped = set(dialects.get(name).stamped)
+    for _ in range(3):  # a first sight, a hit kept, a kept hit's reply
+        body = env.post(name, held.path, held.body("the weather"))
+        stream = _stream(env, name, "the tide").get_data(as_text=True)
+        for replayed, sent in (
+            (_stamps(name, [body.json]), sent_body),
+            (_stamps(name, typed(stream)), sent_stream),
+        ):
+            if restamp == "recorded":
+                assert replayed == sent
+            else:
+                assert {s for s in replayed if s[0] not in stamped} == {
+                    s for s in sent if s[0] not in stamped
+                }
+                assert not {s for s in replayed if s[0] in stamped} & sent
+    assert len(env.fake.calls) == 2
 
 
 @pytest.mark.parametrize("mode", ["stream error", "cut short"])

@@ -241,3 +241,32 @@ def test_the_answerers_polls_write_no_access_line_but_are_counted_and_a_refused_
         ("/api/v1/answerer/candidates", 401),
         ("/api/v1/pending", 200),
     ]
+
+
+def test_two_apps_in_one_process_keep_their_own_settings_and_state(
+    ctx, store, settings, make_token, log_lines
+):
+    """What an app is built with lives on the app, not in module globals its factory sets: an app
+    that logs no replay hit (SEMULA_ACCESS_LOG_HITS=0) and one that logs them all, built one after the
+    other in one process, each keep their own share; and each has its own Versions (the counter
+    reads of its replay path: what one listens for is not the other's)."""
+    from semula.web import create_app
+    from tests.entry_helpers import request_for, save_entry
+
+    projects.create(ctx, {"name": "shop", "mode": "replay"})
+    save_entry(ctx, "shop", "hello", {"content": "hi"})
+    quiet = create_app(replace(settings, access_log_hits=0.0), store)
+    loud = create_app(replace(settings, access_log_hits=1.0), store)
+    assert quiet.extensions["semula"]["versions"] is not loud.extensions["semula"]["versions"]
+    headers = make_token("admin")
+    for name, app in (("quiet", quiet), ("loud", loud), ("quiet-again", quiet)):
+        client = app.test_client()
+        for n in range(3):
+            reply = client.post(
+                "/p/shop/v1/chat/completions",
+                json=request_for("hello"),
+                headers={**headers, "x-request-id": f"{name}.{n}"},
+            )
+            assert reply.status_code == 200
+    hits = {line["request_id"] for line in access(log_lines(), outcome="hit")}
+    assert hits == {"loud.0", "loud.1", "loud.2"}

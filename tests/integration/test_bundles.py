@@ -124,6 +124,34 @@ def test_round_trip_is_byte_identical(ctx, source):
     assert entries.lookup(ctx, copy["id"], plain) is not None
 
 
+def test_an_import_apart_commits_each_batch_and_an_entry_written_ahead_is_found_unchanged(
+    ctx, source, monkeypatch
+):
+    """semula replay's import (replay_loading): the settings written first with its mode, an entry
+    written ahead of the import as the import writes it, then the import a batch to a transaction."""
+    first = export(ctx, source)
+    projects.create(ctx, {"name": "copy"})
+    config = bundles.read_config(ctx, io.BytesIO(first))
+    assert config["ignore_fields"] == ["/temperature"] and config["record_timeout"] == 42
+    settings = bundles.apply_config(ctx, "copy", config, {"mode": "replay"})
+    assert projects.get(ctx, "copy")["mode"] == "replay"
+    assert projects.get(ctx, "copy")["ignore_fields"] == ["/temperature"]
+    value = json.loads(first)["entries"][0]
+    item = bundles.prepare_entry(ctx, settings, value)
+    assert item.fingerprint == value["fingerprint"]
+    assert bundles.write_entries(ctx, "copy", [item])["created"] == 1
+    monkeypatch.setattr(bundles, "BATCH", 1)
+    transactions = []
+    opened = ctx.store.transaction
+    monkeypatch.setattr(ctx.store, "transaction", lambda *a: transactions.append(1) or opened(*a))
+    report = bundles.import_bundle(ctx, "copy", io.BytesIO(first), overrides={"mode": "replay"}, apart=True)
+    assert (report["created"], report["updated"], report["unchanged"], report["skipped"]) == (3, 0, 1, 0)
+    assert report["settings_changed"] == {}  # written before, the same
+    assert len(transactions) == 1 + 4 + 1  # the settings, each entry (BATCH 1), the end
+    assert projects.get(ctx, "copy")["mode"] == "replay"
+    assert export(ctx, "copy") == first
+
+
 def test_empty_project_round_trip(ctx):
     projects.create(ctx, {"name": "empty"})
     first = export(ctx, "empty")

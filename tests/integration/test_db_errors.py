@@ -107,9 +107,12 @@ def test_clean_keeps_the_first_line_and_redacts_credentials():
 
 
 def test_sqlite_entry_lookup_translates_errors_and_keeps_its_connection(tmp_path):
-    """The replay's entry lookup runs outside the store's context managers: its errors are the
-    driver-neutral ones all the same, and its connection goes back to the pool either way."""
+    """The replay's entry lookup (a read of the store's, run outside its context managers): its errors
+    are the driver-neutral ones all the same, and its connection goes back to the pool either way."""
+    from semula.service.versions import Versions
+
     store = sqlite_driver.SQLiteStore(str(tmp_path / "lookup.db"), pool_size=2)
+    lookup = Versions().entry_at_version
     try:
         with store.transaction() as tx:
             tx.raw.execute("CREATE TABLE replay_changes (id INTEGER PRIMARY KEY, counter INTEGER)")
@@ -121,7 +124,7 @@ def test_sqlite_entry_lookup_translates_errors_and_keeps_its_connection(tmp_path
             tx.raw.execute(
                 "INSERT INTO entries VALUES ('e1', '{}', NULL, 'unreviewed', 'm', NULL, 1, 'p', 'f')"
             )
-        row, version = store.entry_at_version("w", "p", "f")
+        row, version = lookup(store, "w", "p", "f")
         assert version == 7
         assert row == {
             "id": "e1",
@@ -132,12 +135,12 @@ def test_sqlite_entry_lookup_translates_errors_and_keeps_its_connection(tmp_path
             "meta": None,
             "answers": 1,
         }
-        assert store.entry_at_version("w", "p", "other")[0] is None
+        assert lookup(store, "w", "p", "other")[0] is None
         idle = len(store._idle)
         with store.transaction() as tx:
             tx.raw.execute("DROP TABLE entries")
         with pytest.raises(db.SchemaMismatch, match="no such table: entries"):
-            store.entry_at_version("w", "p", "f")
+            lookup(store, "w", "p", "f")
         assert len(store._idle) == idle
     finally:
         store.close()

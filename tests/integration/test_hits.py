@@ -6,7 +6,7 @@ make it, and the very next request must see it.
 At the end, kept hits checked by notice (SEMULA_CHANGE_CHECK=notify, decision 0047): on PostgreSQL a
 kept hit reads no change counter while the process listens, a change made by another process is seen
 once its notice has come, and while the listening is lost every kept hit reads the counter again, so
-a change is seen by the very next request. On SQLite listen_for_changes() changes nothing: its check
+a change is seen by the very next request. On SQLite Versions.listen() changes nothing: its check
 reads no database, and a change is seen by the next request as always.
 """
 
@@ -28,6 +28,7 @@ import pytest
 from semula.db import QUERIES, connect
 from semula.service import Context, bundles, entries, hits, projects, replay
 from semula.service.calllog import CallLog
+from semula.service.versions import ChangeCache, Versions
 from tests.entry_helpers import request_for, save_entry
 from tests.helpers import metric_samples, metric_value
 
@@ -51,20 +52,24 @@ def other(ctx, db_url):
 
 @pytest.fixture
 def entry_queries(store, monkeypatch):
-    """The names of the queries the app runs through store.one and store.entry_at_version, in order."""
+    """The names of the queries the app runs through store.one and store.all, in order; an entry lookup
+    (service.versions: entries_at_version on PostgreSQL) is entry_by_fingerprint once per fingerprint."""
     seen: list[str] = []
-    one, entry_at_version = store.one, store.entry_at_version
+    one, every = store.one, store.all
 
     def counting(name, /, **params):
         seen.append(name)
         return one(name, **params)
 
-    def counting_entry(workspace_id, project_id, fingerprint):
-        seen.append("entry_by_fingerprint")
-        return entry_at_version(workspace_id, project_id, fingerprint)
+    def counting_all(name, /, **params):
+        if name == "entries_at_version":
+            seen.extend(["entry_by_fingerprint"] * len(params["fingerprints"]))
+        else:
+            seen.append(name)
+        return every(name, **params)
 
     monkeypatch.setattr(store, "one", counting)
-    monkeypatch.setattr(store, "entry_at_version", counting_entry)
+    monkeypatch.setattr(store, "all", counting_all)
     return seen
 
 
@@ -422,7 +427,7 @@ def test_a_repeated_stream_is_kept_as_bytes_with_each_reply_stamped_afresh(
 
 
 def test_first_sights_asked_together_get_their_own_entries_with_the_counter(ctx, shop, store, monkeypatch):
-    """store.entry_at_version: each lookup gets its own entry (None for none) and the counter read with
+    """Versions.entry_at_version: each lookup gets its own entry (None for none) and the counter read with
     it; on PostgreSQL the lookups asked while one is in flight share the next statement."""
     texts = [f"q{n}" for n in range(6)]
     fingerprints = {
@@ -432,7 +437,7 @@ def test_first_sights_asked_together_get_their_own_entries_with_the_counter(ctx,
     project = projects.get_row(ctx, "shop")
     statements, in_flight = [], threading.Event()
     if store.dialect == "postgresql":  # the statement of PostgreSQL's batched lookups (store._read)
-        from semula.db import postgres
+        from semula.service import versions
 
         read, joined = store._read, threading.Condition()
         waiting: list[set] = []  # the keys of each batch made (VersionReads: the lookups not sent yet)
@@ -443,7 +448,7 @@ def test_first_sights_asked_together_get_their_own_entries_with_the_counter(ctx,
                 with joined:
                     joined.notify_all()
 
-        class Batch(postgres._Batch):
+        class Batch(versions._Batch):
             def __init__(self):
                 super().__init__()
                 self.keys = Joined()
@@ -457,7 +462,7 @@ def test_first_sights_asked_together_get_their_own_entries_with_the_counter(ctx,
                     assert joined.wait_for(lambda: len(waiting[-1]) == 6, 10), "the others did not ask"
             return read(name, *args, **kwargs)
 
-        monkeypatch.setattr(postgres, "_Batch", Batch)
+        monkeypatch.setattr(versions, "_Batch", Batch)
         monkeypatch.setattr(store, "_read", slow_read)
     got: dict[str, tuple] = {}
 
@@ -756,59 +761,59 @@ WORKSPACE = "wsp_default"
 
 
 @pytest.fixture
-def listening(store):
-    """The store, listening for notices (as `semula serve` does before its first request)."""
-    store.listen_for_changes()
-    notices = getattr(store, "_notices", None)
-    if notices is not None:
-        assert notices.wait_moved(0, 10), "the listener did not start"
-        assert notices.listening
-    return store
+def listening(app, store):
+    """The app's Versions, listening for notices (as `semula serve` makes it before its first request)."""
+    versions = app.extensions["semula"]["versions"]
+    versions.listen(store)
+    if versions.cache is not None:
+        assert versions.cache.wait_moved(0, 10), "the listener did not start"
+        assert versions.cache.listening
+    return versions
 
 
 @pytest.fixture
-def counter_reads(listening, monkeypatch):
+def counter_reads(store, listening, monkeypatch):
     """How many times the store read a workspace's change counter from the database."""
     reads: list[str] = []
-    if listening.dialect != "postgresql":
+    if store.dialect != "postgresql":
         return reads
-    read = listening._read_counter
+    read = store.version
 
-    def counting(keys):
-        reads.extend(keys)
-        return read(keys)
+    def counting(workspace_id):
+        reads.append(workspace_id)
+        return read(workspace_id)
 
-    monkeypatch.setattr(listening, "_read_counter", counting)
+    monkeypatch.setattr(store, "version", counting)
     return reads
 
 
-def caught_up(store, other) -> None:
-    """Wait until this store's notices cover what the other process has committed (on SQLite there is
+def caught_up(versions, store, other) -> None:
+    """Wait until this app's notices cover what the other process has committed (on SQLite there is
     nothing to wait for: its version() sees a commit at once)."""
-    notices = getattr(store, "_notices", None)
+    cache = versions.cache
     committed = other.store.version(WORKSPACE)  # read from the database: the other store does not listen
     deadline = time.monotonic() + 10
     while True:
-        epoch = notices.epoch if notices is not None else 0
-        if store.version(WORKSPACE) == committed:
+        epoch = cache.epoch if cache is not None else 0
+        if versions.version(store, WORKSPACE) == committed:
             return
-        assert notices is not None, "SQLite's counter did not follow a commit"
-        assert notices.wait_moved(epoch, max(0.0, deadline - time.monotonic())), "no notice came"
+        assert cache is not None, "SQLite's counter did not follow a commit"
+        assert cache.wait_moved(epoch, max(0.0, deadline - time.monotonic())), "no notice came"
 
 
 @pytest.mark.parametrize("change", CHANGES, ids=[c.__name__ for c in CHANGES])
 def test_a_change_made_elsewhere_is_seen_once_its_notice_has_come(
-    shop, other, listening, client, make_token, change
+    shop, other, store, listening, client, make_token, change
 ):
     headers = make_token("admin")
     assert warm(client, headers) == [(200, "first")] * 3
     change(other, shop)
-    caught_up(listening, other)
+    caught_up(listening, store, other)
     assert answer(client, headers, PROBES.get(change, BODY)) == CHANGES[change]
 
 
 def test_kept_hits_read_no_counter_while_the_process_listens(
-    shop, other, listening, client, make_token, counter_reads
+    shop, other, store, listening, client, make_token, counter_reads
 ):
     headers = make_token("admin")
     assert warm(client, headers) == [(200, "first")] * 3
@@ -816,55 +821,55 @@ def test_kept_hits_read_no_counter_while_the_process_listens(
     assert [answer(client, headers) for _ in range(5)] == [(200, "first")] * 5
     assert len(counter_reads) == reads_before  # PostgreSQL: remembered; SQLite: never read here
     edit(other, shop)
-    caught_up(listening, other)
+    caught_up(listening, store, other)
     assert answer(client, headers) == (200, "second")
 
 
-def test_a_counter_read_that_a_notice_overtook_is_not_remembered(shop, other, listening, monkeypatch):
+def test_a_counter_read_that_a_notice_overtook_is_not_remembered(shop, other, store, listening, monkeypatch):
     """A change that commits while the counter is being read, its notice arriving before the value
     is remembered: that notice forgot nothing (nothing was remembered yet), so the value read must
     not be remembered either, or every kept hit after would miss the change (decision 0047)."""
-    if listening.dialect != "postgresql":
+    if store.dialect != "postgresql":
         pytest.skip("SQLite remembers no counter")
-    notices = listening._notices
-    read = listening._read_counter
+    cache = listening.cache
+    read = store.version
 
-    def overtaken(keys):
-        found = read(keys)  # the counter before the change
-        epoch = notices.epoch
+    def overtaken(workspace_id):
+        found = read(workspace_id)  # the counter before the change
+        epoch = cache.epoch
         edit(other, shop)  # commits, and its notice comes before the value read is remembered
-        assert notices.wait_moved(epoch, 10), "no notice came"
+        assert cache.wait_moved(epoch, 10), "no notice came"
         return found
 
-    monkeypatch.setattr(listening, "_read_counter", overtaken)
-    before = listening.version(WORKSPACE)
-    monkeypatch.setattr(listening, "_read_counter", read)
+    monkeypatch.setattr(store, "version", overtaken)
+    before = listening.version(store, WORKSPACE)
+    monkeypatch.setattr(store, "version", read)
     after = other.store.version(WORKSPACE)  # read from the database: the other store does not listen
     assert after != before
-    assert listening.version(WORKSPACE) == after
+    assert listening.version(store, WORKSPACE) == after
 
 
 def test_while_the_listening_is_lost_the_next_request_sees_every_change(
-    shop, other, listening, client, make_token, counter_reads, db_url
+    shop, other, store, listening, client, make_token, counter_reads, db_url
 ):
-    if listening.dialect != "postgresql":
+    if store.dialect != "postgresql":
         pytest.skip("SQLite has no listening connection to lose")
-    notices = listening._notices
+    cache = listening.cache
     headers = make_token("admin")
     assert warm(client, headers) == [(200, "first")] * 3
-    epoch = notices.epoch
+    epoch = cache.epoch
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("SELECT pg_terminate_backend(%s)", (notices.backend,))
-    while notices.listening:  # the listener notices the loss and forgets what it remembered
-        assert notices.wait_moved(epoch, 10), "the lost listening was not noticed"
-        epoch = notices.epoch
+        conn.execute("SELECT pg_terminate_backend(%s)", (store.listeners["changes"].backend,))
+    while cache.listening:  # the listener notices the loss and forgets what it remembered
+        assert cache.wait_moved(epoch, 10), "the lost listening was not noticed"
+        epoch = cache.epoch
     reads_before = len(counter_reads)
     edit(other, shop)  # no notice reaches this process now
     assert answer(client, headers) == (200, "second")  # the very next request, as without notices
     assert len(counter_reads) > reads_before
-    while not notices.listening:  # and it listens again
-        assert notices.wait_moved(epoch, 10), "the listener did not come back"
-        epoch = notices.epoch
+    while not cache.listening:  # and it listens again
+        assert cache.wait_moved(epoch, 10), "the listener did not come back"
+        epoch = cache.epoch
     assert answer(client, headers) == (200, "second")
     reads_before = len(counter_reads)
     assert [answer(client, headers) for _ in range(3)] == [(200, "second")] * 3
@@ -873,11 +878,12 @@ def test_while_the_listening_is_lost_the_next_request_sees_every_change(
 
 def test_a_closed_store_stops_listening(db_url):
     store = connect(db_url, pool_size=1)
-    store.listen_for_changes()
-    notices = getattr(store, "_notices", None)
+    versions = Versions()
+    versions.listen(store)
+    cache = versions.cache
     store.close()
-    if notices is not None:
-        assert not notices.listening and not notices._thread.is_alive()
+    if cache is not None:
+        assert not cache.listening and not store.listeners["changes"]._thread.is_alive()
 
 
 def test_a_listener_that_cannot_connect_says_so_once_and_logs_no_part_of_the_url(caplog, monkeypatch):
@@ -885,13 +891,15 @@ def test_a_listener_that_cannot_connect_says_so_once_and_logs_no_part_of_the_url
 
     monkeypatch.setattr(postgres, "RELISTEN_AFTER", 0.01)  # attempts 10, 20, 40 ms apart
     canary = "pw-canary-5f0c2a9e"
-    notices = postgres.ChangeNotices(f"postgresql://semula:{canary}@127.0.0.1:1/semula?connect_timeout=2")
+    url = f"postgresql://semula:{canary}@127.0.0.1:1/semula?connect_timeout=2"
+    listener = postgres.Listener(url, (postgres.CHANGES_CHANNEL,), postgres.LOST["changes"])
+    cache = ChangeCache()
     with caplog.at_level("WARNING", logger="semula.db"):
-        notices.start()
-        while notices.epoch < 3:  # three attempts failed, none listening
-            assert notices.wait_moved(notices.epoch, 10)
-        notices.stop()
-    assert not notices.listening
+        listener.subscribe(postgres.CHANGES_CHANNEL, cache.heard, cache.lost)  # starts it
+        while cache.epoch < 3:  # three attempts failed, none listening
+            assert cache.wait_moved(cache.epoch, 10)
+        listener.stop()
+    assert not cache.listening
     [record] = [r for r in caplog.records if "replay change notices lost" in r.getMessage()]
     assert record.error == "OperationalError"
     assert canary not in caplog.text and "127.0.0.1" not in caplog.text

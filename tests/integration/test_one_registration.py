@@ -4,16 +4,21 @@ its route template, and is in the OpenAPI document's `api` values; unregistered,
 
 from __future__ import annotations
 
+import ast
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
+from werkzeug.test import EnvironBuilder
 
 from semula import dialects
 from semula.core.errors import BadRequest, SemulaError
-from semula.dialects import Dialect, Request, common_answer
-from semula.dialects.routes import Route
+from semula.dialects import Dialect, Request, common_answer, typed_sse
+from semula.dialects.routes import Handler, Route
 from semula.service import projects
+from semula.web import responses_socket
 from tests.helpers import answered_post
 
 
@@ -23,8 +28,15 @@ class Echo(Dialect):
     name = "toy.echo"
     title = "Toy echo"
     upstream_path = "/echo"
-    transport_fields = frozenset()
-    routes = (Route("/v1/toy/echo", "/v1/toy/echo"),)
+    transport_fields = frozenset({"stream"})
+    sdk_env = (("ECHO_BASE_URL", "{root}/v1/toy"),)  # where its SDK is pointed (the pytest plugin)
+    routes = (
+        # Its calls, over HTTP and over a WebSocket (a GET upgraded: its turns are response.create
+        # messages, as the Responses API's socket mode has them).
+        Route("/v1/toy/echo", "/v1/toy/echo", websocket=True),
+        # A handler of its own: the models its project's recordings use, as this API lists them.
+        Route("/v1/toy/models", "/v1/toy/models", Handler(("GET",), lambda s: {"toys": s.models()})),
+    )
 
     def error_body(self, exc: SemulaError) -> dict[str, Any]:
         return {"oops": {"status": exc.status, "why": exc.code}}
@@ -32,7 +44,7 @@ class Echo(Dialect):
     def check(self, body: Any) -> Request:
         if not isinstance(body, dict) or not isinstance(body.get("say"), str):
             raise BadRequest("say must be a string.", code="toy_say")
-        return Request(model="echo-1", stream=False)
+        return Request(model="echo-1", stream=body.get("stream") is True)
 
     def texts(self, request: dict[str, Any]):
         yield request, "say"
@@ -46,8 +58,16 @@ class Echo(Dialect):
     def common(self, response: dict[str, Any], chunks) -> dict[str, Any]:
         return common_answer("echo-1", [response["echoed"]], [], "stop", 0, 0)
 
-    def render(self, req, response, chunks, expand, now):
+    def accept_recorded(self, response, chunks, request, view):
+        if not isinstance(response, dict) or not isinstance(response.get("echoed"), str):
+            raise BadRequest("echoed must be a string.", param="echoed")
         return response, None
+
+    def render(self, req, response, chunks, expand, now):
+        return (None, [response]) if req.stream else (response, None)
+
+    def sse(self, events):
+        return typed_sse(events)
 
     def restamp(self, body, req, now):
         return body
@@ -80,7 +100,7 @@ def test_a_toy_api_is_one_registration(ctx, client, make_token, echo):
     before = requests_counted("/p/{project}/v1/toy/echo", "200", "hit")
 
     # Served on its route: recorded (parked and answered), then replayed.
-    post = lambda: client.post(url, json={"say": "hello"}, headers=admin)  # noqa: E731
+    post = lambda: client.post(url, json={"model": "echo-1", "say": "hello"}, headers=admin)  # noqa: E731
     recorded = answered_post(ctx, shop, post, "hello back")
     assert recorded.status_code == 200 and recorded.json == {"echoed": "hello back"}
     replayed = post()
@@ -93,9 +113,15 @@ def test_a_toy_api_is_one_registration(ctx, client, make_token, echo):
     assert anonymous.status_code == 401 and anonymous.json["oops"]["status"] == 401
     assert client.get(url, headers=admin).json == {"oops": {"status": 405, "why": "method_not_allowed"}}
 
+    # Its own handler answers its own route (and only the methods it declares).
+    assert client.get("/p/shop/v1/toy/models", headers=admin).json == {"toys": ["echo-1"]}
+    refused = client.post("/p/shop/v1/toy/models", headers=admin)
+    assert refused.status_code == 405 and refused.json["oops"]["why"] == "method_not_allowed"
+
     # Counted under its route template; named in the OpenAPI document and the unknown-path error.
     assert requests_counted("/p/{project}/v1/toy/echo", "200", "hit") == before + 1
     assert Echo.name in api_values(client)
+    assert dialects.sdk_env("http://semula/p/shop")["ECHO_BASE_URL"] == "http://semula/p/shop/v1/toy"
     unknown = client.get("/v1/toy/other", headers=admin)
     assert unknown.status_code == 404 and "POST /v1/toy/echo (Toy echo)" in unknown.json["error"]["message"]
 
@@ -107,6 +133,103 @@ def test_a_toy_api_is_one_registration(ctx, client, make_token, echo):
     assert Echo.name not in api_values(client)
 
 
+def test_its_entries_travel_in_bundles_and_its_calls_take_fault_rules(ctx, client, make_token, echo):
+    shop = projects.create(ctx, {"name": "shop", "record_timeout": 30})
+    projects.create(ctx, {"name": "copy", "record_timeout": 30})
+    admin = make_token("admin")
+    post = lambda project: client.post(f"/p/{project}/v1/toy/echo", json={"say": "hi"}, headers=admin)  # noqa: E731
+    answered_post(ctx, shop, lambda: post("shop"), "hi back")
+
+    # Exported with its api, imported into another project (the api checked against the registry
+    # when the bundle is read), and replayed there.
+    bundle = client.get("/api/v1/projects/shop/export", headers=admin)
+    assert [entry["api"] for entry in json.loads(bundle.data)["entries"]] == [Echo.name]
+    imported = client.post("/api/v1/projects/copy/import", data=bundle.data, headers=admin)
+    assert imported.status_code == 200, imported.json
+    assert post("copy").json == {"echoed": "hi back"}
+
+    # A fault rule may match its calls by api (REST), and the rule answers in its envelope.
+    added = client.post(
+        "/api/v1/projects/copy/faults",
+        json={"kind": "server_error", "match": {"api": Echo.name}},
+        headers=admin,
+    )
+    assert added.status_code == 201, added.json
+    assert post("copy").json == {"oops": {"status": 500, "why": "server_error"}}
+
+    # Unregistered, a bundle of its entries is refused: the api is no registered one.
+    dialects.unregister(Echo.name)
+    refused = client.post("/api/v1/projects/copy/import", data=bundle.data, headers=admin)
+    assert refused.status_code == 400 and "api: Must be one of" in refused.json["error"]["message"]
+
+
+class Socket:
+    """A WebSocket as responses_socket uses one: the client's messages, then the client gone."""
+
+    def __init__(self, *messages: bytes):
+        self.messages, self.sent = list(messages), b""
+
+    def receive(self) -> bytes | None:
+        return self.messages.pop(0) if self.messages else None
+
+    def send(self, payload: bytes) -> None:
+        self.sent += payload
+
+    def send_frames(self, data: bytes) -> None:
+        self.sent += data
+
+    def close(self) -> None:
+        pass
+
+
+def test_its_route_takes_a_websocket_as_it_declares(ctx, app, client, make_token, echo, monkeypatch):
+    shop = projects.create(ctx, {"name": "shop", "record_timeout": 30})
+    admin = make_token("admin")
+    post = lambda: client.post("/p/shop/v1/toy/echo", json={"model": "echo-1", "say": "hi"}, headers=admin)  # noqa: E731
+    answered_post(ctx, shop, post, "hi back")
+
+    # The upgrade is taken on the route that declares it, and its turns are calls of its API: the
+    # answer recorded over HTTP is its reply (its `stream` is transport), as its events frame it.
+    socket = Socket(b'{"type": "response.create", "model": "echo-1", "say": "hi"}')
+    monkeypatch.setattr(responses_socket.WebSocket, "accept", lambda *args, **kwargs: socket)
+    headers = {**admin, "Upgrade": "websocket", "Connection": "Upgrade"}
+    environ = EnvironBuilder(path="/p/shop/v1/toy/echo", headers=headers).get_environ()
+    assert app.wsgi_app(environ, lambda status, headers: None) == []
+    assert b'{"echoed":"hi back"}' in socket.sent
+
+    # A route that does not declare it is no socket: a GET there is its handler's.
+    environ = EnvironBuilder(path="/p/shop/v1/toy/models", headers=headers).get_environ()
+    assert json.loads(b"".join(app.wsgi_app(environ, lambda status, headers: None))) == {"toys": ["echo-1"]}
+
+
 def test_a_name_is_registered_once(echo):
     with pytest.raises(ValueError, match="toy.echo"):
         dialects.register(Echo())
+
+
+def test_no_module_outside_the_dialects_names_an_api():
+    """Every API but the default one is known through the registry only: no module outside
+    semula/dialects/ names one (a literal or a constant of semula.dialects). The default, Chat
+    Completions, is what rows, bundles and fingerprints from before the other APIs are; the
+    fingerprint (pure logic, which the dialects use) has its own name for it."""
+    names = {dialect.name for dialect in dialects._builtin()}
+    constants = {
+        name
+        for name, value in vars(dialects).items()
+        if isinstance(value, str) and value in names and name != "CHAT"
+    }
+    package = Path(dialects.__file__).parents[1]
+    named = []
+    for path in sorted(package.rglob("*.py")):
+        where = path.relative_to(package.parent).as_posix()
+        if where.startswith("semula/dialects/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), where)):
+            literal = isinstance(node, ast.Constant) and node.value in names
+            if literal and not (node.value == dialects.CHAT and where == "semula/core/fingerprint.py"):
+                named.append(f"{where}:{node.lineno}: {node.value!r}")
+            constant = getattr(node, "attr", None) or getattr(node, "id", None)
+            imported = [alias.name for alias in node.names] if isinstance(node, ast.ImportFrom) else []
+            for name in {constant, *imported} & constants:
+                named.append(f"{where}:{node.lineno}: {name}")
+    assert not named, "APIs named outside the registry:\n" + "\n".join(named)

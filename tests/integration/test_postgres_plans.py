@@ -13,6 +13,7 @@ import pytest
 
 from semula.db import connect
 from semula.service import projects
+from semula.service.versions import read_entries
 from tests.entry_helpers import save_entry
 
 MANY = 20_000  # entries enough for PostgreSQL to cost an index scan (a handful: a sequential scan)
@@ -58,7 +59,7 @@ def plans(store) -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize("together", [1, 3])
 def test_entry_lookups_are_statements_postgresql_plans_once(ctx, db_url, together):
-    """A lone first sight, and three asked together (one statement, VersionReads)."""
+    """A lone first sight, and three asked together (one statement, semula.service.versions)."""
     if ctx.store.dialect != "postgresql":
         pytest.skip("a PostgreSQL query plan: SQLite prepares no plan across executions")
     projects.create(ctx, {"name": "shop", "mode": "replay"})
@@ -69,7 +70,7 @@ def test_entry_lookups_are_statements_postgresql_plans_once(ctx, db_url, togethe
     one = connect(db_url, pool_size=1)  # one connection: its prepared statements are the lookups'
     try:
         for _ in range(20):
-            found = one._read_entries(project["workspace_id"], project["id"], wanted)
+            found = read_entries(one, project["workspace_id"], project["id"], wanted)
             assert [row["id"] for row, _ in (found[f] for f in wanted)] == [e["id"] for e in saved]
         [(generic, custom)] = plans(one)
     finally:

@@ -67,3 +67,23 @@ def test_restamp_sse_leaves_a_stream_without_a_stamp_as_it_is():
     assert dialect.restamp_sse(quoted, dialect.stamps(first), request, 9.5) == quoted.replace(
         b'{"created_at":7,', b'{"created_at":9,'
     )
+
+
+def test_a_kept_stream_noted_where_its_stamps_are_replies_as_one_searched_again():
+    """stream_stamps() notes where the stamp's values are; a reply spliced there is the same bytes as
+    one that searched for them (the key inside a string, and a longer number, left alone)."""
+    dialect = dialects.get(dialects.RESPONSES)
+    request = dialect.check(BODY)
+    data = (
+        b'data: {"type":"response.created","response":{"created_at":7,"x":1}}\n\n'
+        b'data: {"type":"response.output_text.delta","delta":"\\"created_at\\":7,","n":{"created_at":77}}\n\n'
+        b'data: {"type":"response.completed","response":{"id":"r","created_at":7}}\n\n'
+    )
+    first = {"type": "response.created", "response": {"created_at": 7, "x": 1}}
+    kept = dialect.stream_stamps(first, data)
+    assert kept["created_at"] == 7 and len(kept[next(k for k in kept if k != "created_at")]) == 2
+    for now in (9.5, 1_900_000_000.0):
+        assert dialect.restamp_sse(data, kept, request, now) == dialect.restamp_sse(
+            data, dialect.stamps(first), request, now
+        )
+    assert dialect.restamp_sse(data, kept, request, 9.5).count(b'"created_at":9') == 2

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from semula.db import connect, postgres, sqlite
 from semula.migrate import MIGRATIONS_DIR, SchemaMismatch, migrate, migration_files, schema
+from semula.service.versions import Versions
 from semula.surfaces.cli import EXIT_REFUSED, main
 from tests.helpers import FUTURE_MIGRATION, forget_migration, free_port
 
@@ -158,7 +159,7 @@ def test_sqlite_moves_the_request_to_the_end_of_entry_rows_and_keeps_everything(
         assert store.version("wsp_default") == counter + 1
         columns = [row["name"] for row in rows("PRAGMA table_info(entries)")]
         assert columns[-1] == "request" and columns.count("request") == 1
-        row, _ = store.entry_at_version("wsp_default", project["id"], saved[1]["fingerprint"])
+        row, _ = Versions().entry_at_version(store, "wsp_default", project["id"], saved[1]["fingerprint"])
         assert row["id"] == saved[1]["id"] and row["answers"] == 2
     finally:
         store.close()

@@ -157,6 +157,28 @@ def test_a_counted_request_is_kept_as_a_sequence_and_a_change_is_seen_at_once(ct
     assert texts(client, admin, session_url("b"), 3) == ["two, again", "three", "four"]
 
 
+def test_a_kept_sequence_is_checked_by_the_statement_that_counts_its_call(
+    ctx, client, admin, three, store, monkeypatch
+):
+    """Decision 0068: a kept sequence's call reads no change counter of its own: the count's statement
+    reads it. A call whose kept sequence a change made stale is counted once and goes the whole way."""
+    assert texts(client, admin, session_url("a"), 3) == ["one", "two", "three"]
+    reads: list[str] = []
+    version = type(store).version
+    monkeypatch.setattr(type(store), "version", lambda self, ws: reads.append(ws) or version(self, ws))
+    served = app_hits(client).served
+    assert texts(client, admin, session_url("a"), 2) == ["three"] * 2
+    assert reads == [] and app_hits(client).served == served + 2
+    add_answer(ctx, "shop", 3, "three, again")
+    assert texts(client, admin, session_url("a"), 2) == ["three, again"] * 2
+    assert counters(ctx, projects.get_row(ctx, "shop")) == 7  # each call counted once
+    assert app_hits(client).served == served + 3  # the first after the change went the whole way
+
+
+def app_hits(client):
+    return client.application.wsgi_app.hits
+
+
 def test_calls_counted_together_get_distinct_numbers_in_the_order_they_asked(ctx, shop):
     """Decision 0068: the calls asked for while a write is in flight are counted by the next one."""
     counts = sequences.Counts()
@@ -178,7 +200,7 @@ def test_calls_counted_together_get_distinct_numbers_in_the_order_they_asked(ctx
     got: dict[int, tuple] = {}
 
     def call(number: int, key: tuple) -> None:
-        got[number] = (key, counts.count(ctx, key))
+        got[number] = (key, counts.count(ctx, key)[0])
 
     first = threading.Thread(target=call, args=(0, keys[0]))
     first.start()

@@ -214,6 +214,7 @@ def test_a_first_sight_of_a_large_entry_leaves_no_cursor_holding_it(db_url, ctx)
     from semula.db import connect
     from semula.db.postgres import KEPT_RESULT
     from semula.service import projects
+    from semula.service.versions import Versions
     from tests.entry_helpers import save_entry
 
     projects.create(ctx, {"name": "shop", "mode": "replay"})
@@ -224,7 +225,9 @@ def test_a_first_sight_of_a_large_entry_leaves_no_cursor_holding_it(db_url, ctx)
     try:
 
         def read(entry):
-            row, _ = store.entry_at_version(ctx.principal.workspace_id, project_id, entry["fingerprint"])
+            row, _ = Versions().entry_at_version(
+                store, ctx.principal.workspace_id, project_id, entry["fingerprint"]
+            )
             assert row["id"] == entry["id"]
             conn = store._pool.getconn()
             store._pool.putconn(conn)

@@ -75,9 +75,11 @@ def test_forward_records_an_entry_and_then_replays_it(client, shop, headers, fak
     r = client.post(URL, json=body(), headers={**headers, "X-App-Secret": "app-only"})
     assert r.status_code == 200, r.json
     assert r.json["choices"][0]["message"]["content"] == "upstream says: hello"
-    assert r.json["model"] == "gpt-4o" and r.json["id"] != "chatcmpl-upstream"
+    # The call that forwarded it gets the provider's id and created; a replay gets fresh ones.
+    assert r.json["model"] == "gpt-4o" and (r.json["id"], r.json["created"]) == ("chatcmpl-upstream", 1)
     again = client.post(URL, json=body(), headers=headers)
     assert again.json["choices"][0]["message"]["content"] == "upstream says: hello"
+    assert again.json["id"] != "chatcmpl-upstream" and again.json["created"] > 1
     assert len(fake.calls) == 1
     sent = fake.calls[0]
     assert sent["headers"]["Authorization"] == f"Bearer {CANARY}"

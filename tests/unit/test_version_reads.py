@@ -1,4 +1,4 @@
-"""semula.db.postgres.VersionReads: concurrent version reads share queries, never an earlier one."""
+"""semula.service.versions.VersionReads: concurrent version reads share queries, never an earlier one."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from semula.db.postgres import VersionReads
+from semula.service.versions import VersionReads
 
 
 class Recorder:

@@ -15,7 +15,7 @@ from websockets.sync.client import connect
 
 from bench.worker_cpu import _Log
 from semula.core import errors
-from semula.web.websocket import WebSocket, frames
+from semula.web.websocket import Gone, WebSocket, frames
 from semula.worker import Handler
 from tests.helpers import wait_for
 
@@ -47,6 +47,16 @@ def app(environ, start_response):
                 ws.send_frames(frames([b"framed " + message, b"x" * 200, b"y" * 70000]))
             else:
                 ws.send(b"echo " + message)
+            if path == "/wait":
+                ws.wait_closed(60)
+                SEEN[path].append("waited")
+            if path in ("/abort", "/wait"):
+                ws.abort()
+                try:
+                    ws.send(b"never")
+                except Gone:  # the connection is cut: nothing more goes out
+                    SEEN[path].append("gone")
+                break
             if path == "/close":
                 break
     finally:
@@ -142,6 +152,24 @@ def test_the_server_closes_after_its_last_message(url):
         assert ws.recv(timeout=5) == "echo last"
         with pytest.raises(ConnectionClosedOK):
             ws.recv(timeout=5)
+
+
+def test_an_abort_cuts_the_connection_without_a_close_frame(url):
+    with connect(url + "/abort", open_timeout=5) as ws:
+        ws.send("cut")
+        assert ws.recv(timeout=5) == "echo cut"
+        with pytest.raises(ConnectionClosedError) as closed:
+            ws.recv(timeout=5)
+    assert closed.value.rcvd is None  # no close frame: the client's 1006, as for a broken connection
+    assert seen("/abort", 2) == [b"cut", "gone"]
+
+
+def test_wait_closed_returns_when_the_client_leaves(url):
+    ws = connect(url + "/wait", open_timeout=5)
+    ws.send("hold")
+    assert ws.recv(timeout=5) == "echo hold"
+    ws.close()  # long before the app's 60 s
+    assert seen("/wait", 3) == [b"hold", "waited", "gone"]
 
 
 def test_a_message_over_the_limit_closes_with_1009(url):

@@ -4,23 +4,33 @@
 -- The call number of this request in its session: one atomic statement on both databases, so two
 -- identical calls in flight at once, in any processes, get distinct numbers.
 -- (:n calls at once: service.sequences.Counts counts those of one request asked for together.)
+-- `version`: the replay change counter (store.version()) as the same statement read it, so a kept
+-- sequence's call is checked and counted in one round trip (service.hits, decision 0068).
 INSERT INTO session_calls (workspace_id, project_id, session, fingerprint, calls, updated_at)
 VALUES (:workspace_id, :project_id, :session, :fingerprint, :n, :now)
 ON CONFLICT (project_id, session, fingerprint) DO UPDATE SET
     calls = session_calls.calls + excluded.calls, updated_at = excluded.updated_at
-RETURNING calls
+RETURNING calls, (SELECT counter FROM replay_changes WHERE id = 1) AS version
+
+-- name: count_session_call.postgresql
+INSERT INTO session_calls (workspace_id, project_id, session, fingerprint, calls, updated_at)
+VALUES (:workspace_id, :project_id, :session, :fingerprint, :n, :now)
+ON CONFLICT (project_id, session, fingerprint) DO UPDATE SET
+    calls = session_calls.calls + excluded.calls, updated_at = excluded.updated_at
+RETURNING calls, (SELECT counter FROM replay_changes WHERE workspace_id = :workspace_id) AS version
 
 -- name: count_session_calls
 -- The calls of several requests counted together (service.sequences.Counts, decision 0068): each row of
 -- :rows adds its `n` calls to its counter, and the counter after them comes back. Rows come sorted by
--- their key, so two processes' statements take the counters' row locks in one order.
+-- their key, so two processes' statements take the counters' row locks in one order. :workspace_id is
+-- every row's; `version` as count_session_call's.
 INSERT INTO session_calls (workspace_id, project_id, session, fingerprint, calls, updated_at)
 SELECT r.value ->> 'workspace_id', r.value ->> 'project_id', r.value ->> 'session', r.value ->> 'fingerprint',
     r.value ->> 'n', :now
 FROM json_each(:rows) AS r WHERE true
 ON CONFLICT (project_id, session, fingerprint) DO UPDATE SET
     calls = session_calls.calls + excluded.calls, updated_at = excluded.updated_at
-RETURNING project_id, session, fingerprint, calls
+RETURNING project_id, session, fingerprint, calls, (SELECT counter FROM replay_changes WHERE id = 1) AS version
 
 -- name: count_session_calls.postgresql
 INSERT INTO session_calls (workspace_id, project_id, session, fingerprint, calls, updated_at)
@@ -29,7 +39,8 @@ FROM json_to_recordset(CAST(:rows AS JSON)) AS r (workspace_id TEXT, project_id 
     fingerprint TEXT, n INTEGER)
 ON CONFLICT (project_id, session, fingerprint) DO UPDATE SET
     calls = session_calls.calls + excluded.calls, updated_at = excluded.updated_at
-RETURNING project_id, session, fingerprint, calls
+RETURNING project_id, session, fingerprint, calls,
+    (SELECT counter FROM replay_changes WHERE workspace_id = :workspace_id) AS version
 
 -- name: reset_session
 DELETE FROM session_calls WHERE project_id = :project_id AND session = :session
