@@ -183,11 +183,13 @@ class ProxyApp:
         fault = faults.parse(environ["HTTP_X_SEMULA_FAULT"])
         project, _ = self.projects.get(ctx, match["project"], header_project)
 
+        logged = faults.logged(fault)
+
         def inner(respond: Callable[..., Any]) -> Iterable[bytes]:
-            return self._post(*post, respond, made)
+            return self._post(*post, respond, made, logged)  # its log row names the fault that shaped it
 
         where = (ctx, None, project, speaks, environ, started)
-        return self._inject(fault, faults.logged(fault), where, start_response, inner)
+        return self._inject(fault, logged, where, start_response, inner)
 
     def _inject(
         self,
@@ -225,10 +227,12 @@ class ProxyApp:
         started: float,
         start_response: Callable[..., Any],
         made: list[replay_service.Call],
+        fault: str | None = None,
     ) -> Iterable[bytes]:
         """A call of an API: a kept hit, else looked up and replayed or recorded (the call it starts
         goes into `made`, for the log row of an error it raises). `route` is its route and what the
-        path says of the call (the Gemini API's model and method)."""
+        path says of the call (the Gemini API's model and method); `fault` the header's fault that
+        shapes its reply (slow, disconnect), as the call log keeps it."""
         header_project = environ.get("HTTP_X_SEMULA_PROJECT")
         speaks, in_path = route[0].dialect, route[1]
         headers = tuple(environ.get(name) for name in speaks.answer_headers) + in_path
@@ -241,7 +245,7 @@ class ProxyApp:
             kept = self.hits.find_answer(key, kept, seq, version)
         if kept is not None:
             data = self.hits.reply(kept)  # before the log: a failure is logged once, as an error
-            self._log(ctx, kept, "hit", 200, started)
+            self._log(ctx, kept, "hit", 200, started, None, fault)
             if kept.stream:
                 return self._sse(start_response, data, kept.headers)
             return self._bytes(start_response, 200, data, kept.headers)
@@ -257,6 +261,7 @@ class ProxyApp:
         selectors = (match["project"], header_project)
         call = self.start(ctx, selectors, body, speaks, session, plain, number, run)
         made.append(call)
+        call.fault = fault
         if call.project["faults"] != "[]":  # its rules (decision 0061); no hit of such a project is kept
             picked = fault_rules.pick(ctx, call)
             if picked is not None:

@@ -147,6 +147,22 @@ def test_the_project_setting_sets_rules_and_a_removed_rule_counts_anew(ctx, shop
     assert projects.get(ctx, "shop")["faults"] == json.loads(json.dumps(changed.json["faults"]))
 
 
+def test_a_reply_the_headers_fault_shaped_names_it_in_the_call_log(ctx, shop, client, admin):
+    save_entry(ctx, "shop", "hello", {"content": "Hi."})
+    slow = {**admin, "X-Semula-Fault": "slow; ttfb=0"}
+    # The first call is looked up and replayed; the second is a kept hit (no rule is set).
+    for _ in range(2):
+        answered = client.post(URL, json=body(), headers=slow)
+        assert answered.status_code == 200 and answered.json["choices"][0]["message"]["content"] == "Hi."
+    calls = wait_for(
+        lambda: len(rows := calllog.list_calls(ctx, "shop")["data"]) == 2 and rows,
+        what="both calls logged",
+    )
+    assert [call["fault"] for call in calls] == [
+        {"kind": "slow", "ttfb": 0.0, "pace": 0.0, "via": "header"}
+    ] * 2
+
+
 def test_the_cli_adds_lists_and_clears_rules(ctx, shop, db_url, monkeypatch):
     from click.testing import CliRunner
 
