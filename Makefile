@@ -20,9 +20,9 @@ run: $(STAMP)
 
 # In parallel (pytest-xdist, TEST_WORKERS processes; most tests wait on servers and databases, so more
 # than the cores): every test has its own database, each worker its own ports and directories. The
-# tests that run real processes (-m acceptance) run beside the others in the same session; the few
-# that share something costly (the wheel built once) carry one xdist_group, which --dist loadgroup
-# gives to one worker (decisions 0067, 0069).
+# tests that run real processes (-m acceptance) run beside the others in the same session; the files
+# whose tests share something costly (the wheel, built once) go to one worker (--dist loadgroup, with
+# the groups named in tests/conftest.py's TOGETHER; decisions 0067, 0069).
 TEST_WORKERS ?= 4
 
 test: test-notice $(STAMP) browser agents

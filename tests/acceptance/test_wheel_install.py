@@ -19,9 +19,9 @@ import requests
 from semula.migrate import migration_files
 from tests.helpers import Server, wait_for
 
-# One worker runs them all under pytest-xdist (make test's --dist loadgroup): the wheel is built once
-# per session, and a build per worker would cost every worker minutes of both cores.
-pytestmark = [pytest.mark.acceptance, pytest.mark.xdist_group("wheel")]
+# One pytest-xdist worker runs them all (tests/conftest.py's TOGETHER): the wheel is built once per
+# session, and a build per worker would cost every worker minutes of both cores.
+pytestmark = pytest.mark.acceptance
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 # What a clean clone would not have: the copy the wheel is built from leaves these out.
