@@ -19,13 +19,14 @@ run: $(STAMP)
 	$(BIN)/semula serve --dev --port $(PORT)
 
 # In parallel (pytest-xdist, TEST_WORKERS processes; most tests wait on servers and databases, so more
-# than the cores): every test has its own database, each worker its own ports. The tests that run
-# real processes still run serially after the others (decision 0067).
+# than the cores): every test has its own database, each worker its own ports and directories. The
+# tests that run real processes (-m acceptance) run beside the others in the same session; the files
+# whose tests share something costly (the wheel, built once) go to one worker (--dist loadgroup, with
+# the groups named in tests/conftest.py's TOGETHER; decisions 0067, 0069).
 TEST_WORKERS ?= 4
 
 test: test-notice $(STAMP) browser agents
-	$(BIN)/python -m pytest -m "not acceptance" -n $(TEST_WORKERS)
-	$(BIN)/python -m pytest -m acceptance
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-notice:
 	@echo "make test installs, when it can, Chromium (apt, as root) for the dashboard's browser tests and"

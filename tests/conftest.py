@@ -42,6 +42,39 @@ def _with_dbname(url: str, name: str) -> str:
     return f"{base}/{name}"
 
 
+# Test files whose tests one pytest-xdist worker runs one after another (make test's --dist
+# loadgroup): they share a session fixture that costs minutes (the wheel, built once).
+TOGETHER = ("tests/acceptance/test_wheel_install.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest work first, so that pytest-xdist's workers run out of it together: the tests of
+    TOGETHER (one worker runs them one after another), then the acceptance tests, then the rest."""
+
+    def rank(item: pytest.Item) -> int:
+        if item.nodeid.split("::")[0] in TOGETHER:
+            return 0
+        return 1 if item.get_closest_marker("acceptance") else 2
+
+    items.sort(key=rank)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """--dist loadgroup, grouping TOGETHER's files. xdist 3.8's own loadgroup groups nothing under
+    pytest 9 (it renames a test by `item._nodeid`, which pytest 9 no longer reads), so the groups are
+    named here, where the scheduler sees only test ids, rather than by xdist_group marks."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Together(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::")[0]
+            return path if path in TOGETHER else nodeid
+
+    return Together(config, log)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def replay_cache(tmp_path_factory) -> Iterator[None]:
     """`semula replay` keeps imported bundles in the session's directory, never the user's cache
@@ -63,8 +96,7 @@ def pg_template() -> Iterator[str | None]:
     migrate(store)
     store.close()
     yield name
-    with _pg_admin() as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    # Dropped by the clones' thread (pg_clones, which needs this, closes first), after the clones.
 
 
 class Clones:
@@ -97,7 +129,10 @@ class Clones:
     def give_back(self, name: str) -> None:
         self.done.put(name)
 
-    def close(self) -> None:
+    def close(self, also: str) -> None:
+        """Stop making clones; drop them, then `also` (the template). A DROP DATABASE waits for a
+        checkpoint, which a PostgreSQL other runs keep busy may take minutes to make: after 120 s this
+        returns, and what is not dropped yet stays (semula_t_PID_N, semula_tpl_*)."""
         self.stopping.set()
         while self.threads[0].is_alive():  # unblock its put, dropping what it made
             with contextlib.suppress(queue.Empty):
@@ -106,6 +141,7 @@ class Clones:
         while not self.ready.empty():
             if (name := self.ready.get()) is not None:
                 self.done.put(name)
+        self.done.put(also)
         self.done.put(None)
         self.threads[1].join(120)
 
@@ -130,7 +166,7 @@ class Clones:
 def pg_clones(pg_template) -> Iterator[Clones]:
     clones = Clones(pg_template)
     yield clones
-    clones.close()
+    clones.close(also=pg_template)
 
 
 @pytest.fixture(scope="session")
@@ -166,12 +202,12 @@ def empty_db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
         return
     if not PG_URL:
         pytest.skip(PG_SKIP)
+    clones = request.getfixturevalue("pg_clones")  # its thread drops this one too, as it drops clones
     name = f"semula_e_{os.getpid()}_{next(_counter)}"
     with _pg_admin() as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     yield _with_dbname(PG_URL, name)
-    with _pg_admin() as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    clones.give_back(name)
 
 
 @pytest.fixture

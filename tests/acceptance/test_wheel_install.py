@@ -19,6 +19,8 @@ import requests
 from semula.migrate import migration_files
 from tests.helpers import Server, wait_for
 
+# One pytest-xdist worker runs them all (tests/conftest.py's TOGETHER): the wheel is built once per
+# session, and a build per worker would cost every worker minutes of both cores.
 pytestmark = pytest.mark.acceptance
 
 CHECKOUT = Path(__file__).resolve().parents[2]
