@@ -115,9 +115,12 @@ def test_expired_leases_are_claimed_again_and_running_ones_never(ctx, db_url):
     last_lease = {call: claims[-1] for call, claims in by_call.items()}
     expiring = {call for call, c in last_lease.items() if c[3] == SHORT}
     held = set(last_lease) - expiring
-    assert expiring and held
+    # An expired lease was claimed again here already (a call with two claims), or is left to the
+    # second round (a call whose last lease is short): on a loaded machine every short lease may have
+    # expired and been taken by a long one before the claimers stopped, leaving none for the second.
+    assert held and (expiring or any(len(claims) > 1 for claims in by_call.values()))
 
-    latest_end = max(c[2] + c[3] for c in last_lease.values() if c[3] == SHORT)
+    latest_end = max((c[2] + c[3] for c in last_lease.values() if c[3] == SHORT), default=0.0)
     wait_for(lambda: time.time() > latest_end + 0.05, timeout=10, what="the short leases to end")
     second = [c[0] for c in run_claimers(db_url, [LONG] * PROCESSES)]
     assert len(second) == len(set(second)), "a call was claimed twice"
