@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -255,7 +256,7 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
         )
     else:
         path, recorded, sent = found
-        where = f"first difference at {path}: recorded {_short(recorded)}, sent {_short(sent)}"
+        where = f"first difference at {path}: {_parted(recorded, sent)}"
     answers = best["answers"]
     count = f" ({answers} answers)" if answers > 1 else ""
     return ReplayMiss(
@@ -339,6 +340,30 @@ def _short(value: Any) -> str:
         return "(absent)"
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= MISS_VALUE else text[: MISS_VALUE - 1] + "…"
+
+
+def _parted(recorded: Any, sent: Any) -> str:
+    """The two values that differ, for a one-line message. Two long texts alike at their start (an
+    agent's system prompt) are shown around the first character where they part, not from the start
+    both share."""
+    alike = 0
+    if isinstance(recorded, str) and isinstance(sent, str):
+        alike = len(os.path.commonprefix([recorded, sent]))
+    whole = f"recorded {_short(recorded)}, sent {_short(sent)}"
+    if alike < MISS_VALUE // 2 or "…" not in whole:  # they part early, or both are short
+        return whole
+    start = alike - MISS_VALUE // 4
+    return (
+        f"recorded {_window(recorded, start)}, sent {_window(sent, start)} "
+        f"(alike for their first {alike} characters)"
+    )
+
+
+def _window(text: str, start: int) -> str:
+    """`text` from `start`, cut to about MISS_VALUE characters of JSON, with … where it was cut."""
+    piece = text[start : start + MISS_VALUE // 2]
+    inner = json.dumps(piece, ensure_ascii=False)[1:-1]
+    return f'"…{inner}{"…" if start + len(piece) < len(text) else ""}"'
 
 
 def _scope_note(ctx: Context, call: Call) -> str:

@@ -105,6 +105,28 @@ def test_replay_miss_names_the_closest_entry_not_the_newest(ctx, shop, client, a
     assert 'first difference at messages[0].content: recorded "hello there", sent "hello therE".' in message
 
 
+def test_a_miss_between_two_long_texts_alike_at_their_start_shows_where_they_part(ctx, shop, client, admin):
+    prompt = "You are an agent. " * 20 + "Today is Monday. Be brief."
+    record(
+        ctx,
+        shop,
+        client,
+        admin,
+        {"content": "hi"},
+        body={**BODY, "messages": [{"role": "user", "content": prompt}]},
+    )
+    projects.update(ctx, "shop", {"mode": "replay"})
+    sent = prompt.replace("Monday", "Sunday")
+    r = client.post(URL, json={**BODY, "messages": [{"role": "user", "content": sent}]}, headers=admin)
+    assert r.status_code == 424
+    message = r.json["error"]["message"]
+    alike = prompt.index("Monday")
+    assert (
+        'first difference at messages[0].content: recorded "… an agent. Today is Monday. Be brief.", '
+        f'sent "… an agent. Today is Sunday. Be brief." (alike for their first {alike} characters).'
+    ) in message
+
+
 def test_a_miss_names_an_entry_from_a_bundle_by_its_fingerprint(ctx, shop, client, admin):
     long_text = "a long prompt " * 20
     record(
