@@ -24,9 +24,14 @@ run: $(STAMP)
 # whose tests share something costly (the wheel, built once) go to one worker (--dist loadgroup, with
 # the groups named in tests/conftest.py's TOGETHER; decisions 0067, 0069).
 TEST_WORKERS ?= 4
+# The suite starts some 600 Python processes (servers, the CLI, the answerer, inner pytests): with
+# PYTHONDONTWRITEBYTECODE set (some shells and sandboxes set it), each would compile semula's sources
+# again and each worker rewrite every test module's asserts again, about a fifth of the suite's CPU
+# (decision 0069). The compiled files go to __pycache__, which git ignores.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
 test: test-notice $(STAMP) browser agents
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup
 
 test-notice:
 	@echo "make test installs, when it can, Chromium (apt, as root) for the dashboard's browser tests and"
@@ -55,7 +60,7 @@ agents:
 	  echo "$(AGENTS)" > $(SEMULA_AGENTS_PREFIX)/.semula-agents; fi
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not acceptance" -n $(TEST_WORKERS)
+	$(PYTEST) -m "not acceptance" -n $(TEST_WORKERS)
 
 # The query lint: every named statement on a tenant table names its workspace or project (tests/query_scoping.py).
 lint: $(STAMP)

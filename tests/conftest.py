@@ -10,7 +10,10 @@ import contextlib
 import itertools
 import os
 import queue
+import random
 import shutil
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -111,8 +114,12 @@ class Clones:
         self.ready: queue.Queue[str | None] = queue.Queue(self.AHEAD)
         self.done: queue.Queue[str | None] = queue.Queue()
         self.stopping = threading.Event()
-        for name in _left_behind():  # dropped with the run's own clones
-            self.done.put(name)
+        self.leaving = threading.Event()
+        # Dropped when the run's own are (each DROP DATABASE waits for a checkpoint: behind hundreds
+        # of these, the run's own were not dropped by its end and were left in turn), in an order of
+        # this run's own, so that runs started together drop different ones.
+        self.left_behind = _left_behind()
+        random.shuffle(self.left_behind)
         self.threads = [
             threading.Thread(target=self._make, daemon=True),
             threading.Thread(target=self._drop, daemon=True),
@@ -132,9 +139,11 @@ class Clones:
         self.done.put(name)
 
     def close(self, also: str) -> None:
-        """Stop making clones; drop them, then `also` (the template). A DROP DATABASE waits for a
-        checkpoint, which a PostgreSQL other runs keep busy may take minutes to make: after 120 s this
-        returns, and what is not dropped yet stays (semula_t_PID_N, semula_tpl_*)."""
+        """Stop making clones; what is not dropped yet (the clones, then `also`, the template) is left
+        to a process of its own. A DROP DATABASE waits for a checkpoint, which a PostgreSQL other runs
+        keep busy may take minutes to make: waiting for it here held each worker's last test (120 s
+        each at the end of a loaded `make test`). If that process is killed too, the names carry this
+        process's id and the next run drops them (_left_behind)."""
         self.stopping.set()
         while self.threads[0].is_alive():  # unblock its put, dropping what it made
             with contextlib.suppress(queue.Empty):
@@ -143,9 +152,22 @@ class Clones:
         while not self.ready.empty():
             if (name := self.ready.get()) is not None:
                 self.done.put(name)
-        self.done.put(also)
-        self.done.put(None)
-        self.threads[1].join(120)
+        self.leaving.set()  # the drop thread ends after the drop it is in, if any
+        left = []  # the run's own: those of ended runs stay for the next run
+        with contextlib.suppress(queue.Empty):
+            while True:
+                if (name := self.done.get_nowait()) is not None:
+                    left.append(name)
+        self.done.put(None)  # wakes the drop thread if it waits for a name
+        _DROPPERS.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _DROP, *left, also],  # the URL from the environment
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # outlives this worker
+            )
+        )
 
     def _make(self) -> None:
         try:
@@ -160,8 +182,25 @@ class Clones:
 
     def _drop(self) -> None:
         with _pg_admin() as conn:
-            while (name := self.done.get()) is not None:
+            while not self.leaving.is_set() and (name := self._next()) is not None:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def _next(self) -> str | None:
+        """The run's own next database to drop, else one left behind, else the next the run gives back."""
+        with contextlib.suppress(queue.Empty):
+            return self.done.get_nowait()
+        return self.left_behind.pop() if self.left_behind else self.done.get()
+
+
+# The session's last drops, run by a process that outlives the session (Clones.close); kept here so
+# that its Popen is not collected (and warned about) while the session still runs.
+_DROPPERS: list[subprocess.Popen] = []
+_DROP = """
+import os, sys, psycopg
+with psycopg.connect(os.environ["SEMULA_TEST_POSTGRES_URL"], autocommit=True) as conn:
+    for name in sys.argv[1:]:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+"""
 
 
 def _left_behind() -> list[str]:
