@@ -27,6 +27,7 @@ FAREWELL = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say far
 UNKNOWN = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Never recorded"}]}
 CALLS = "/p/default/v1/chat/completions"
 REPLAY = {"mode": "replay", "record_timeout": 300}
+RECORDING = {"mode": "record", "record_timeout": 300, "sequences": "record"}
 
 
 @pytest.fixture
@@ -37,16 +38,32 @@ def bundle(tmp_path) -> Path:
     return path
 
 
-def loading(tmp_path: Path, bundle: Path, keep: bool = False) -> tuple[Loading, Client, Context]:
-    """A replay server's Loading for `bundle`, not started, and a client of its app."""
+def loading(
+    tmp_path: Path, bundle: Path, keep: bool = False, changes: dict = REPLAY
+) -> tuple[Loading, Client, Context]:
+    """A replay server's Loading for `bundle` (with the server's mode `changes`), not started, and a
+    client of its app."""
     settings = replay_server.replay_settings(str(tmp_path))
     store = connect(settings.database_url, pool_size=4)
     migrate(store)
     ctx = Context(store, settings, CLI)
     projects.create(ctx, {"name": "default"})
-    kept = (tmp_path / "cache", replay_cache.digest("default", settings, REPLAY)) if keep else None
-    made = Loading(ctx, "default", bundle, REPLAY, kept)
+    kept = (tmp_path / "cache", replay_cache.digest("default", settings, changes)) if keep else None
+    made = Loading(ctx, "default", bundle, changes, kept)
     return made, Client(made.gate(create_app(settings, made.store))), ctx
+
+
+def noting_waits(made: Loading) -> threading.Semaphore:
+    """Released each time a request starts to wait for the import's end."""
+    waiting = threading.Semaphore(0)
+    wait = made.wait
+
+    def noted_wait() -> None:
+        waiting.release()
+        wait()
+
+    made.wait = noted_wait  # type: ignore[method-assign]
+    return waiting
 
 
 def entry_count(ctx: Context) -> int:
@@ -110,14 +127,7 @@ def test_no_call_is_answered_as_a_miss_before_the_import_ended(tmp_path, bundle)
     assert text.count("Say goodbye") == 1
     bundle.write_text(text.replace("Say goodbye", "Say farewell"))
     made, client, ctx = loading(tmp_path, bundle)
-    waiting = threading.Semaphore(0)
-    wait = made.wait
-
-    def noted_wait() -> None:
-        waiting.release()
-        wait()
-
-    made.wait = noted_wait  # type: ignore[method-assign]
+    waiting = noting_waits(made)
     answers: dict[str, tuple[int, str, bool]] = {}
 
     def ask(name: str, body: dict) -> None:
@@ -187,32 +197,14 @@ def test_a_bundle_whose_header_is_wrong_fails_before_anything_is_served(tmp_path
         loading(tmp_path, bundle)
 
 
-RECORDING = {"mode": "record", "record_timeout": 300, "sequences": "record"}
-
-
 def test_a_recording_start_answers_ahead_and_records_only_once_the_import_ended(tmp_path):
     (tmp_path / "source").mkdir()
     bundle = tmp_path / "source" / "llm.json"
     write_bundle(bundle, [(HELLO, [{"content": "one"}, {"content": "two"}]), (GOODBYE, {"content": "Bye!"})])
-    settings = replay_server.replay_settings(str(tmp_path))
-    store = connect(settings.database_url, pool_size=4)
-    migrate(store)
-    ctx = Context(store, settings, CLI)
-    project = projects.create(ctx, {"name": "default"})
-    cache = tmp_path / "cache"
-    made = Loading(
-        ctx, "default", bundle, RECORDING, (cache, replay_cache.digest("default", settings, RECORDING))
-    )
-    client = Client(made.gate(create_app(settings, made.store)))
+    made, client, ctx = loading(tmp_path, bundle, keep=True, changes=RECORDING)
+    store, project = ctx.store, projects.get_row(ctx, "default")
     in_session = "/p/default/s/a/v1/chat/completions"
-    waiting = threading.Semaphore(0)
-    wait = made.wait
-
-    def noted_wait() -> None:
-        waiting.release()
-        wait()
-
-    made.wait = noted_wait  # type: ignore[method-assign]
+    waiting = noting_waits(made)
     try:
         assert projects.get(ctx, "default")["mode"] == "record"
         # Calls 1 and 2 of the session: the bundle's answers, before the import has started.
@@ -236,7 +228,7 @@ def test_a_recording_start_answers_ahead_and_records_only_once_the_import_ended(
         asking.join(60)
         assert third == [(200, "three")]
         # The database kept is the bundle's, without what was recorded after its import.
-        (kept,) = cache.glob("*.db")
+        (kept,) = (tmp_path / "cache").glob("*.db")
         copy = sqlite3.connect(kept)
         assert copy.execute("SELECT max(answers), count(*) FROM entries").fetchone() == (2, 2)
         copy.close()
