@@ -5,20 +5,20 @@ Pure, no I/O. Nothing in an answer is executed or evaluated: it is parsed as dat
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema.exceptions import SchemaError, ValidationError, best_match
-from referencing import Registry
-from referencing.exceptions import Unresolvable
-
-from semula.core import jsonio
+from semula.core import jsonio, safe_regex
 from semula.core.errors import BadRequest, InvalidAnswer
 from semula.core.fingerprint import canonical_json, join_path
-from semula.core.safe_regex import SCHEMA_FORMATS, PatternError, SchemaValidator
+from semula.core.safe_regex import PatternError
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 MAX_SKELETON_DEPTH = 8
@@ -33,8 +33,6 @@ _USAGE_DETAILS = ("prompt_tokens_details", "completion_tokens_details")
 _ANSWER_KEYS = frozenset({"content", "tool_calls", "message", "choices", "refusal"})
 _PLACEHOLDERS: dict[str, Any] = {"string": "", "integer": 0, "number": 0, "boolean": False, "null": None}
 _MAX_ERROR_TEXT = 300
-# An empty registry: a "$ref" to a URL in a request's schema must never make the server fetch it.
-_NO_REMOTE_REFS: Registry = Registry()
 
 
 def estimate_tokens(text: str) -> int:
@@ -510,9 +508,14 @@ def _check_schema(instance: Any, schema: Any, param: str) -> None:
     # schema is treated as permissive (anything goes), never as a crash or an answer nobody can give.
     if schema is None:
         return
+    # jsonschema is imported by the first schema checked, not with the module (decision 0062).
+    from jsonschema.exceptions import SchemaError, best_match
+    from referencing.exceptions import Unresolvable
+
+    validator = safe_regex.SchemaValidator
     try:
-        SchemaValidator.check_schema(schema, format_checker=SCHEMA_FORMATS)
-        error = best_match(SchemaValidator(schema, registry=_NO_REMOTE_REFS).iter_errors(instance))
+        validator.check_schema(schema, format_checker=safe_regex.SCHEMA_FORMATS)
+        error = best_match(validator(schema, registry=_no_remote_refs()).iter_errors(instance))
     except (SchemaError, Unresolvable, RecursionError):
         return
     except PatternError as exc:
@@ -523,6 +526,14 @@ def _check_schema(instance: Any, schema: Any, param: str) -> None:
     if error is not None:
         where = _error_path(error, param)
         raise InvalidAnswer(f"{where}: {error.message}"[:_MAX_ERROR_TEXT], param=where)
+
+
+@functools.cache
+def _no_remote_refs() -> Any:
+    """An empty registry: a "$ref" to a URL in a request's schema must never make the server fetch it."""
+    from referencing import Registry
+
+    return Registry()
 
 
 def _error_path(error: ValidationError, base: str) -> str:

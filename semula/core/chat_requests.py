@@ -12,8 +12,6 @@ import re
 from typing import Any
 
 import orjson
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 from semula.core import toolsets
 from semula.core.errors import BadRequest
@@ -184,6 +182,10 @@ def _schema(schema: Any, param: str, what: str) -> None:
     digest = _digest(schema)
     if digest is not None and digest in _VALID_SCHEMAS:
         return
+    # jsonschema is imported by the first schema checked, not with the module (decision 0062).
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:

@@ -13,8 +13,6 @@ import string
 from typing import Any
 
 import re2
-from jsonschema import Draft202012Validator, FormatChecker, validators
-from jsonschema.exceptions import ValidationError
 
 # RE2 prints every refused pattern to stderr (absl logging) unless told not to: patterns come from
 # requests, and stderr ends up in the server's log.
@@ -143,9 +141,13 @@ def _show(pattern: str) -> str:
 # directly in `pattern`, `patternProperties`, `additionalProperties` (which properties a pattern
 # covers) and `unevaluatedProperties` (which properties were evaluated), so all four are replaced.
 # `format` is not asserted by semula's validation (no format checker), so "format": "regex" runs nothing.
+# jsonschema is imported by the first schema checked, not with this module: a fifth of a start's imports
+# (`semula replay`, a worker), most of whose calls have no schema to check (decision 0062).
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    from jsonschema.exceptions import ValidationError
+
     if validator.is_type(instance, "string") and not search(pattern, instance):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
@@ -167,6 +169,8 @@ def _covered_by_patterns(schema: Any, key: str) -> bool:
 
 
 def _additional_properties(validator: Any, additional: Any, instance: Any, schema: Any) -> Any:
+    from jsonschema.exceptions import ValidationError
+
     if not validator.is_type(instance, "object"):
         return
     properties = schema.get("properties") or {}
@@ -216,6 +220,8 @@ def _evaluated_keys(validator: Any, instance: dict[str, Any], schema: Any) -> se
 
 
 def _unevaluated_properties(validator: Any, unevaluated: Any, instance: Any, schema: Any) -> Any:
+    from jsonschema.exceptions import ValidationError
+
     if not validator.is_type(instance, "object"):
         return
     evaluated = _evaluated_keys(validator, instance, schema)
@@ -236,18 +242,6 @@ def _valid(errors: Any) -> bool:
     return next(errors, None) is None
 
 
-SchemaValidator = validators.extend(
-    Draft202012Validator,
-    {
-        "pattern": _pattern,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties,
-        "unevaluatedProperties": _unevaluated_properties,
-    },
-)
-"""Draft 2020-12 with every regex on RE2; a pattern RE2 refuses raises PatternError out of iter_errors."""
-
-
 def _is_regex(instance: Any) -> bool:
     # A schema's pattern is a regex if either engine parses it: one RE2 refuses but Python parses
     # (a backreference) is then named by PatternError when an answer is checked, not waved through
@@ -266,6 +260,29 @@ def _is_regex(instance: Any) -> bool:
         return False
 
 
-SCHEMA_FORMATS = FormatChecker(formats=())
-"""The format checker for checking a schema itself: its "format": "regex" fields, on both engines."""
-SCHEMA_FORMATS.checks("regex")(_is_regex)
+@functools.cache
+def _schema_support() -> dict[str, Any]:
+    from jsonschema import Draft202012Validator, FormatChecker, validators
+
+    validator = validators.extend(
+        Draft202012Validator,
+        {
+            "pattern": _pattern,
+            "patternProperties": _pattern_properties,
+            "additionalProperties": _additional_properties,
+            "unevaluatedProperties": _unevaluated_properties,
+        },
+    )
+    formats = FormatChecker(formats=())
+    formats.checks("regex")(_is_regex)
+    return {"SchemaValidator": validator, "SCHEMA_FORMATS": formats}
+
+
+def __getattr__(name: str) -> Any:
+    """`SchemaValidator`: Draft 2020-12 with every regex on RE2; a pattern RE2 refuses raises
+    PatternError out of iter_errors. `SCHEMA_FORMATS`: the format checker for checking a schema itself,
+    its "format": "regex" fields on both engines. Both made (and jsonschema imported) at first use."""
+    support = _schema_support() if name in ("SchemaValidator", "SCHEMA_FORMATS") else {}
+    if name not in support:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return support[name]

@@ -13,26 +13,35 @@ import http.client
 import json
 import select
 import ssl
+import sys
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import certifi
-import urllib3
 
 from semula import dialects
 from semula.core import redact
 from semula.core.errors import UpstreamError
 from semula.dialects import Dialect
 
+if TYPE_CHECKING:
+    import urllib3
+
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 ERROR_TEXT_CHARS = 300
 KEPT_CONNECTIONS = 32  # idle keep-alive connections to the provider a process keeps; more may be open
-TRANSPORT_ERRORS = (http.client.HTTPException, urllib3.exceptions.HTTPError, OSError, ValueError)
-# urllib3's failures that happen before a request's first byte is sent.
-_NOT_SENT = (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError)
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """What a failed transport raises: http.client's errors, OSError and ValueError, and urllib3's once
+    it is imported (only a proxy uses it: a start does not import it, decision 0062). Read in an
+    `except` clause, which is evaluated only when something was raised."""
+    known: tuple[type[BaseException], ...] = (http.client.HTTPException, OSError, ValueError)
+    urllib3_errors = sys.modules.get("urllib3.exceptions")
+    return known if urllib3_errors is None else (*known, urllib3_errors.HTTPError)
 
 
 class NotSent(Exception):
@@ -132,6 +141,8 @@ class _Proxied:
     """Through the environment's proxy: urllib3's ProxyManager (a CONNECT tunnel for HTTPS)."""
 
     def __init__(self, endpoint: str, proxy: str):
+        import urllib3  # here, not with the module: only a proxy needs it
+
         self.endpoint = endpoint
         parts = urllib.parse.urlsplit(proxy)
         headers = {}
@@ -158,6 +169,8 @@ class _Proxied:
     def open(
         self, body: bytes, headers: dict[str, str], timeout: float
     ) -> tuple[int, urllib3.BaseHTTPResponse, Callable[[bool], None]]:
+        from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+
         try:
             response = self._manager.urlopen(
                 "POST",
@@ -169,7 +182,7 @@ class _Proxied:
                 redirect=False,
                 preload_content=False,
             )
-        except _NOT_SENT as exc:
+        except (NewConnectionError, ConnectTimeoutError) as exc:  # before the request's first byte
             raise NotSent(type(exc).__name__) from exc
 
         def done(read_whole: bool) -> None:
@@ -232,7 +245,7 @@ def call_provider(
         )
     except NotSent as exc:
         raise _unreachable(exc, sent=False) from None
-    except TRANSPORT_ERRORS as exc:
+    except transport_errors() as exc:
         raise _unreachable(exc, sent=True) from None
     if status != 200:
         shown = redact.provider_error_text(status, raw, settings.secrets(), limit=ERROR_TEXT_CHARS)
@@ -292,7 +305,7 @@ def open_stream(settings: Any, body: dict[str, Any], model: str | None, dialect:
         )
     except NotSent as exc:
         raise _unreachable(exc, sent=False) from None
-    except TRANSPORT_ERRORS as exc:
+    except transport_errors() as exc:
         raise _unreachable(exc, sent=True) from None
     if status != 200:
         try:

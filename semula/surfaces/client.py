@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
-import requests
+if TYPE_CHECKING:
+    import requests
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT = 30.0
@@ -64,7 +65,12 @@ class Client:
         self.url = (url or os.environ.get("SEMULA_URL") or DEFAULT_URL).rstrip("/")
         self._token = token if token is not None else os.environ.get("SEMULA_TOKEN") or None
         self.timeout = timeout
-        self.session = session or requests.Session()
+        if session is None:
+            # Here, not with the module: every `semula` command imports this one (decision 0062).
+            import requests
+
+            session = requests.Session()
+        self.session = session
 
     def __repr__(self) -> str:
         return f"Client(url={self.url!r})"
@@ -78,6 +84,8 @@ class Client:
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         params = {k: v for k, v in (params or {}).items() if v is not None}
+        from requests import RequestException
+
         try:
             response = self.session.request(
                 method,
@@ -87,7 +95,7 @@ class Client:
                 headers=headers,
                 timeout=self.timeout,
             )
-        except requests.RequestException as exc:
+        except RequestException as exc:
             # The exception text names the URL only; the token travels in a header and is not in it.
             raise ClientError(
                 None,

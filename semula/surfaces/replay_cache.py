@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import logging
 import os
 import sqlite3
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import semula
 from semula.config import Settings
@@ -49,20 +50,22 @@ def directory(environ: Mapping[str, str]) -> Path | None:
     return Path(base) / "semula" / "replay"
 
 
-def digest(project: str, settings: Settings) -> hashlib.blake2b | None:
-    """The digest a bundle's bytes are added to, to name the database made from them; None when none
-    may be kept: with secrets in the settings (an import redacts them; no digest of one is written)."""
+def digest(project: str, settings: Settings, changes: Mapping[str, Any]) -> hashlib.blake2b | None:
+    """The digest a bundle's bytes are added to, to name the database made from them with the project's
+    settings `changes` (the server's mode: the import writes them); None when none may be kept: with
+    secrets in the settings (an import redacts them; no digest of one is written)."""
     if settings.secrets():
         return None
     made = hashlib.blake2b(_code(), digest_size=20)
     made.update(f"\0{project}\0{settings.max_body_bytes}\0".encode())
+    made.update(json.dumps(changes, sort_keys=True).encode() + b"\0")
     return made
 
 
-def key(bundle: Path, project: str, settings: Settings) -> str | None:
+def key(bundle: Path, project: str, settings: Settings, changes: Mapping[str, Any]) -> str | None:
     """The name of the database made from `bundle` as it is now (see digest()); None when it cannot be
     read (the import then says why, as without a cache)."""
-    made = digest(project, settings)
+    made = digest(project, settings, changes)
     if made is None:
         return None
     try:
@@ -143,3 +146,18 @@ def save(folder: Path, name: str, store: SQLiteStore, only: tuple[str, ...] | No
         kept = sorted(folder.glob("*.db"), key=lambda p: p.stat().st_mtime, reverse=True)
         for old in kept[KEEP:]:
             old.unlink(missing_ok=True)
+        # A copy a killed start left half-written (SIGKILL while it was kept): never read, so dropped.
+        for stale in folder.glob(".*.partial"):
+            pid = stale.name.rsplit(".", 2)[-2]
+            if pid.isdecimal() and not _alive(int(pid)):
+                stale.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True

@@ -106,6 +106,7 @@ class Loading:
         self.settings = bundles.apply_config(ctx, project, config, overrides)
         self.bundle, self.project, self.overrides, self.keep = bundle, project, overrides, keep
         self.done = threading.Event()
+        self.imported = False  # the import ended and succeeded (done, and no error)
         self.error: BaseException | None = None
         self.turns = Turns(self.done)
         self.store = LoadingStore(ctx.store, self)
@@ -166,19 +167,21 @@ class Loading:
                         "An answer given while the bundle was imported was not the bundle's entry (its "
                         "layout is not the one semula export writes); export the bundle again."
                     )
-                self.done.set()
+            if self.keep is not None and name is not None:
+                # Kept before anything that waits for the import's end may write: an entry recorded
+                # (--record) or made through REST is not the bundle's, which the name says it holds.
+                replay_cache.save(self.keep[0], name, self.store.inner, only=IMPORTED)
+            self.imported = True
+            self.done.set()
         except BaseException as exc:
             self.error = exc
             self.done.set()
             on_failure()
-            return
         finally:
             with self._lock:
                 if self._map is not None:
                     self._map.close()
                 self._map = self._index = None
-        if self.keep is not None and name is not None:
-            replay_cache.save(self.keep[0], name, self.store.inner, only=IMPORTED)
 
     def write_ahead(self, fingerprint: str) -> bool:
         """Write the entry with this fingerprint ahead of the import when the bundle points at it and
@@ -255,6 +258,9 @@ def _message(error: BaseException) -> str:
 
 
 ENTRY = "entry_by_fingerprint"  # the lookup a call makes (service.versions.Versions.entry_at_version)
+# What parks a call (service.pending.park): --record parks a sequence's call past its last answer
+# only once the import ended, so what it records is never changed again by the import.
+PARKS = frozenset({"insert_pending", "pending_by_fingerprint", "join_pending"})
 
 
 class LoadingStore:
@@ -294,6 +300,8 @@ class LoadingStore:
     def one(self, name: str, /, **params: Any) -> Row | None:
         if name == ENTRY:
             return self._entry(params)
+        if name in PARKS:
+            self.loading.wait()
         return self._one(name, params)
 
     def _one(self, name: str, params: dict[str, Any]) -> Row | None:
@@ -305,6 +313,8 @@ class LoadingStore:
             return self.inner.all(name, **params)
 
     def run(self, name: str, /, **params: Any) -> int:
+        if name in PARKS:
+            self.loading.wait()
         with self.loading.turns.turn():
             return self.inner.run(name, **params)
 

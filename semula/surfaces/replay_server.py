@@ -51,41 +51,38 @@ def serve(
         )
     workdir = tempfile.mkdtemp(prefix="semula-replay-")
     settings = replay_settings(workdir)
+    # Recording records sequences: a test's k-th identical call past the last answer records answer k.
+    changes = {"mode": "record" if record else "replay", "record_timeout": record_timeout}
+    changes |= {"sequences": "record"} if record else {}
     cache = replay_cache.directory(os.environ)
-    kept = replay_cache.key(bundle, project, settings) if cache and bundle.exists() else None
+    kept = replay_cache.key(bundle, project, settings, changes) if cache and bundle.exists() else None
     # A database kept from an earlier start of this bundle is what the import would make again.
     loaded = kept is not None and replay_cache.load(cache, kept, Path(workdir) / DATABASE)
     store = connect(settings.database_url, pool_size=4)
     loading: replay_loading.Loading | None = None
     try:
         ctx = Context(store, settings, CLI)
-        # Recording records sequences: a test's k-th identical call past the last answer records answer k.
-        changes = {"mode": "record" if record else "replay", "record_timeout": record_timeout}
-        changes |= {"sequences": "record"} if record else {}
-        made = replay_cache.digest(project, settings) if kept is not None else None
+        made = replay_cache.digest(project, settings, changes) if kept is not None else None
         if not loaded:
             migrate(store)
             projects.create(ctx, {"name": project})
-            if bundle.exists() and not record:
-                # Served while it is imported (replay_loading); its settings are written first.
+            if bundle.exists():
+                # Served while it is imported (replay_loading); its settings, with the mode, are written
+                # first. Recording too: a miss, so anything recorded, waits for the import's end.
                 loading = replay_loading.Loading(
                     ctx, project, bundle, changes, (cache, made) if made is not None else None
                 )
                 ctx = loading.ctx
-            elif bundle.exists():
-                with bundle.open("rb") as source:
-                    reading = replay_cache.Reading(source, made) if made is not None else None
-                    bundles.import_bundle(ctx, project, reading or source)
-                    if reading is not None:
-                        replay_cache.save(cache, reading.name(), store)
         if loading is None:
-            # An import resets operator fields (mode among them): set the mode after it.
+            # A kept import holds the mode it was made with; written again, as a new project's.
             projects.update(ctx, project, changes)
         app = create_app(settings, ctx.store)
         server = make_server(host, port, loading.gate(app) if loading else app, threaded=True)
-        print(f"http://{host}:{server.server_port}/p/{project}/v1", file=out, flush=True)
         stop = lambda *_: threading.Thread(target=server.shutdown, daemon=True).start()  # noqa: E731
+        # Before the URL is printed: a caller that stops the server as soon as it read it gets the stop
+        # that removes the temporary directory, not the default handler's exit.
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        print(f"http://{host}:{server.server_port}/p/{project}/v1", file=out, flush=True)
         if loading is not None:
             loading.start(on_failure=stop)
         try:
@@ -98,7 +95,11 @@ def serve(
                 loading.stop()
         if loading is not None:
             loading.check()
-        if record:
+        if record and loading is not None and not loading.imported:
+            # Stopped before the import ended: nothing was recorded (a miss waits for its end), and
+            # what this run holds is a part of the bundle, not to be written over it.
+            print(f"semula replay: left {bundle} as it was: stopped while it was imported", file=sys.stderr)
+        elif record:
             dropped = drop_unused(ctx, project) if prune else 0
             kept = write_back(ctx, project, bundle)
             pruned = f", dropped {dropped} that no call used" if prune else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -57,21 +58,12 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         "versions": versions,
     }
 
-    from semula.web import openapi
-    from semula.web.api import api
-    from semula.web.api_entries import api_entries
-    from semula.web.api_pending import api_pending
-    from semula.web.api_upstream import api_upstream
-    from semula.web.ui import ui
-
-    app.register_blueprint(api)
-    app.register_blueprint(api_entries)
-    app.register_blueprint(api_pending)
-    app.register_blueprint(api_upstream)
-    app.register_blueprint(ui)
-    # The description of every /api/v1 route (semula/web/openapi.py); public, like any API description.
-    app.add_url_rule("/api/v1/openapi.json", "openapi", openapi.serve)
-    proxy = ProxyApp(app.wsgi_app, settings, store, parking, calllog, counts, versions)
+    # The REST API, the dashboard and the OpenAPI document join the app before the first request the
+    # fast path passes on to Flask, not here: their modules and rules are a fifth of a start's CPU
+    # (`semula replay`, each worker), and most starts answer LLM calls first (decision 0062).
+    routes = Routes(app)
+    app.extensions["semula"]["routes"] = routes
+    proxy = ProxyApp(routes, settings, store, parking, calllog, counts, versions)
     app.wsgi_app = proxy  # type: ignore[method-assign]
     app.extensions["semula"]["proxy"] = proxy  # the server sets its offload (semula/web/wsgi.py)
 
@@ -140,6 +132,44 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         return error_response(policy.unexpected(exc, request.path))
 
     return app
+
+
+class Routes:
+    """Flask's own WSGI app, with the REST API, dashboard and OpenAPI routes registered before the
+    first request it is given (and by `ready()`), once, whichever thread comes first."""
+
+    def __init__(self, app: Flask):
+        self.app, self.wsgi_app = app, app.wsgi_app
+        self.registered = False
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        if not self.registered:
+            self.ready()
+        return self.wsgi_app(environ, start_response)
+
+    def ready(self) -> Flask:
+        """The app with every route registered (`app.url_map` complete)."""
+        with self._lock:
+            if not self.registered:
+                from semula.web import openapi
+                from semula.web.api import api
+                from semula.web.api_entries import api_entries
+                from semula.web.api_pending import api_pending
+                from semula.web.api_upstream import api_upstream
+                from semula.web.ui import ui
+
+                for blueprint in (api, api_entries, api_pending, api_upstream, ui):
+                    self.app.register_blueprint(blueprint)
+                # The description of every /api/v1 route (semula/web/openapi.py); public, like any API's.
+                self.app.add_url_rule("/api/v1/openapi.json", "openapi", openapi.serve)
+                self.registered = True
+        return self.app
+
+
+def routes(app: Flask) -> Flask:
+    """`app` with every route registered: what reads `app.url_map` before a request calls this."""
+    return app.extensions["semula"]["routes"].ready()
 
 
 def readiness(store: Store) -> Response:

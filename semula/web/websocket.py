@@ -46,11 +46,6 @@ class Gone(Exception):
     """The client closed the socket, or the connection broke: nothing more can be sent."""
 
 
-def requested(environ: dict[str, Any]) -> bool:
-    """Whether a request asks to be upgraded to a WebSocket (its handshake is checked by accept())."""
-    return environ.get("HTTP_UPGRADE", "").lower() == "websocket"
-
-
 def _handshake(environ: dict[str, Any]) -> Request:
     """The handshake request as the protocol reads it: the request's path and headers."""
     headers = Headers()

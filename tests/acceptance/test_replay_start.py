@@ -4,6 +4,7 @@ that fails to import fails the same way at every start and is never kept."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -88,3 +89,32 @@ def test_a_bundle_that_fails_to_import_fails_alike_at_every_start_and_is_not_kep
     assert [r.returncode for r in runs] == [1, 1]
     assert "review_status" in runs[0].stderr and runs[0].stderr == runs[1].stderr
     assert list(cache.glob("*")) == []
+
+
+def test_a_recording_stopped_while_its_bundle_is_imported_leaves_the_bundle_whole(tmp_path):
+    from bench.import_bundle import write_bundle as write_large_bundle
+
+    bundle = tmp_path / "llm.json"
+    write_large_bundle(bundle, 5000)  # an import of some seconds: the stop comes before its end
+    before = bundle.read_bytes()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "semula", "replay", "--record", str(bundle)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SEMULA_REPLAY_CACHE": str(tmp_path / "cache")},
+    )
+    try:
+        assert proc.stdout.readline().strip(), proc.communicate(timeout=60)[1]
+        proc.terminate()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    # Never a part of the bundle written over it: left as it was, or (the import ended first) whole.
+    if "stopped while it was imported" in err:
+        assert bundle.read_bytes() == before
+        assert list((tmp_path / "cache").glob("*")) == []
+    else:
+        assert "5000 entries" in err
+        assert len(json.loads(bundle.read_bytes())["entries"]) == 5000

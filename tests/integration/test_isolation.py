@@ -38,6 +38,7 @@ from semula.service import (
 from semula.service import replay as replay_service
 from semula.service.auth import token_hash
 from semula.web import create_app
+from semula.web import routes as all_routes
 from tests.hosted_helpers import hosted, tenant  # noqa: F401 - fixture
 from tests.query_scoping import across_workspaces, named_statements, tenant_tables
 
@@ -116,7 +117,7 @@ def world(hosted):  # noqa: F811 - the fixture imported above
 
 
 def routes(app):
-    for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
+    for rule in sorted(all_routes(app).url_map.iter_rules(), key=lambda r: r.rule):
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
             yield rule, method
 

@@ -13,7 +13,7 @@ import marshmallow
 import pytest
 
 from semula.config import Settings
-from semula.web import create_app
+from semula.web import create_app, routes
 from semula.web.openapi import document
 
 IGNORED_METHODS = {"HEAD", "OPTIONS"}
@@ -27,7 +27,7 @@ def sqlite_app(tmp_path_factory):
 
 def registered_operations(app) -> set[tuple[str, str]]:
     operations = set()
-    for rule in app.url_map.iter_rules():
+    for rule in routes(app).url_map.iter_rules():
         if rule.rule.startswith("/api/v1/"):
             path = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule)
             operations |= {(path, method.lower()) for method in rule.methods - IGNORED_METHODS}

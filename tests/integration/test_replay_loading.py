@@ -14,17 +14,20 @@ from werkzeug.test import Client
 
 from semula.db import connect
 from semula.migrate import migrate
-from semula.service import CLI, Context, projects
+from semula.service import CLI, Context, pending, projects
 from semula.surfaces import replay_cache, replay_server
 from semula.surfaces.replay_loading import Loading
 from semula.web import create_app
 from tests.bundle_helpers import write_bundle
+from tests.helpers import wait_for
 
 HELLO = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say hello"}]}
 GOODBYE = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say goodbye"}]}
 FAREWELL = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Say farewell"}]}
 UNKNOWN = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Never recorded"}]}
 CALLS = "/p/default/v1/chat/completions"
+REPLAY = {"mode": "replay", "record_timeout": 300}
+RECORDING = {"mode": "record", "record_timeout": 300, "sequences": "record"}
 
 
 @pytest.fixture
@@ -35,16 +38,32 @@ def bundle(tmp_path) -> Path:
     return path
 
 
-def loading(tmp_path: Path, bundle: Path, keep: bool = False) -> tuple[Loading, Client, Context]:
-    """A replay server's Loading for `bundle`, not started, and a client of its app."""
+def loading(
+    tmp_path: Path, bundle: Path, keep: bool = False, changes: dict = REPLAY
+) -> tuple[Loading, Client, Context]:
+    """A replay server's Loading for `bundle` (with the server's mode `changes`), not started, and a
+    client of its app."""
     settings = replay_server.replay_settings(str(tmp_path))
     store = connect(settings.database_url, pool_size=4)
     migrate(store)
     ctx = Context(store, settings, CLI)
     projects.create(ctx, {"name": "default"})
-    kept = (tmp_path / "cache", replay_cache.digest("default", settings)) if keep else None
-    made = Loading(ctx, "default", bundle, {"mode": "replay", "record_timeout": 300}, kept)
+    kept = (tmp_path / "cache", replay_cache.digest("default", settings, changes)) if keep else None
+    made = Loading(ctx, "default", bundle, changes, kept)
     return made, Client(made.gate(create_app(settings, made.store))), ctx
+
+
+def noting_waits(made: Loading) -> threading.Semaphore:
+    """Released each time a request starts to wait for the import's end."""
+    waiting = threading.Semaphore(0)
+    wait = made.wait
+
+    def noted_wait() -> None:
+        waiting.release()
+        wait()
+
+    made.wait = noted_wait  # type: ignore[method-assign]
+    return waiting
 
 
 def entry_count(ctx: Context) -> int:
@@ -52,17 +71,17 @@ def entry_count(ctx: Context) -> int:
     return sum(1 for _ in ctx.store.iterate("export_entries", project_id=project["id"]))
 
 
-def answer(client: Client, body: dict) -> tuple[int, str]:
-    reply = client.post(CALLS, json=body)
+def answer(client: Client, body: dict, url: str = CALLS) -> tuple[int, str]:
+    reply = client.post(url, json=body)
     content = reply.json["choices"][0]["message"]["content"] if reply.status_code == 200 else ""
     return reply.status_code, content
 
 
-def answered_before_the_import(client: Client, body: dict) -> tuple[int, str]:
+def answered_before_the_import(client: Client, body: dict, url: str = CALLS) -> tuple[int, str]:
     """answer(), while the import has not started: a call that waits for it fails the test."""
     got: list[tuple[int, str]] = []
     asking = threading.Thread(
-        target=lambda: got.append(answer(Client(client.application), body)), daemon=True
+        target=lambda: got.append(answer(Client(client.application), body, url)), daemon=True
     )
     asking.start()
     asking.join(60)
@@ -108,14 +127,7 @@ def test_no_call_is_answered_as_a_miss_before_the_import_ended(tmp_path, bundle)
     assert text.count("Say goodbye") == 1
     bundle.write_text(text.replace("Say goodbye", "Say farewell"))
     made, client, ctx = loading(tmp_path, bundle)
-    waiting = threading.Semaphore(0)
-    wait = made.wait
-
-    def noted_wait() -> None:
-        waiting.release()
-        wait()
-
-    made.wait = noted_wait  # type: ignore[method-assign]
+    waiting = noting_waits(made)
     answers: dict[str, tuple[int, str, bool]] = {}
 
     def ask(name: str, body: dict) -> None:
@@ -183,3 +195,43 @@ def test_a_bundle_whose_header_is_wrong_fails_before_anything_is_served(tmp_path
     bundle.write_text(bundle.read_text().replace('"version": 1', '"version": 99', 1))
     with pytest.raises(Exception, match="version 99"):
         loading(tmp_path, bundle)
+
+
+def test_a_recording_start_answers_ahead_and_records_only_once_the_import_ended(tmp_path):
+    (tmp_path / "source").mkdir()
+    bundle = tmp_path / "source" / "llm.json"
+    write_bundle(bundle, [(HELLO, [{"content": "one"}, {"content": "two"}]), (GOODBYE, {"content": "Bye!"})])
+    made, client, ctx = loading(tmp_path, bundle, keep=True, changes=RECORDING)
+    store, project = ctx.store, projects.get_row(ctx, "default")
+    in_session = "/p/default/s/a/v1/chat/completions"
+    waiting = noting_waits(made)
+    try:
+        assert projects.get(ctx, "default")["mode"] == "record"
+        # Calls 1 and 2 of the session: the bundle's answers, before the import has started.
+        for text in ("one", "two"):
+            assert answered_before_the_import(client, HELLO, in_session) == (200, text)
+        # Call 3 is past the sequence's end: it records answer 3, so it parks only once the import
+        # ended (the import would otherwise still be writing the entry it records into).
+        third: list[tuple[int, str]] = []
+        asking = threading.Thread(
+            target=lambda: third.append(answer(Client(client.application), HELLO, in_session))
+        )
+        asking.start()
+        assert waiting.acquire(timeout=60)
+        assert store.all("parked_in_project", project_id=project["id"]) == []
+        run(made)
+        made.check()
+        assert made.imported
+        rows = wait_for(lambda: store.all("parked_in_project", project_id=project["id"]), what="parked")
+        assert pending.get(ctx, rows[0]["id"])["seq"] == 3
+        pending.answer(ctx, rows[0]["id"], {"content": "three"})
+        asking.join(60)
+        assert third == [(200, "three")]
+        # The database kept is the bundle's, without what was recorded after its import.
+        (kept,) = (tmp_path / "cache").glob("*.db")
+        copy = sqlite3.connect(kept)
+        assert copy.execute("SELECT max(answers), count(*) FROM entries").fetchone() == (2, 2)
+        copy.close()
+    finally:
+        made.stop()
+        store.close()

@@ -174,11 +174,13 @@ def test_a_tools_list_seen_before_is_not_walked_again_and_a_changed_one_is(monke
 
 def test_a_tool_schema_seen_before_is_not_checked_again(monkeypatch):
     # Agents send the same tools with every request; checking each schema costs about a millisecond.
+    from jsonschema import Draft202012Validator  # what chat_requests imports at its first schema
+
     checked = []
-    check_schema = chat_requests.Draft202012Validator.check_schema
+    check_schema = Draft202012Validator.check_schema
     monkeypatch.setattr(chat_requests, "_VALID_SCHEMAS", {})
     monkeypatch.setattr(
-        chat_requests.Draft202012Validator,
+        Draft202012Validator,
         "check_schema",
         lambda schema: checked.append(schema) or check_schema(schema),
     )
