@@ -27,7 +27,7 @@ from semula.service import replay as replay_service
 from semula.service.calllog import CallLog
 from semula.service.served import Served
 from semula.service.versions import Versions
-from semula.web import access, policy, responses_socket, websocket
+from semula.web import access, policy, socket_mode, websocket
 
 logger = logging.getLogger("semula.web")
 JSON_HEADERS = [("Content-Type", "application/json")]
@@ -132,10 +132,10 @@ class ProxyApp:
             header_project = environ.get("HTTP_X_SEMULA_PROJECT")
             path_session = match["session"]
             session = sequences.check_session(path_session) if path_session else self._session(environ)
-            if route.route.websocket and websocket.requested(environ):  # decision 0056
+            if route.route.websocket is not None and websocket.requested(environ):  # decision 0056
                 self._method(environ, "GET")
-                call = (speaks, (match["project"], header_project), session)
-                return responses_socket.serve(self, ctx, call, environ, start_response)
+                call = (route, (match["project"], header_project), session)
+                return socket_mode.serve(self, ctx, call, environ, start_response)
             handler, method = route.route.serves, environ.get("REQUEST_METHOD", "")
             if handler is CALL and method == "POST":
                 raw = self._read(environ)
