@@ -16,8 +16,8 @@ is: a call-log row, an access line and the request metrics (decisions 0056, 0064
 Faults (decisions 0060, 0061): the handshake's X-Semula-Fault applies to every turn of its socket, and
 a project's rules to each turn as to an HTTP call. An error kind is an error event with its status
 (a 429's headers in the event's error) and the socket stays open; `timeout` sends nothing, then cuts
-the connection; `disconnect` sends the turn's first N events, then cuts it; `slow` delays the first
-event and paces the others.
+the connection; `disconnect` sends the turn's first N events, then cuts it (a record-through miss has
+none: the provider is not called); `slow` delays the first event and paces the others.
 """
 
 from __future__ import annotations
@@ -150,6 +150,8 @@ class Turns:
                     picked = self.fault, faults.logged(self.fault)
                 if picked is not None and picked[0].kind not in SHAPING:
                     return self._inject(*picked, call, call.project, lane, started)
+                # A disconnect cuts a record-through miss without calling the provider (outcome fault).
+                call.cut = picked is not None and picked[0].kind == "disconnect"
                 outcome = "hit" if call.entry else app._miss(ctx, call)
                 if picked is not None:
                     call.fault = picked[1]
@@ -202,13 +204,15 @@ class Turns:
     def _shaped(self, fault: faults.Fault, call: replay_service.Call, lane: bytes) -> bool:
         """The turn's own events, made whole first (a relayed reply is recorded, a miss is the miss),
         then sent late and paced (`slow`) or cut after `after_events` (`disconnect`: the connection is
-        cut without a close frame). False when the socket is gone."""
+        cut without a close frame; a record-through miss it cut has no events: the provider was not
+        called). False when the socket is gone."""
         metrics.FAULTS.labels(fault.kind).inc()
         if call.live is not None:
             with contextlib.closing(_relayed(call.live, lane)) as relayed:
                 payloads = list(relayed)
+        elif call.entry is None:
+            payloads = []  # cut before the provider was called (_miss: call.cut)
         else:
-            assert call.entry is not None
             _, events = replay_service.render(call, call.entry)
             payloads = [_laned(jsonio.compact(event), lane) for event in events or []]
         if fault.kind == "slow":
