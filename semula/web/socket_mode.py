@@ -265,8 +265,10 @@ def _same_width(stamps: dict[str, Any]) -> bool:
     """Whether a kept turn's stamps that are times in seconds (the Responses API's created_at) have the
     width this reply's will have, so that its frames' lengths hold when they are replaced (until the
     year 2286; a turn is otherwise answered as a first sight)."""
-    width = len(str(int(time.time())))
-    return all(len(str(value)) == width for value in stamps.values() if type(value) is int)
+    for value in stamps.values():
+        if type(value) is int and len(str(value)) != len(str(int(time.time()))):
+            return False
+    return True
 
 
 def _call_body(message: bytes, protocol: Socket, post: str) -> tuple[dict[str, Any], bool, bytes]:
