@@ -24,6 +24,7 @@ from answerer.runners import Outcome, Runner, make_runner
 from answerer.server import Server, ServiceServer, TokenRefused, Unavailable
 from semula import metrics
 from semula.core.errors import InvalidAnswer, PendingResolved, SemulaError
+from semula.core.fingerprint import CHAT_API
 from semula.db import DatabaseError
 from semula.service import DEFAULT_WORKSPACE, Context, Principal
 
@@ -83,7 +84,9 @@ def document(
         },
         "shape": call["shape"],
         "project": call["project"],
-        "api": call.get("api", "openai.chat"),
+        # The claim names its API (any the server's registry has); one from a server from before the
+        # other APIs does not, and is the default one's.
+        "api": call.get("api") or CHAT_API,
         "pending_id": call["id"],
         "attempt": attempt,
     }

@@ -21,10 +21,10 @@ from typing import Any
 
 from semula.core import answers, jsonio, stream, templates, toolsets
 from semula.core.chat_requests import MAX_TOOLS, check_length
-from semula.core.errors import BadRequest, InvalidAnswer
+from semula.core.errors import BadRequest, InvalidAnswer, SemulaError
 from semula.core.limits import MAX_BLOCKS, MAX_ITEMS, blocks
 from semula.dialects import RESPONSES, Dialect, Request, typed_sse
-from semula.dialects.routes import Handler, Route, Served
+from semula.dialects.routes import Handler, Route, Served, Socket
 
 STORED = r"/v1/responses/(?P<id>[A-Za-z0-9_.:-]{1,200})"  # a recorded response's path
 
@@ -143,11 +143,31 @@ def _stored_input_items(served: Served) -> dict[str, Any]:
     }
 
 
+class _Socket(Socket):
+    def error_event(self, exc: SemulaError, dialect: Dialect) -> dict[str, Any]:
+        """The Responses WebSocket's error event: the HTTP error's status and the API's error object,
+        with the headers the HTTP error would carry (a 429's Retry-After and rate-limits), as the
+        event's `error.headers` has them (the openai SDK's ResponseWsError)."""
+        error = dialect.error_body(exc)["error"]
+        headers = {name.lower(): value for name, value in exc.headers if name.lower() != "connection"}
+        if headers:  # the connection's own header is the HTTP response's, not the error's
+            error = {**error, "headers": headers}
+        return {"type": "error", "status": exc.status, "error": error}
+
+
+# The socket mode as the openai SDKs' `client.responses.connect()` and Codex use it (decision 0056): a
+# `response.create` event is a call, with the body of POST /v1/responses; the lane the SDKs may name
+# (`stream_id`) is echoed on the turn's events; Codex acknowledges each response it has handled with
+# `response.processed`, which the API answers with nothing (Codex would take an error event for the
+# failure of its next turn); a background response is no stream, so no turn.
+SOCKET = _Socket("response.create", lane="stream_id", quiet=("response.processed",), refused=("background",))
+
+
 class OpenAIResponses(Dialect):
     name = NAME
     title = "Responses"
     routes = (
-        Route("/v1/responses", "/v1/responses", websocket=True),  # decision 0056
+        Route("/v1/responses", "/v1/responses", websocket=SOCKET),  # decision 0056
         Route(STORED, "/v1/responses/{id}", Handler(("GET", "DELETE"), _stored_response)),
         Route(
             STORED + "/input_items", "/v1/responses/{id}/input_items", Handler(("GET",), _stored_input_items)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from semula.core.errors import NotFound
+from semula.core.errors import NotFound, SemulaError
 
 if TYPE_CHECKING:
     from semula.dialects import Dialect
@@ -61,6 +61,27 @@ CALL: Handler | None = None  # the route's POST is a call of its API, replayed o
 
 
 @dataclass(frozen=True)
+class Socket:
+    """What a route's WebSocket mode speaks (a GET upgraded on the route, semula/web/socket_mode.py,
+    decision 0056). Each client message whose `type` is `turn` is one call of the route's API: its
+    other members are the call's body (the socket always streams), answered by the events the call's
+    stream carries, one message each; a turn that fails gets one error_event() and the socket stays
+    open. The Responses API's is `response.create` (openai_responses.SOCKET)."""
+
+    turn: str  # the `type` of a client message that is a call
+    # A member of a turn naming its lane (not the call's): echoed on each of the turn's events.
+    lane: str | None = None
+    # Types of client messages answered with nothing (a client's acknowledgements).
+    quiet: tuple[str, ...] = ()
+    # Members of a turn this mode refuses (a 400 error event): what a socket cannot do.
+    refused: tuple[str, ...] = ()
+
+    def error_event(self, exc: SemulaError, dialect: Dialect) -> dict[str, Any]:
+        """A failed turn's event: its status and the API's error envelope."""
+        return {"type": "error", "status": exc.status, **dialect.error_body(exc)}
+
+
+@dataclass(frozen=True)
 class Route:
     """One route of an API, as its dialect declares it."""
 
@@ -69,8 +90,8 @@ class Route:
     serves: Handler | None = CALL
     # Constants the dialect's with_route() and a kept hit's key get after the path's parameters.
     args: tuple[str, ...] = ()
-    # A GET upgraded to a WebSocket is the Responses API's socket mode (semula/web/responses_socket.py).
-    websocket: bool = False
+    # A GET upgraded to a WebSocket on the route speaks this (its socket mode), else it is no socket.
+    websocket: Socket | None = None
     # The path is another route's (the same pattern): this one is taken instead when the request
     # carries this API's key (Dialect.api_key), as google-genai's GET /v1/models does.
     keyed: bool = False

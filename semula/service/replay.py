@@ -56,6 +56,8 @@ class Call:
     # the caller read the project after it (ProjectRows); a kept hit is kept under it (service.hits).
     version: object = UNREAD
     fault: str | None = None  # the rule that shaped its reply (slow, disconnect), as the call log keeps it
+    # A disconnect shapes it: a record-through miss is cut without calling the provider (decision 0061).
+    cut: bool = False
     offload: Run | None = None  # runs its pure work (start(): a large body's, in a native thread)
 
     @property

@@ -108,7 +108,18 @@ def emit(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-@click.group()
+class _Main(click.Group):
+    """semula's command: its help names the APIs the dialect registry has when the help is shown, so
+    that `semula --help` loads every dialect and the other commands do not (decision 0064)."""
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from semula import dialects
+
+        self.help = f"semula records and replays LLM API calls: {dialects.spoken()}."
+        super().format_help_text(ctx, formatter)
+
+
+@click.group(cls=_Main)
 @click.version_option(package_name="semula")
 @click.option(
     "--env-file",
@@ -118,8 +129,7 @@ def emit(value: Any) -> None:
     "(the service's /etc/semula/semula.env); its values win over the environment's.",
 )
 def main(env_file: Path | None) -> None:
-    """semula records and replays LLM API calls (OpenAI Chat Completions, Responses and embeddings,
-    Anthropic Messages, Gemini and its embeddings)."""
+    """semula records and replays LLM API calls (the APIs the dialect registry has: _Main)."""
     if env_file is not None:
         from semula.config import load_env_file
 

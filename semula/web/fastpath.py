@@ -132,13 +132,13 @@ class ProxyApp:
             header_project = environ.get("HTTP_X_SEMULA_PROJECT")
             path_session = match["session"]
             session = sequences.check_session(path_session) if path_session else self._session(environ)
-            if route.route.websocket and environ.get("HTTP_UPGRADE", "").lower() == "websocket":
+            if route.route.websocket is not None and environ.get("HTTP_UPGRADE", "").lower() == "websocket":
                 # A WebSocket (decision 0056); its modules come with the first, not with the app (0062).
-                from semula.web import responses_socket
+                from semula.web import socket_mode
 
                 self._method(environ, "GET")
-                call = (speaks, (match["project"], header_project), session)
-                return responses_socket.serve(self, ctx, call, environ, start_response)
+                call = (route, (match["project"], header_project), session)
+                return socket_mode.serve(self, ctx, call, environ, start_response)
             handler, method = route.route.serves, environ.get("REQUEST_METHOD", "")
             if handler is CALL and method == "POST":
                 raw = self._read(environ)
@@ -189,7 +189,8 @@ class ProxyApp:
         logged = faults.logged(fault)
 
         def inner(respond: Callable[..., Any]) -> Iterable[bytes]:
-            return self._post(*post, respond, made, logged)  # its log row names the fault that shaped it
+            # Its log row names the fault that shaped it; a disconnect cuts a record-through miss unasked.
+            return self._post(*post, respond, made, logged, fault.kind == "disconnect")
 
         where = (ctx, None, project, speaks, environ, started)
         return self._inject(fault, logged, where, start_response, inner)
@@ -216,7 +217,7 @@ class ProxyApp:
             after = fault["after"] if fault["after"] is not None else project["record_timeout"]
             return _silent(environ, min(after, project["record_timeout"]))
         if call is not None:
-            call.fault = logged
+            call.fault, call.cut = logged, fault.kind == "disconnect"
         return _delivered(fault, environ, start_response, inner)
 
     def _post(
@@ -231,11 +232,12 @@ class ProxyApp:
         start_response: Callable[..., Any],
         made: list[replay_service.Call],
         fault: str | None = None,
+        cut: bool = False,
     ) -> Iterable[bytes]:
         """A call of an API: a kept hit, else looked up and replayed or recorded (the call it starts
         goes into `made`, for the log row of an error it raises). `route` is its route and what the
         path says of the call (the Gemini API's model and method); `fault` the header's fault that
-        shapes its reply (slow, disconnect), as the call log keeps it."""
+        shapes its reply (slow, disconnect), as the call log keeps it; `cut`: it is a disconnect."""
         header_project = environ.get("HTTP_X_SEMULA_PROJECT")
         speaks, in_path = route[0].dialect, route[1]
         headers = tuple(environ.get(name) for name in speaks.answer_headers) + in_path
@@ -264,7 +266,7 @@ class ProxyApp:
         selectors = (match["project"], header_project)
         call = self.start(ctx, selectors, body, speaks, session, plain, number, run)
         made.append(call)
-        call.fault = fault
+        call.fault, call.cut = fault, cut
         if call.project["faults"] != "[]":  # its rules (decision 0061); no hit of such a project is kept
             picked = fault_rules.pick(ctx, call)
             if picked is not None:
@@ -320,6 +322,10 @@ class ProxyApp:
         """Replay or record a call start() looked up (`client`: the connection's socket, watched
         while a miss is held); what it raises, __call__ answers."""
         outcome = "hit" if call.entry else self._miss(ctx, call, client)
+        if outcome == "fault":  # a disconnect took the place of the provider's reply: its head, no body
+            self._log(ctx, call, outcome, 200, started)
+            start_response(OK, [*(SSE_HEADERS if call.stream else JSON_HEADERS), *access.finish(200)])
+            return []
         if call.live is not None:
             self._log(ctx, call, outcome, 200, started)
             start_response(OK, [*SSE_HEADERS, *call.live.headers, *access.finish(200)])
@@ -386,6 +392,8 @@ class ProxyApp:
                     f"record_through is on but this server has no upstream key for {call.dialect.name}.",
                     code="upstream_not_configured",
                 )
+            if call.cut:  # a disconnect fault: the provider is not called, nothing is recorded (0061)
+                return "fault"
             if call.stream:
                 forwarded = record_through.forward_live(
                     ctx, call.project, call.fingerprint, call.body, call.dialect, call.request, call.recording
@@ -534,13 +542,14 @@ def _delivered(
     start_response: Callable[..., Any],
     inner: Callable[[Callable[..., Any]], Iterable[bytes]],
 ) -> Iterator[bytes]:
-    """A call's own reply, delivered slowly (`slow`) or cut short (`disconnect`)."""
+    """A call's own reply, delivered slowly (`slow`) or cut short (`disconnect`: its head goes out, then
+    what `after_events` or `at` says of its body, then the cut)."""
     head: list[Any] = []
     body = b"".join(inner(lambda status, headers, exc_info=None: head.extend((status, headers))))
     status, headers = head
     stream = any(name == "Content-Type" and value == "text/event-stream" for name, value in headers)
     parts = faults.events(body) if stream else [body]
-    start_response(status, headers)
+    write = start_response(status, headers)
     if fault.kind == "slow":
         time.sleep(fault["ttfb"])
         for number, part in enumerate(parts):
@@ -548,12 +557,11 @@ def _delivered(
                 time.sleep(fault["pace"])
             yield part
         return
+    write(b"")  # the head now: a server sends it with the body's first bytes, and there may be none
     if stream:
         yield from parts[: fault["after_events"]]
     elif fault["at"] == "body":
         yield body[: len(body) // 2]
-    else:
-        yield b""
     _abort(environ)
 
 

@@ -5,14 +5,17 @@ docs/decisions/0061-fault-rules.md)."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
+import httpx
 import openai
 import pytest
 import requests
 
 from semula.core import faults as fault_kinds
-from semula.service import calllog, faults, sequences
+from semula.service import Context, calllog, faults, projects, sequences
 from tests.entry_helpers import save_entry
+from tests.fake_upstream import FakeUpstream
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.acceptance
@@ -173,3 +176,61 @@ def test_google_genai_sees_a_timeout_and_a_cut_as_httpx_errors(ctx, shop, start_
     with pytest.raises(Exception) as cut:
         ask(client("disconnect; at=body"))
     assert type(cut.value).__name__ == "RemoteProtocolError"
+
+
+def test_a_disconnect_on_a_record_through_miss_calls_no_provider_and_the_retry_is_recorded_once(
+    start_server, ctx, openai_client
+):
+    """Decision 0061: a disconnect stands for a provider that went away, so a record-through miss it
+    cuts is not forwarded; the call it is counted against is the rule's use, and the retry after it is
+    forwarded once and recorded."""
+    fake = FakeUpstream()
+    key = "sk-upstream-test-0123456789abcdefghijkl"
+    try:
+        server = start_server(SEMULA_UPSTREAM_KEY=key, SEMULA_UPSTREAM_URL=fake.url)
+        operator = Context(ctx.store, replace(ctx.settings, upstream_key=key), ctx.principal)
+        projects.create(operator, {"name": "shop", "record_through": True, "upstream_max_calls": 10})
+        faults.add(ctx, "shop", {"kind": "disconnect", "times": 1, "match": {"contains": "stream me"}})
+        client = openai_client(server)
+        streamed = [{"role": "user", "content": "stream me"}]
+        # A stream: its head (the SDK returns the stream), no event, then the cut (its iteration
+        # raises); no provider call.
+        stream = client.chat.completions.create(model="gpt-4o", messages=streamed, stream=True)
+        received = []
+        with pytest.raises((httpx.RemoteProtocolError, openai.APIConnectionError)):
+            for chunk in stream:
+                received.append(chunk)
+        assert received == [] and fake.calls == []
+        # The rule used up, the retry is forwarded once and recorded; the next call replays it.
+        for _ in range(2):
+            chunks = client.chat.completions.create(model="gpt-4o", messages=streamed, stream=True)
+            text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+            assert text == "upstream says: stream me"
+        assert len(fake.calls) == 1
+        # The header on a plain call: its head, then the cut (a broken read, which the SDK retries when
+        # it may; this client may not); no provider call.
+        with pytest.raises(openai.APIConnectionError):
+            client.chat.completions.create(
+                model="gpt-4o", messages=MESSAGES, extra_headers={"X-Semula-Fault": "disconnect; at=head"}
+            )
+        headers = {"Authorization": f"Bearer {client.api_key}", "X-Semula-Fault": "disconnect; at=head"}
+        url = f"{server.url}/p/shop/v1/chat/completions"
+        body = {"model": "gpt-4o", "messages": MESSAGES}
+        with httpx.stream("POST", url, json=body, headers=headers, timeout=30) as cut:
+            assert cut.status_code == 200  # the head came, then no body
+            with pytest.raises(httpx.RemoteProtocolError):
+                cut.read()
+        assert len(fake.calls) == 1
+        # A rule's disconnect and the SDK's own retry: the app gets the reply of one provider call.
+        faults.add(ctx, "shop", {"kind": "disconnect", "times": 1, "match": {"contains": "hello"}})
+        reply = client.with_options(max_retries=1).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+        assert reply.choices[0].message.content == "upstream says: hello" and len(fake.calls) == 2
+
+        def outcomes():
+            rows = calllog.list_calls(ctx, "shop", limit=50)["data"]
+            return [row["outcome"] for row in reversed(rows)] if len(rows) == 7 else None
+
+        logged = wait_for(outcomes, what="seven calls in the call log")
+        assert logged == ["fault", "forwarded", "hit", "fault", "fault", "fault", "forwarded"]
+    finally:
+        fake.close()

@@ -140,7 +140,7 @@ def test_a_slow_turn_arrives_whole_and_paced(ctx, replaying, start_server, token
     assert row["outcome"] == "hit" and row["fault"]["kind"] == "slow"
 
 
-def test_record_through_errors_spare_the_provider_and_a_cut_reply_is_recorded(
+def test_record_through_faults_spare_the_provider_and_the_retry_is_recorded_once(
     start_server, ctx, token, openai_client
 ):
     fake = FakeUpstream()
@@ -155,13 +155,16 @@ def test_record_through_errors_spare_the_provider_and_a_cut_reply_is_recorded(
             [failed] = turn(connection, model="gpt-4.1", input="Hello upstream")
             assert failed.status == 500 and fake.calls == []  # an error fault calls no provider
             connection.response.create(model="gpt-4.1", input="Hello upstream")
-            assert len(cut(connection)) == 2
-        assert len(fake.calls) == 1  # the cut reply came from the provider, read whole and recorded
+            # A disconnect neither: the turn has no reply to cut, so no event, then the cut.
+            assert cut(connection) == [] and fake.calls == []
         with client.responses.connect() as connection:
+            # The rules used up, the retry is forwarded once (and recorded), the next turn replays it.
+            forwarded = turn(connection, model="gpt-4.1", input="Hello upstream")
             replayed = turn(connection, model="gpt-4.1", input="Hello upstream")
-        assert text_of(replayed) == "upstream says: Hello upstream" and len(fake.calls) == 1
-        rows = logged(ctx, 3)
-        assert [row["outcome"] for row in rows] == ["fault", "forwarded", "hit"]
+        assert text_of(forwarded) == text_of(replayed) == "upstream says: Hello upstream"
+        assert len(fake.calls) == 1
+        rows = logged(ctx, 4)
+        assert [row["outcome"] for row in rows] == ["fault", "fault", "forwarded", "hit"]
         assert rows[1]["fault"]["kind"] == "disconnect"
         server.stop()
         assert CANARY not in server.log()

@@ -111,7 +111,10 @@ def test_a_rule_keeps_no_hit_and_a_project_without_rules_keeps_them_again(ctx, s
     assert len(list(proxy.hits.held())) == 1
 
 
-def test_record_through_is_faulted_without_calling_the_provider(store, settings, make_token):
+@pytest.fixture
+def forwarding(store, settings, make_token):
+    """A record-through project `shop` (a fake provider that counts its calls), its server's test
+    client and an admin's headers."""
     fake = FakeUpstream()
     try:
         upstream = replace(
@@ -119,15 +122,64 @@ def test_record_through_is_faulted_without_calling_the_provider(store, settings,
         )
         uctx = Context(store, upstream, CLI)
         projects.create(uctx, {"name": "shop", "record_through": True})
-        faults.add(uctx, "shop", {"kind": "overloaded", "times": 1})
-        client = create_app(upstream, store).test_client()
-        headers = make_token("admin")
-        assert client.post(URL, json=body("fresh"), headers=headers).status_code == 503
-        assert fake.calls == []
-        assert client.post(URL, json=body("fresh"), headers=headers).status_code == 200
-        assert len(fake.calls) == 1
+        yield uctx, fake, create_app(upstream, store).test_client(), make_token("admin")
     finally:
         fake.close()
+
+
+def test_record_through_is_faulted_without_calling_the_provider(forwarding):
+    uctx, fake, client, headers = forwarding
+    faults.add(uctx, "shop", {"kind": "overloaded", "times": 1})
+    assert client.post(URL, json=body("fresh"), headers=headers).status_code == 503
+    assert fake.calls == []
+    assert client.post(URL, json=body("fresh"), headers=headers).status_code == 200
+    assert len(fake.calls) == 1
+
+
+def test_a_disconnect_on_a_record_through_miss_calls_no_provider_and_its_retry_is_recorded(forwarding):
+    uctx, fake, client, headers = forwarding
+    faults.add(uctx, "shop", {"kind": "disconnect", "times": 1})
+    # The rule's use: the head and nothing (the cut), the provider not called.
+    cut = client.post(URL, json=body("fresh"), headers=headers)
+    assert cut.status_code == 200 and cut.data == b"" and fake.calls == []
+    # The retry, the rule used up, is forwarded once and recorded; the next call replays it.
+    forwarded = client.post(URL, json=body("fresh"), headers=headers)
+    assert forwarded.json["choices"][0]["message"]["content"] == "upstream says: fresh"
+    replayed = client.post(URL, json=body("fresh"), headers=headers)
+    assert replayed.json["choices"][0]["message"]["content"] == "upstream says: fresh"
+    assert len(fake.calls) == 1
+    rows = list(reversed(calllog.list_calls(uctx, "shop")["data"]))
+    assert [row["outcome"] for row in rows] == ["fault", "forwarded", "hit"]
+    assert rows[0]["fault"] == {"kind": "disconnect", "after_events": 0, "at": "body", "times": 1}
+    [rule] = faults.list_rules(uctx, "shop")["data"]
+    assert rule["counts"] == [{"session": None, "calls": 3, "faults": 1}]
+
+
+def test_the_headers_disconnect_on_a_record_through_miss_calls_no_provider(forwarding):
+    uctx, fake, client, headers = forwarding
+    cutting = {**headers, "X-Semula-Fault": "disconnect; after_events=1"}
+    stream = {**body("fresh"), "stream": True}
+    # A stream: its head and no event (what a cut before the first event gives), no provider call.
+    cut = client.post(URL, json=stream, headers=cutting)
+    assert cut.status_code == 200 and cut.mimetype == "text/event-stream" and cut.data == b""
+    assert fake.calls == []
+    # Without the header it is forwarded (and recorded); with it again, the recording is cut.
+    forwarded = client.post(URL, json=stream, headers=headers).data
+    assert b"upstream" in forwarded and forwarded.endswith(b"data: [DONE]\n\n")
+    assert len(fake.calls) == 1
+    again = client.post(URL, json=stream, headers=cutting)
+    assert again.data.count(b"data: ") == 1 and len(fake.calls) == 1
+    rows = list(reversed(calllog.list_calls(uctx, "shop")["data"]))
+    assert [row["outcome"] for row in rows] == ["fault", "forwarded", "hit"]
+    assert rows[0]["fault"]["via"] == "header" and rows[2]["fault"]["kind"] == "disconnect"
+
+
+def test_a_slow_record_through_miss_calls_the_provider_and_records_its_reply(forwarding):
+    uctx, fake, client, headers = forwarding
+    slowed = client.post(URL, json=body("fresh"), headers={**headers, "X-Semula-Fault": "slow; ttfb=0"})
+    assert slowed.json["choices"][0]["message"]["content"] == "upstream says: fresh"
+    assert client.post(URL, json=body("fresh"), headers=headers).status_code == 200
+    assert len(fake.calls) == 1
 
 
 def test_the_project_setting_sets_rules_and_a_removed_rule_counts_anew(ctx, shop, client, admin):

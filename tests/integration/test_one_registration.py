@@ -1,25 +1,35 @@
 """Adding an API is one registration (issue #51 item 4): a toy dialect, declared here and registered
 with one call, is served on its route, answers errors in its own envelope, is counted and logged under
-its route template, and is in the OpenAPI document's `api` values; unregistered, it is all gone."""
+its route template, speaks its own protocol over its WebSocket, is in the OpenAPI document's `api`
+values and `semula --help`, and reaches the answerer daemon's command by its name; unregistered, it is
+all gone."""
 
 from __future__ import annotations
 
 import ast
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from prometheus_client import REGISTRY
 from werkzeug.test import EnvironBuilder
 
+from answerer.daemon import document
+from answerer.server import ServiceServer
 from semula import dialects
 from semula.core.errors import BadRequest, SemulaError
 from semula.dialects import Dialect, Request, common_answer, typed_sse
-from semula.dialects.routes import Handler, Route
-from semula.service import projects
-from semula.web import responses_socket
+from semula.dialects.routes import Handler, Route, Socket
+from semula.service import pending, projects
+from semula.surfaces.cli import main
+from semula.web import socket_mode
 from tests.helpers import answered_post
+
+SOCKET = Socket("echo.say", lane="tag", quiet=("echo.thanks",))
 
 
 class Echo(Dialect):
@@ -31,9 +41,9 @@ class Echo(Dialect):
     transport_fields = frozenset({"stream"})
     sdk_env = (("ECHO_BASE_URL", "{root}/v1/toy"),)  # where its SDK is pointed (the pytest plugin)
     routes = (
-        # Its calls, over HTTP and over a WebSocket (a GET upgraded: its turns are response.create
-        # messages, as the Responses API's socket mode has them).
-        Route("/v1/toy/echo", "/v1/toy/echo", websocket=True),
+        # Its calls, over HTTP and over a WebSocket (a GET upgraded) that speaks its own protocol: an
+        # `echo.say` message is a turn, its `tag` a lane echoed on the reply, `echo.thanks` unanswered.
+        Route("/v1/toy/echo", "/v1/toy/echo", websocket=SOCKET),
         # A handler of its own: the models its project's recordings use, as this API lists them.
         Route("/v1/toy/models", "/v1/toy/models", Handler(("GET",), lambda s: {"toys": s.models()})),
     )
@@ -164,7 +174,7 @@ def test_its_entries_travel_in_bundles_and_its_calls_take_fault_rules(ctx, clien
 
 
 class Socket:
-    """A WebSocket as responses_socket uses one: the client's messages, then the client gone."""
+    """A WebSocket as socket_mode uses one: the client's messages, then the client gone."""
 
     def __init__(self, *messages: bytes):
         self.messages, self.sent = list(messages), b""
@@ -172,8 +182,8 @@ class Socket:
     def receive(self) -> bytes | None:
         return self.messages.pop(0) if self.messages else None
 
-    def send(self, payload: bytes) -> None:
-        self.sent += payload
+    def send(self, *payloads: bytes) -> None:
+        self.sent += b"".join(payloads)
 
     def send_frames(self, data: bytes) -> None:
         self.sent += data
@@ -188,18 +198,53 @@ def test_its_route_takes_a_websocket_as_it_declares(ctx, app, client, make_token
     post = lambda: client.post("/p/shop/v1/toy/echo", json={"model": "echo-1", "say": "hi"}, headers=admin)  # noqa: E731
     answered_post(ctx, shop, post, "hi back")
 
-    # The upgrade is taken on the route that declares it, and its turns are calls of its API: the
-    # answer recorded over HTTP is its reply (its `stream` is transport), as its events frame it.
-    socket = Socket(b'{"type": "response.create", "model": "echo-1", "say": "hi"}')
-    monkeypatch.setattr(responses_socket.WebSocket, "accept", lambda *args, **kwargs: socket)
+    # The upgrade is taken on the route that declares it, and its turns are calls of its API in the
+    # protocol it declares: the answer recorded over HTTP is its reply (its `stream` is transport), as
+    # its events frame it, with the turn's lane; its acknowledgement is answered with nothing; a
+    # message of another protocol (the Responses API's) is refused in its envelope, naming its own.
+    socket = Socket(
+        b'{"type": "echo.say", "model": "echo-1", "say": "hi", "tag": "t1"}',
+        b'{"type": "echo.thanks"}',
+        b'{"type": "response.create", "model": "echo-1", "say": "hi"}',
+    )
+    monkeypatch.setattr(socket_mode.WebSocket, "accept", lambda *args, **kwargs: socket)
     headers = {**admin, "Upgrade": "websocket", "Connection": "Upgrade"}
     environ = EnvironBuilder(path="/p/shop/v1/toy/echo", headers=headers).get_environ()
     assert app.wsgi_app(environ, lambda status, headers: None) == []
-    assert b'{"echoed":"hi back"}' in socket.sent
+    replied, refused = socket.sent.split(b'{"echoed":"hi back","tag":"t1"}')
+    error = json.loads(refused)
+    assert error == {"type": "error", "status": 400, "oops": {"status": 400, "why": "invalid_event"}}
 
     # A route that does not declare it is no socket: a GET there is its handler's.
     environ = EnvironBuilder(path="/p/shop/v1/toy/models", headers=headers).get_environ()
     assert json.loads(b"".join(app.wsgi_app(environ, lambda status, headers: None))) == {"toys": ["echo-1"]}
+
+
+def test_its_parked_call_reaches_the_answerers_command_by_its_name(ctx, echo):
+    shop = projects.create(ctx, {"name": "shop", "record_timeout": 30})
+    toy, request = dialects.get(Echo.name), {"say": "hi"}
+    pending_id = pending.park(ctx, shop, toy.fingerprint(request, [], []), request, False, api=toy.name)
+    claimed = ServiceServer(ctx).claim(pending_id, "w1", 30)
+    assert json.loads(document(claimed, 1, None, None))["api"] == Echo.name
+    # A claim without an api (a server from before the other APIs) is the default API's.
+    claimed.pop("api")
+    assert json.loads(document(claimed, 1, None, None))["api"] == dialects.CHAT
+
+
+def test_semula_help_names_it_and_other_commands_load_no_dialect(echo):
+    shown = CliRunner().invoke(main, ["--help"])
+    assert shown.exit_code == 0 and "Anthropic Messages" in shown.stdout and "Toy echo" in shown.stdout
+    dialects.unregister(Echo.name)
+    assert "Toy echo" not in CliRunner().invoke(main, ["--help"]).stdout
+    # Only the help reads the registry: another command's (here its help) loads no dialect's module.
+    script = (
+        "import sys\n"
+        "from semula.surfaces.cli import main\n"
+        "try:\n    main(['project', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('semula.dialects.')))"
+    )
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert ran.stdout.splitlines()[-1] == "['semula.dialects.routes']"
 
 
 def test_a_name_is_registered_once(echo):
@@ -209,9 +254,10 @@ def test_a_name_is_registered_once(echo):
 
 def test_no_module_outside_the_dialects_names_an_api():
     """Every API but the default one is known through the registry only: no module outside
-    semula/dialects/ names one (a literal or a constant of semula.dialects). The default, Chat
-    Completions, is what rows, bundles and fingerprints from before the other APIs are; the
-    fingerprint (pure logic, which the dialects use) has its own name for it."""
+    semula/dialects/ (nor the answerer daemon) names one (a literal or a constant of
+    semula.dialects). The default, Chat Completions, is what rows, bundles and fingerprints from
+    before the other APIs are; the fingerprint (pure logic, which the dialects use) has its own name
+    for it."""
     names = {dialect.name for dialect in dialects._builtin()}
     constants = {
         name
@@ -220,7 +266,8 @@ def test_no_module_outside_the_dialects_names_an_api():
     }
     package = Path(dialects.__file__).parents[1]
     named = []
-    for path in sorted(package.rglob("*.py")):
+    # The package and the answerer daemon (a program of its own, which names no API either).
+    for path in sorted([*package.rglob("*.py"), *(package.parent / "answerer").rglob("*.py")]):
         where = path.relative_to(package.parent).as_posix()
         if where.startswith("semula/dialects/"):
             continue

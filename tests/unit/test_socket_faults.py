@@ -1,4 +1,4 @@
-"""What each fault kind does to a turn of the Responses API over a WebSocket (semula.web.responses_socket,
+"""What each fault kind does to a turn of the Responses API over a WebSocket (semula.web.socket_mode,
 decisions 0056 and 0061): an error event and the socket open, silence then a cut, N events then a cut,
 or the events late and paced. The socket and the proxy are stand-ins that note what was done."""
 
@@ -11,9 +11,10 @@ import pytest
 
 from semula import dialects
 from semula.core import errors, faults
+from semula.dialects.openai_responses import SOCKET
 from semula.service import replay as replay_service
-from semula.web import responses_socket
-from semula.web.responses_socket import Turns, error_event
+from semula.web import socket_mode
+from semula.web.socket_mode import Turns
 
 PROJECT = {"id": "prj_1", "name": "shop", "record_timeout": 30}
 
@@ -39,13 +40,12 @@ def turns(monkeypatch):
     """A socket's turns with a stand-in socket and proxy (the call log's rows in `turns.logged`)."""
     made = Turns.__new__(Turns)
     made.ws, made.ctx, made.speaks = Socket(), None, dialects.get(dialects.RESPONSES)
+    made.protocol = SOCKET
     made.logged = []
     made.app = SimpleNamespace(
         _log=lambda ctx, call, outcome, status, *rest: made.logged.append((outcome, status))
     )
-    monkeypatch.setattr(
-        responses_socket.time, "sleep", lambda seconds: made.ws.did.append(("sleep", seconds))
-    )
+    monkeypatch.setattr(socket_mode.time, "sleep", lambda seconds: made.ws.did.append(("sleep", seconds)))
     return made
 
 
@@ -111,5 +111,5 @@ def test_a_relayed_turn_is_read_whole_before_it_is_cut(turns):
 
 
 def test_an_error_event_carries_no_connection_header():
-    event = error_event(errors.ClientGone("gone"), dialects.get(dialects.RESPONSES))
+    event = SOCKET.error_event(errors.ClientGone("gone"), dialects.get(dialects.RESPONSES))
     assert event["status"] == 499 and "headers" not in event["error"]

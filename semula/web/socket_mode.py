@@ -1,22 +1,23 @@
-"""The Responses API over a WebSocket: `GET /v1/responses` upgraded (at the root, under /p/NAME and in
-sessions), as the openai SDKs' `client.responses.connect()` and Codex use it.
+"""A route's WebSocket mode: a GET upgraded on a route that declares one (`Route.websocket`, a `Socket`
+of its API, semula/dialects/routes.py), at the root, under /p/NAME and in sessions. The Responses API
+declares one (`response.create` turns, as the openai SDKs' `client.responses.connect()` and Codex use
+it); any API may.
 
-Each client message `{"type": "response.create", ...}` is one call, with the body of a `POST
-/v1/responses` (without `stream`: the socket always streams), answered by the events the SSE stream
-of that call carries (response.created ... response.completed), one text message each. Turns run one
-after another, in the order they came, each through the same service calls as an HTTP call
-(replay_service.start, the proxy's _miss: parking, record-through, synthetic answers), so an answer
-recorded over HTTP replays over a socket and back (`stream` is not fingerprinted). A parked turn
-waits as an HTTP call does while the socket keeps answering pings. A turn that fails gets one
-`{"type": "error", "status", "error": {...}}` event (the API's error object, as the HTTP error's
-body has it) and the socket stays open. Every turn is logged as an HTTP call is: a call-log row, an
-access line and the request metrics (decision 0056).
+Each client message of the protocol's `turn` type is one call of the route's API, with the body of
+its POST (the socket always streams: a `stream` the client sent is not fingerprinted), answered by the
+events the call's stream carries, one text message each. Turns run one after another, in the order
+they came, each through the same service calls as an HTTP call (replay_service.start, the proxy's
+_miss: parking, record-through, synthetic answers), so an answer recorded over HTTP replays over a
+socket and back. A parked turn waits as an HTTP call does while the socket keeps answering pings. A
+turn that fails gets one error event (`Socket.error_event`: the Responses API's is `{"type":
+"error", "status", "error": {...}}`) and the socket stays open. Every turn is logged as an HTTP call
+is: a call-log row, an access line and the request metrics (decisions 0056, 0064).
 
 Faults (decisions 0060, 0061): the handshake's X-Semula-Fault applies to every turn of its socket, and
 a project's rules to each turn as to an HTTP call. An error kind is an error event with its status
 (a 429's headers in the event's error) and the socket stays open; `timeout` sends nothing, then cuts
-the connection; `disconnect` sends the turn's first N events, then cuts it; `slow` delays the first
-event and paces the others.
+the connection; `disconnect` sends the turn's first N events, then cuts it (a record-through miss has
+none: the provider is not called); `slow` delays the first event and paces the others.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from semula import dialects, logs, metrics
+from semula import logs, metrics
 from semula.core import errors, faults, jsonio
 from semula.db import DatabaseError
 from semula.service import Context, hits, provider
@@ -36,15 +37,9 @@ from semula.web import access, policy, websocket
 from semula.web.websocket import Gone, WebSocket
 
 if TYPE_CHECKING:
+    from semula.dialects.routes import Bound, Socket
     from semula.web.fastpath import ProxyApp
 
-CREATE = "response.create"
-# Members of a response.create event that are the socket's, not the call's: its type, and the lane
-# the SDKs may name (echoed on the turn's events; turns run in order, whatever their lane).
-ENVELOPE = ("type", "stream_id")
-# Codex acknowledges each response it has handled with {"type": "response.processed", "response_id"}:
-# the API answers nothing, and Codex would take an error event for the failure of its next turn.
-PROCESSED = b'"response.processed"'
 OVER_A_SOCKET = " over a WebSocket"  # after the API's name, what keys a turn's kept hit (service.hits.key)
 SHAPING = ("slow", "disconnect")  # the fault kinds that deliver the turn's own reply, shaped
 
@@ -52,12 +47,12 @@ SHAPING = ("slow", "disconnect")  # the fault kinds that deliver the turn's own 
 def serve(
     app: ProxyApp,
     ctx: Context,
-    call: tuple[dialects.Dialect, tuple[str | None, str | None], str | None],
+    call: tuple[Bound, tuple[str | None, str | None], str | None],
     environ: dict[str, Any],
     start_response: Callable[..., Any],
 ) -> list[bytes]:
     """Take the upgrade of an authenticated request and answer its turns until the client closes.
-    `call`: the API of the route that declared the socket (Route.websocket), the project selectors
+    `call`: the route that declared the socket (Route.websocket) with its API, the project selectors
     and the session."""
     # The handshake's fault applies to every turn; a bad one is a 400 before any upgrade, as on HTTP.
     asked = environ.get("HTTP_X_SEMULA_FAULT")
@@ -80,8 +75,8 @@ def serve(
 
 
 class Turns:
-    """What every turn of one socket shares: the caller, the project selectors, the session, the
-    handshake's headers, the fault the handshake asks every turn to get."""
+    """What every turn of one socket shares: its protocol and API, the caller, the project selectors,
+    the session, the handshake's headers, the fault the handshake asks every turn to get."""
 
     fault: faults.Fault | None = None
 
@@ -90,14 +85,19 @@ class Turns:
         app: ProxyApp,
         ctx: Context,
         ws: WebSocket,
-        call: tuple[dialects.Dialect, tuple[str | None, str | None], str | None],
+        call: tuple[Bound, tuple[str | None, str | None], str | None],
         environ: dict[str, Any],
         route: str | None,
     ):
         from semula.web.fastpath import _header  # fastpath imports this module
 
         self.app, self.ctx, self.ws = app, ctx, ws
-        self.speaks, self.selectors, self.session = call
+        bound, self.selectors, self.session = call
+        self.speaks, self.protocol = bound.dialect, bound.route.websocket
+        assert self.protocol is not None  # the proxy upgrades only where a route declares a socket
+        self.post = bound.route.label  # the HTTP route whose body a turn is
+        # The client messages answered with nothing, as their type is written in them (a cheap look).
+        self.quiet = tuple(jsonio.compact(kind) for kind in self.protocol.quiet)
         self.route, self.api = route, self.speaks.name + OVER_A_SOCKET  # what keys its kept hits
         self.header = _header(environ)
         self.answer_headers = tuple(environ.get(name) for name in self.speaks.answer_headers)
@@ -111,8 +111,9 @@ class Turns:
 
     def answer(self, message: bytes) -> bool:
         """Answer one message; False when the client is gone (or a fault cut the connection)."""
-        if PROCESSED in message and _processed(message):
-            return True  # Codex's acknowledgement of a response it has handled: nothing to answer
+        for quiet in self.quiet:
+            if quiet in message and _quiet(message, self.protocol):
+                return True  # a client's acknowledgement (Codex's of a response it has handled)
         req = logs.begin_request(None, "GET", self.app.hit_sample)
         req.route = self.route
         started = time.monotonic()
@@ -135,7 +136,7 @@ class Turns:
                     ws.send_frames(data)
                     access.finish(200)
                     return True
-                body, plain, lane = _call_body(message)
+                body, plain, lane = _call_body(message, self.protocol, self.post)
                 body = speaks.with_headers(body, self.header)
                 if self.fault is not None and self.fault.kind not in SHAPING:
                     # The handshake's error or timeout, as the header's on HTTP: nothing looked up,
@@ -149,6 +150,8 @@ class Turns:
                     picked = self.fault, faults.logged(self.fault)
                 if picked is not None and picked[0].kind not in SHAPING:
                     return self._inject(*picked, call, call.project, lane, started)
+                # A disconnect cuts a record-through miss without calling the provider (outcome fault).
+                call.cut = picked is not None and picked[0].kind == "disconnect"
                 outcome = "hit" if call.entry else app._miss(ctx, call)
                 if picked is not None:
                     call.fault = picked[1]
@@ -163,11 +166,11 @@ class Turns:
             except errors.SemulaError as exc:
                 self._fail(call, exc, started, lane)
             except DatabaseError as exc:
-                self._fail(call, policy.from_database(exc, "/v1/responses"), started, lane)
+                self._fail(call, policy.from_database(exc, self.post), started, lane)
             except Gone:
                 raise
             except Exception as exc:  # a bug: an error event, logged without its text
-                self._fail(call, policy.unexpected(exc, "/v1/responses"), started, lane)
+                self._fail(call, policy.unexpected(exc, self.post), started, lane)
         except Gone:
             return False
         return True
@@ -190,7 +193,7 @@ class Turns:
             exc = injected_error(fault, self.speaks)
             self.app._log(self.ctx, call, "fault", exc.status, started, project, logged)
             access.finish(exc.status, exc.code)
-            self.ws.send(_laned(jsonio.compact(error_event(exc, self.speaks)), lane))
+            self.ws.send(_laned(jsonio.compact(self.protocol.error_event(exc, self.speaks)), lane))
             return True
         self.app._log(self.ctx, call, "fault", 0, started, project, logged)
         after = fault["after"] if fault["after"] is not None else project["record_timeout"]
@@ -201,13 +204,15 @@ class Turns:
     def _shaped(self, fault: faults.Fault, call: replay_service.Call, lane: bytes) -> bool:
         """The turn's own events, made whole first (a relayed reply is recorded, a miss is the miss),
         then sent late and paced (`slow`) or cut after `after_events` (`disconnect`: the connection is
-        cut without a close frame). False when the socket is gone."""
+        cut without a close frame; a record-through miss it cut has no events: the provider was not
+        called). False when the socket is gone."""
         metrics.FAULTS.labels(fault.kind).inc()
         if call.live is not None:
             with contextlib.closing(_relayed(call.live, lane)) as relayed:
                 payloads = list(relayed)
+        elif call.entry is None:
+            payloads = []  # cut before the provider was called (_miss: call.cut)
         else:
-            assert call.entry is not None
             _, events = replay_service.render(call, call.entry)
             payloads = [_laned(jsonio.compact(event), lane) for event in events or []]
         if fault.kind == "slow":
@@ -253,46 +258,50 @@ class Turns:
         if call is not None or exc.status != 401:  # as fastpath logs: a refused caller is no call
             self.app._log(self.ctx, call, ERROR_OUTCOMES.get(exc.code, "error"), exc.status, started)
         access.finish(exc.status, exc.code)
-        self.ws.send(_laned(jsonio.compact(error_event(exc, self.speaks)), lane))
+        self.ws.send(_laned(jsonio.compact(self.protocol.error_event(exc, self.speaks)), lane))
 
 
 def _same_width(stamps: dict[str, Any]) -> bool:
-    """Whether a kept turn's stamp (created_at, in seconds) has the width this reply's will have, so
-    that its frames' lengths hold when it is replaced (until the year 2286; a turn is otherwise
-    answered as a first sight)."""
-    created = stamps.get("created_at")
-    return created is None or len(str(created)) == len(str(int(time.time())))
+    """Whether a kept turn's stamps that are times in seconds (the Responses API's created_at) have the
+    width this reply's will have, so that its frames' lengths hold when they are replaced (until the
+    year 2286; a turn is otherwise answered as a first sight)."""
+    for value in stamps.values():
+        if type(value) is int and len(str(value)) != len(str(int(time.time()))):
+            return False
+    return True
 
 
-def _call_body(message: bytes) -> tuple[dict[str, Any], bool, bytes]:
-    """The call's body of a response.create event, whether it is plain JSON, and its lane (_lane)."""
+def _call_body(message: bytes, protocol: Socket, post: str) -> tuple[dict[str, Any], bool, bytes]:
+    """The call's body of a turn, whether it is plain JSON, and its lane (_lane_of)."""
     event, plain = policy.read_json(message)
-    if not isinstance(event, dict) or event.get("type") != CREATE:
+    if not isinstance(event, dict) or event.get("type") != protocol.turn:
         raise errors.BadRequest(
-            'Each message on this socket is a client event {"type": "response.create", ...} with the '
-            "body of POST /v1/responses.",
+            f'Each message on this socket is a client event {{"type": "{protocol.turn}", ...}} with the '
+            f"body of POST {post}.",
             param="type",
             code="invalid_event",
         )
-    lane = _lane_of(event.get("stream_id"))
-    if event.get("background"):
-        raise errors.BadRequest("background is not supported over a WebSocket.", param="background")
-    body = {name: value for name, value in event.items() if name not in ENVELOPE}
+    lane = _lane_of(protocol.lane, event.get(protocol.lane)) if protocol.lane else b""
+    for refused in protocol.refused:
+        if event.get(refused):
+            raise errors.BadRequest(f"{refused} is not supported over a WebSocket.", param=refused)
+    body = {name: value for name, value in event.items() if name != "type" and name != protocol.lane}
     body["stream"] = True  # the socket always streams; a `stream` the client sent is not fingerprinted
     return body, plain, lane
 
 
-def _processed(message: bytes) -> bool:
+def _quiet(message: bytes, protocol: Socket) -> bool:
+    """Whether a message is one the protocol answers with nothing."""
     try:
         event = jsonio.loads(message)
     except errors.SemulaError:
         return False
-    return isinstance(event, dict) and event.get("type") == "response.processed"
+    return isinstance(event, dict) and event.get("type") in protocol.quiet
 
 
-def _lane_of(stream_id: Any) -> bytes:
+def _lane_of(member: str, value: Any) -> bytes:
     """What a turn's events carry of its lane: `,"stream_id":...` to put before their closing brace."""
-    return b',"stream_id":' + jsonio.compact(stream_id) if stream_id is not None else b""
+    return b"," + jsonio.compact(member) + b":" + jsonio.compact(value) if value is not None else b""
 
 
 def _laned(payload: bytes, lane: bytes) -> bytes:
@@ -301,9 +310,14 @@ def _laned(payload: bytes, lane: bytes) -> bytes:
 
 
 def _payloads(data: bytes, lane: bytes) -> list[bytes]:
-    """The JSON of each event of a stream as the Responses API's server-sent events frame it
-    (`event: TYPE` + `data: JSON`; JSON has no raw line breaks), each with the turn's lane."""
-    return [_laned(block[block.index(b"\ndata: ") + 7 :], lane) for block in data.split(b"\n\n") if block]
+    """The JSON of each event of a stream as server-sent events frame it (`event: TYPE` then `data:
+    JSON`, or `data: JSON` alone; JSON has no raw line breaks), each with the turn's lane."""
+    payloads = []
+    for block in data.split(b"\n\n"):
+        if block:
+            start = 6 if block.startswith(b"data: ") else block.index(b"\ndata: ") + 7
+            payloads.append(_laned(block[start:], lane))
+    return payloads
 
 
 def _relay(ws: WebSocket, live: Iterable[bytes], lane: bytes) -> None:
@@ -326,14 +340,3 @@ def _relayed(live: Iterable[bytes], lane: bytes) -> Iterator[bytes]:
         close = getattr(live, "close", None)
         if close is not None:
             close()  # the relay learns whether its stream was read whole (it records it then)
-
-
-def error_event(exc: errors.SemulaError, speaks: dialects.Dialect) -> dict[str, Any]:
-    """The Responses WebSocket's error event: the HTTP error's status and the API's error object, with
-    the headers the HTTP error would carry (a 429's Retry-After and rate-limits), as the event's
-    `error.headers` has them (the openai SDK's ResponseWsError)."""
-    error = speaks.error_body(exc)["error"]
-    headers = {name.lower(): value for name, value in exc.headers if name.lower() != "connection"}
-    if headers:  # the connection's own header is the HTTP response's, not the error's
-        error = {**error, "headers": headers}
-    return {"type": "error", "status": exc.status, "error": error}
