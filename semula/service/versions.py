@@ -18,6 +18,10 @@ from semula.rounds import Round, Rounds
 
 Key = Hashable  # what a read is for (a workspace's change counter, a fingerprint's entry)
 Query = Callable[[list[Key]], dict[Key, object]]
+# The entry rows a listening process remembers (ChangeCache.entry): all are forgotten when either
+# bound is passed (a cache of rows each checked against the counter: dropping them changes no answer).
+ENTRY_ROWS = 4096
+ENTRY_BYTES = 16 * 1024 * 1024
 
 
 class _Batch(Round):
@@ -70,6 +74,10 @@ class ChangeCache:
         self.known: dict[str, int] = {}
         self.epoch = 0  # moves with every notice, and when the listening starts or stops
         self.listening = False
+        # First sights' entry rows by (store scope, workspace, project, fingerprint), each with the
+        # counter it was read with (entry()), and what they hold (the bounds above).
+        self.entries: dict[tuple[Any, ...], tuple[dict[str, Any], int]] = {}
+        self._entry_bytes = 0
 
     def version(self, workspace_id: str, read: Callable[[], object]) -> object:
         """The workspace's counter: remembered, or read (and remembered if no notice came meanwhile).
@@ -89,6 +97,41 @@ class ChangeCache:
                     self.known[workspace_id] = value
         return value
 
+    def entry(
+        self, key: tuple[Any, ...], workspace_id: str, read: Callable[[], tuple[Any, object]]
+    ) -> tuple[Any, object]:
+        """A first sight's entry row and the counter read with it (Versions.entry_at_version): the row
+        remembered with the counter this process knows now for its workspace, else read.
+
+        The same rule as version()'s: a row read with the counter in one statement is remembered
+        (with that counter, which is remembered too) only when no notice came and the listening did
+        not stop between the moment before the read and its end; it is served while the counter
+        this process remembers for the workspace is the one it was read with, so a change is seen
+        once its notice has come, as by a kept hit (decision 0081). A copy is served, and kept: the
+        caller may change the dict it gets."""
+        epoch = self.epoch
+        listening = self.listening
+        if listening:
+            value = self.known.get(workspace_id)
+            held = self.entries.get(key)
+            if value is not None and held is not None and held[1] == value:
+                return dict(held[0]), value
+        row, version = read()
+        if listening and row is not None and type(version) is int:
+            size = _row_bytes(row)
+            with self._lock:
+                if self.listening and self.epoch == epoch:
+                    self.known[workspace_id] = version
+                    if len(self.entries) >= ENTRY_ROWS or self._entry_bytes + size > ENTRY_BYTES:
+                        self.entries.clear()
+                        self._entry_bytes = 0
+                    old = self.entries.get(key)
+                    if old is not None:
+                        self._entry_bytes -= _row_bytes(old[0])
+                    self.entries[key] = (dict(row), version)
+                    self._entry_bytes += size
+        return row, version
+
     def wait_moved(self, epoch: int, timeout: float) -> bool:
         """Wait until the epoch is past `epoch` (a notice came, or the listening started or stopped)."""
         with self._changed:
@@ -100,6 +143,7 @@ class ChangeCache:
             if workspace_id is None:
                 self.listening = True
                 self.known.clear()
+                self._forget_entries()
             else:
                 self.known.pop(workspace_id, None)
             self.epoch += 1
@@ -110,8 +154,18 @@ class ChangeCache:
         with self._changed:
             self.listening = False
             self.known.clear()
+            self._forget_entries()
             self.epoch += 1
             self._changed.notify_all()
+
+    def _forget_entries(self) -> None:
+        self.entries.clear()
+        self._entry_bytes = 0
+
+
+def _row_bytes(row: dict[str, Any]) -> int:
+    """About what a remembered entry row holds: its texts, and a few hundred bytes of objects."""
+    return 512 + sum(len(value) for value in row.values() if type(value) is str)
 
 
 class Versions:
@@ -158,11 +212,18 @@ class Versions:
             version = store.version(workspace_id)  # before the row: a later change moves it
             return store.one("entry_by_fingerprint", project_id=project_id, fingerprint=fingerprint), version
         group = (store.workspace_id, "entries", workspace_id, project_id)
-        found = self.reads.read(
-            group, fingerprint, lambda keys: read_entries(store, workspace_id, project_id, keys)
-        )
-        assert isinstance(found, tuple)
-        return found
+
+        def read() -> tuple[Row | None, object]:
+            found = self.reads.read(
+                group, fingerprint, lambda keys: read_entries(store, workspace_id, project_id, keys)
+            )
+            assert isinstance(found, tuple)
+            return found
+
+        cache = self.cache
+        if cache is None:
+            return read()
+        return cache.entry((*group, fingerprint), workspace_id, read)
 
 
 def read_entries(

@@ -825,6 +825,77 @@ def test_kept_hits_read_no_counter_while_the_process_listens(
     assert answer(client, headers) == (200, "second")
 
 
+def probe(change, n):
+    """The request a change is probed with, as a first sight (bytes of its own)."""
+    return {**PROBES.get(change, BODY), "user": f"probe {n}"}
+
+
+@pytest.mark.parametrize("change", {**CHANGES, **PROJECT_CHANGES}, ids=lambda c: c.__name__)
+def test_first_sights_read_no_entry_while_the_process_listens_and_see_a_change_once_its_notice_has_come(
+    shop, other, store, listening, client, make_token, entry_queries, counter_reads, change
+):
+    """Decision 0081: a listening process remembers a first sight's entry row with the counter read
+    with it, and serves it while that counter is the one it remembers (a kept hit's rule)."""
+    headers = make_token("admin")
+    assert answer(client, headers, fresh(0)) == (200, "first")  # read, and remembered
+    queries, reads = len(entry_queries), len(counter_reads)
+    assert [answer(client, headers, fresh(n)) for n in range(1, 4)] == [(200, "first")] * 3
+    if store.dialect == "postgresql":
+        assert (len(entry_queries), len(counter_reads)) == (queries, reads)  # nothing read
+    change(other, shop)
+    caught_up(listening, store, other)
+    expected = {**CHANGES, **PROJECT_CHANGES}[change]
+    assert [answer(client, headers, probe(change, n)) for n in range(4, 6)] == [expected] * 2
+
+
+def test_an_entry_read_that_a_notice_overtook_is_not_remembered(shop, other, store, listening, monkeypatch):
+    """A change that commits while a first sight's entry is being read, its notice arriving before the
+    row is remembered: the row read must not be served after it (decision 0081)."""
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite remembers no entry")
+    cache = listening.cache
+    every = store.all
+
+    def overtaken(name, /, **params):
+        found = every(name, **params)  # the entry before the change
+        epoch = cache.epoch
+        edit(other, shop)  # commits, and its notice comes before the row read is remembered
+        assert cache.wait_moved(epoch, 10), "no notice came"
+        return found
+
+    project = projects.get_row(other, "shop")
+    monkeypatch.setattr(store, "all", overtaken)
+    row, before = listening.entry_at_version(store, WORKSPACE, project["id"], shop["fingerprint"])
+    monkeypatch.setattr(store, "all", every)
+    assert not cache.entries
+    row, after = listening.entry_at_version(store, WORKSPACE, project["id"], shop["fingerprint"])
+    assert after != before and "second" in row["response"]
+
+
+def test_remembered_entries_stay_within_their_bounds_and_a_served_row_is_a_copy(monkeypatch):
+    from semula.service import versions
+
+    monkeypatch.setattr(versions, "ENTRY_ROWS", 3)
+    cache = ChangeCache()
+    cache.heard(None)  # listening
+    for n in range(3):
+        row, _ = cache.entry(("p", n), "w", lambda n=n: ({"id": f"e{n}", "response": "x"}, 7))
+    assert len(cache.entries) == 3
+    row, _ = cache.entry(("p", 3), "w", lambda: ({"id": "e3", "response": "x"}, 7))
+    assert list(cache.entries) == [("p", 3)]  # full: the others were forgotten
+    row["response"] = "changed by its caller"
+    again, version = cache.entry(("p", 3), "w", lambda: pytest.fail("read again"))
+    assert (again, version) == ({"id": "e3", "response": "x"}, 7)
+    monkeypatch.setattr(versions, "ENTRY_BYTES", 600)
+    cache.entry(("p", 4), "w", lambda: ({"id": "e4", "response": "y" * 100}, 7))
+    assert list(cache.entries) == [("p", 4)]
+    cache.heard("w")  # a change of the workspace: its counter is forgotten, so are its rows' uses
+    fresh_row, _ = cache.entry(("p", 4), "w", lambda: ({"id": "e4", "response": "z"}, 8))
+    assert fresh_row["response"] == "z"
+    cache.lost()
+    assert not cache.entries
+
+
 def test_a_counter_read_that_a_notice_overtook_is_not_remembered(shop, other, store, listening, monkeypatch):
     """A change that commits while the counter is being read, its notice arriving before the value
     is remembered: that notice forgot nothing (nothing was remembered yet), so the value read must
