@@ -47,6 +47,7 @@ class Call:
     dialect: Dialect
     entry: dict[str, Any] | None = None
     pending_id: str | None = None
+    hold_epoch: int = 0  # the epoch of the holders' count this request is in (pending_service.park_held)
     live: Any = None  # a record-through stream (upstream.Relay), passed on as the provider sends it
     session: str | None = None  # the replay session the call belongs to (docs/decisions/0036-…)
     seq: int = 1  # the answer of the fingerprint's sequence this call replays or records
@@ -213,7 +214,7 @@ def park(ctx: Context, call: Call) -> None:
         "pending_by_fingerprint", project_id=call.project["id"], fingerprint=call.fingerprint, seq=call.seq
     ):
         quotas.check(ctx, "quota_parked")  # joining a row parked already adds nothing
-    call.pending_id = pending_service.park(
+    call.pending_id, call.hold_epoch = pending_service.park_held(
         ctx, call.project, call.fingerprint, stored, call.stream, api=call.dialect.name, seq=call.seq
     )
     if call.pending_id is None:

@@ -400,7 +400,7 @@ class ProxyApp:
         if call.entry is not None:  # answered while we parked
             return "hit"
         gone = client_gone(client)
-        result = self.parking.hold(call.pending_id, call.project["record_timeout"], gone)
+        result = self.parking.hold(call.pending_id, call.project["record_timeout"], gone, call.hold_epoch)
         if result is None:
             raise errors.RecordTimeout(
                 f"Nobody answered pending call {call.pending_id} within {call.project['record_timeout']} s; "
