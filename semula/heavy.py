@@ -12,9 +12,9 @@ worker parses it too only when it needs it (a miss it parks or forwards, the pro
 the fingerprint and the lookup), as before.
 
 One helper per worker, started at its first large body (`python -m semula.heavy`, talking length-prefixed
-pickles over its standard input and output), used by one request at a time (the worker's HEAVY_TURN).
-It keeps the last KEPT bodies, by the token the worker gave each; a body it no longer holds, or a helper
-that died, is answered None, and the worker does the work itself.
+pickles over two pipes), niced, used by one request at a time (the worker's HEAVY_TURN). It keeps the
+last KEPT bodies, by the token the worker gave each, until their comparison; a body it no longer holds,
+or a helper that died, is answered None, and the worker does the work itself.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from semula.core.errors import SemulaError
 logger = logging.getLogger("semula.heavy")
 
 PIPE_SIZE = 1 << 20  # bytes: Linux's most for a process without privileges (/proc/sys/fs/pipe-max-size)
-KEPT = 4  # bodies the helper keeps for a miss's comparison
+KEPT = 2  # bodies the helper keeps for a miss's comparison (each up to ~100 MB of objects at the caps)
 _LENGTH = struct.Struct("!Q")
 
 
@@ -177,7 +177,7 @@ def _closest(kept: dict[int, Any], token: int, project: dict[str, Any], rows: li
 
     if token not in kept:
         return None
-    body, speaks = kept[token]
+    body, speaks = kept.pop(token)  # compared once
     best, found = replay._closest(SimpleNamespace(project=project, body=body, dialect=speaks), rows)
     return (None if best is None else next(i for i, row in enumerate(rows) if row is best)), found
 
