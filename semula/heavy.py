@@ -34,7 +34,7 @@ from semula.core.errors import SemulaError
 logger = logging.getLogger("semula.heavy")
 
 PIPE_SIZE = 1 << 20  # bytes: Linux's most for a process without privileges (/proc/sys/fs/pipe-max-size)
-KEPT = 2  # bodies the helper keeps for a miss's comparison (each up to ~100 MB of objects at the caps)
+KEPT = 2  # bodies the helper keeps for a miss's comparison (Gemini's at the caps: 55 MB of objects)
 _LENGTH = struct.Struct("!Q")
 
 
