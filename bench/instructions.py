@@ -3,7 +3,7 @@ a figure that does not move with the machine's load, to compare two versions of 
 or noisy machine (wall-clock runs there vary by ±10%).
 
     .venv/bin/python -m bench.instructions [--mode hit|first] [--sdk] [--db sqlite|postgres]
-        [--requests 1000] [--src DIR] [--app semula|floor] [--kib 88]
+        [--requests 1000] [--src DIR] [--app semula|floor] [--kib 88] [--switch-interval S]
 
 A request goes through `semula.worker.Handler.handle_one_request` (gevent's pywsgi with semula's
 cuts) into the app `semula serve` runs (SQLite, or with `--db postgres` a database of its own on
@@ -291,12 +291,20 @@ def main() -> None:
         "--app", choices=("semula", "floor"), default="semula", help="floor: bench/floor_app.py instead"
     )
     parser.add_argument("--kib", type=int, default=0, help="the agent request of about this many KiB")
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        default=None,
+        help="sys.setswitchinterval in seconds, as a worker sets it (semula/web/wsgi.py); else Python's",
+    )
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.src:
         sys.path.insert(0, args.src)
     if args.child is not None:
+        if args.switch_interval is not None:
+            sys.setswitchinterval(args.switch_interval)
         serve(args.mode, args.sdk, args.child, args.url, args.app, args.kib)
         return
     # The child runs this file as a script: the checkout to measure first on its path, then this one.
@@ -306,6 +314,7 @@ def main() -> None:
         ["--sdk"] if args.sdk else []
     )
     common += ["--src", args.src] if args.src else []
+    common += ["--switch-interval", str(args.switch_interval)] if args.switch_interval is not None else []
     db = "none" if args.app == "floor" else args.db
     base = counted([*common, "--child", "0"], env, db)
     total = counted([*common, "--child", str(args.requests)], env, db)

@@ -16,7 +16,9 @@ the worker neither keeps the dead connection nor waits for it when stopping), an
 in the database (`pending.holders`, counted across every process and host): once the last holder of a
 call, wherever it was, ends without an answer, the call shows as abandoned, pending and answerable. So
 does a call whose holders were killed, once its lease lapses
-(docs/decisions/0074-heavy-requests-and-holders.md).
+(docs/decisions/0074-heavy-requests-and-holders.md). A request joining a call whose lease lapsed
+counts from 1 again, in a new epoch of the count; a holder here counted in an earlier one (this
+process could not renew in time) is added back by the next renewal, so the count is exact again.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class _Waiter:
     gone: Callable[[], bool] | None
     event: threading.Event = field(default_factory=threading.Event)
     left: bool = False  # its client went away
+    epoch: int = 0  # the epoch of the call's holders' count it is counted in (migration 0029)
 
 
 @dataclass
@@ -72,6 +75,9 @@ class Parking:
         self.poll_interval = poll_interval
         self._holds: dict[str, _Hold] = {}
         self._lock = threading.Lock()
+        # Held by a renewal and a holder letting go, around their statement: a holder leaving while
+        # a renewal adds it back to the count lets go of the epoch the renewal counted it in.
+        self._counting = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by a notice of a call held here: poll now
         self._thread: threading.Thread | None = None
@@ -83,11 +89,12 @@ class Parking:
         return sum(len(h.waiters) for h in self._holds.values())
 
     def hold(
-        self, pending_id: str, timeout: float, gone: Callable[[], bool] | None = None
+        self, pending_id: str, timeout: float, gone: Callable[[], bool] | None = None, epoch: int = 0
     ) -> tuple[str, str | None] | None:
         """Wait until the call is resolved: (status, entry_id); (GONE, None) once `gone()` says the
-        client went away (client_gone); None on timeout."""
-        waiter = _Waiter(gone)
+        client went away (client_gone); None on timeout. `epoch` is the one of the holders' count its
+        request was counted in when it parked or joined the call (pending_service.park_held)."""
+        waiter = _Waiter(gone, epoch=epoch)
         with self._lock:
             hold = self._holds.setdefault(pending_id, _Hold())
             hold.waiters.append(waiter)
@@ -113,13 +120,14 @@ class Parking:
                 if not hold.waiters and self._holds.get(pending_id) is hold:
                     del self._holds[pending_id]
             if hold.status is None:  # this request no longer waits for it, and it was not answered
-                self._let_go(pending_id)
+                self._let_go(pending_id, waiter)
 
-    def _let_go(self, pending_id: str) -> None:
+    def _let_go(self, pending_id: str, waiter: _Waiter) -> None:
         """One holder fewer for the call, in the database: the last one, in whichever process, marks
         it abandoned now rather than when its lease lapses."""
         try:
-            pending_service.let_go(self.store, pending_id, time.time())
+            with self._counting:
+                pending_service.let_go(self.store, pending_id, time.time(), waiter.epoch)
         except DatabaseError as exc:  # it lapses with its lease all the same
             logger.warning("let go failed", extra={"error": type(exc).__name__, "detail": exc.describe()})
 
@@ -148,11 +156,22 @@ class Parking:
         return ended
 
     def renew(self) -> None:
-        """Tell the database the calls held here are still waited for (their lease, HOLD_LEASE)."""
-        with self._lock:
-            ids = list(self._holds)
-        if ids:
-            pending_service.hold_among(self.store, ids, time.time() + pending_service.HOLD_LEASE)
+        """Tell the database the calls held here are still waited for (their lease, HOLD_LEASE), and
+        count again the holders here a join left out of the count (counted in an earlier epoch)."""
+        with self._counting:
+            with self._lock:
+                waiters = {pending_id: list(h.waiters) for pending_id, h in self._holds.items()}
+            if not waiters:
+                return
+            held: dict[str, dict[int, int]] = {}
+            for pending_id, ws in waiters.items():
+                for w in ws:
+                    epochs = held.setdefault(pending_id, {})
+                    epochs[w.epoch] = epochs.get(w.epoch, 0) + 1
+            until = time.time() + pending_service.HOLD_LEASE
+            for pending_id, epoch in pending_service.renew_held(self.store, held, until).items():
+                for w in waiters[pending_id]:
+                    w.epoch = epoch
 
     def poll_once(self) -> int:
         """One query for every held call; returns how many were released."""

@@ -53,6 +53,21 @@ def park(
 
     `seq` is the answer of the request's sequence it records (docs/decisions/0036-sequences-and-sessions.md).
     """
+    return park_held(ctx, project, fingerprint, request, stream, api=api, seq=seq)[0]
+
+
+def park_held(
+    ctx: Context,
+    project: dict[str, Any],
+    fingerprint: str,
+    request: dict[str, Any],
+    stream: bool,
+    *,
+    api: str = dialects.CHAT,
+    seq: int = 1,
+) -> tuple[str | None, int]:
+    """park(), and the epoch of the holders' count this request is counted in (migration 0029), which
+    its holder hands to Parking.hold."""
     params = dict(project_id=project["id"], fingerprint=fingerprint, seq=seq)
     for _ in range(2):
         inserted = ctx.store.one(
@@ -74,20 +89,20 @@ def park(
             logger.info(
                 "parked", extra={"pending_id": inserted["id"], "project": project["name"], "api": api}
             )
-            return inserted["id"]
+            return inserted["id"], inserted["hold_epoch"]
         shared = ctx.store.one("pending_by_fingerprint", **params)
         if shared is not None:
             # One more holder (the call is waited for again if its lease had lapsed).
             at, ws = now(), ctx.principal.workspace_id
             until = at + HOLD_LEASE
-            ctx.store.run("join_pending", id=shared["id"], workspace_id=ws, now=at, held_until=until)
+            joined = ctx.store.one("join_pending", id=shared["id"], workspace_id=ws, now=at, held_until=until)
             logger.info(
                 "parked", extra={"pending_id": shared["id"], "project": project["name"], "shared": True}
             )
-            return shared["id"]
+            return shared["id"], joined["hold_epoch"] if joined is not None else 0
         # Neither inserted nor found: the cap is reached, or the identical call we collided with
         # was resolved in between; one more try tells the two apart.
-    return None
+    return None, 0
 
 
 def hold_among(store: Store, ids: list[str], until: float) -> None:
@@ -96,10 +111,18 @@ def hold_among(store: Store, ids: list[str], until: float) -> None:
     store.run("hold_among", ids=json.dumps(ids), until=until)
 
 
-def let_go(store: Store, pending_id: str, at: float) -> None:
-    """One request holding the call (in this process) ended without its answer: one holder fewer,
-    across every process; the last one lets it go at `at` (abandoned then)."""
-    store.run("let_go", id=pending_id, now=at)
+def renew_held(store: Store, held: dict[str, dict[int, int]], until: float) -> dict[str, int]:
+    """Renew the calls a process holds (`held`: call id -> {epoch: its holders there counted in it})
+    until `until`, adding back its holders counted in an epoch that is no longer the call's (migration
+    0029); returns each call still pending -> its epoch, the one they are all counted in now."""
+    rows = [[pending_id, epoch, n] for pending_id, epochs in held.items() for epoch, n in epochs.items()]
+    return {r["id"]: r["hold_epoch"] for r in store.all("renew_held", held=json.dumps(rows), until=until)}
+
+
+def let_go(store: Store, pending_id: str, at: float, epoch: int = 0) -> None:
+    """One request holding the call (in this process), counted in `epoch`, ended without its answer:
+    one holder fewer, across every process; the last one lets it go at `at` (abandoned then)."""
+    store.run("let_go", id=pending_id, now=at, epoch=epoch)
 
 
 def abandoned(row: dict[str, Any], at: float | None = None) -> bool:

@@ -40,13 +40,14 @@ class Call:
     """One proxied call as it moves from request to response (slots: kept hits hold thousands)."""
 
     project: dict[str, Any]
-    body: dict[str, Any]
+    parsed: Any  # the request's body (`body`), or UNREAD while only its helper holds it (semula.heavy)
     fingerprint: str
     request: Request
     started: float
     dialect: Dialect
     entry: dict[str, Any] | None = None
     pending_id: str | None = None
+    hold_epoch: int = 0  # the epoch of the holders' count this request is in (pending_service.park_held)
     live: Any = None  # a record-through stream (upstream.Relay), passed on as the provider sends it
     session: str | None = None  # the replay session the call belongs to (docs/decisions/0036-…)
     seq: int = 1  # the answer of the fingerprint's sequence this call replays or records
@@ -59,6 +60,18 @@ class Call:
     # A disconnect shapes it: a record-through miss is cut without calling the provider (decision 0061).
     cut: bool = False
     offload: Run | None = None  # runs its pure work (start(): a large body's, in a native thread)
+    helper: Any = None  # a large body's: (semula.heavy.Helper, its token), when the helper holds it
+    load: Callable[[], Any] | None = None  # reads the body when `parsed` is UNREAD
+    previous: Any = UNREAD  # the response id it continues (Dialect.previous), when its helper said
+
+    @property
+    def body(self) -> Any:
+        """The request's body; one its helper checked is read here only when it is needed (a miss to
+        park or forward, a fault rule's text)."""
+        if self.parsed is UNREAD:
+            assert self.load is not None
+            self.parsed = self.load()
+        return self.parsed
 
     @property
     def recording(self) -> int | None:
@@ -149,6 +162,7 @@ def start(
     plain: bool = False,
     number: int | None = None,
     run: Run | None = None,
+    helped: tuple[Request, str, Any, Any, Callable[[], tuple[Any, bool]]] | None = None,
 ) -> Call:
     """Check the request as its API does, fingerprint it and look for its entry (in a session: the
     answer of its sequence this call gets).
@@ -163,6 +177,10 @@ def start(
     `run` runs the check and the fingerprint, pure work, and later the replay miss's comparisons
     (replay_miss), for a large body: in a native thread, so the event loop serves other requests
     meanwhile (decision 0074). Every read of the store stays with the caller.
+
+    `helped`: a large body checked and fingerprinted by the worker's helper process (semula.heavy), as
+    (Request, fingerprint, the response id it continues, (helper, token), load): `body` is UNREAD
+    then, and `load` reads it (body, plain), in a native thread, once something needs it.
     """
     require(ctx, role="viewer", scope="replay")
     speaks = dialect or dialects.get(CHAT)
@@ -174,18 +192,27 @@ def start(
     def checked() -> tuple[Request, str]:
         return speaks.check(body), fingerprinted(project)
 
-    req, fingerprint = run(checked) if run is not None else checked()
+    if helped is not None:
+        req, fingerprint, previous, helper, load = helped
+    else:
+        req, fingerprint = run(checked) if run is not None else checked()
     while True:
         entry, read_at = entries_service.lookup_at(ctx, project, fingerprint)
         if version is UNREAD or read_at == version or read_again is None:
             break
         project, version = read_again()
         read_again = None  # read after the entry's counter: current as of a value no older than it
-        fingerprint = fingerprinted(project)
+        if body is UNREAD:  # checked by its helper: read it here now (its fingerprint under new rules)
+            body, plain = load()
+            helped = None
+        again = functools.partial(fingerprinted, project)
+        fingerprint = run(again) if run is not None else again()
     if project.get("restamp") == "recorded":
         req = replace(req, fresh=False)
     call = Call(project, body, fingerprint, req, started, speaks, session=session, version=version)
     call.offload = run
+    if helped is not None:
+        call.helper, call.load, call.previous = helper, lambda: load()[0], previous
     call.entry = entry
     if session is not None:
         sequences.pick(ctx, call, project["sequences"] == "record" and may_park(ctx, call), number)
@@ -194,7 +221,7 @@ def start(
 
 def check_previous(ctx: Context, call: Call) -> None:
     """A miss that continues a response this project never recorded: 400 naming the id."""
-    previous = call.dialect.previous(call.body)
+    previous = call.dialect.previous(call.body) if call.previous is UNREAD else call.previous
     if previous is not None and entries_service.by_response_id(ctx, call.project["id"], previous) is None:
         raise BadRequest(
             f"Previous response with id {previous!r} not found: it is not a recorded response of project "
@@ -215,7 +242,7 @@ def park(ctx: Context, call: Call) -> None:
         "pending_by_fingerprint", project_id=call.project["id"], fingerprint=call.fingerprint, seq=call.seq
     ):
         quotas.check(ctx, "quota_parked")  # joining a row parked already adds nothing
-    call.pending_id = pending_service.park(
+    call.pending_id, call.hold_epoch = pending_service.park_held(
         ctx, call.project, call.fingerprint, stored, call.stream, api=call.dialect.name, seq=call.seq
     )
     if call.pending_id is None:
@@ -237,8 +264,7 @@ def answered_entry(ctx: Context, entry_id: str, seq: int = 1) -> dict[str, Any]:
 def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
     """A 424 whose message names the closest entry and the first path where the request differs."""
     rows = _candidates(ctx, call)
-    closest = functools.partial(_closest, call, rows)
-    best, found = call.offload(closest) if call.offload is not None and rows else closest()
+    best, found = _closest_of(call, rows)
     name = call.project["name"]
     session = ""
     if call.session:
@@ -267,7 +293,21 @@ def replay_miss(ctx: Context, call: Call) -> ReplayMiss:
     )
 
 
-def _closest(call: Call, rows: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, Any]:
+def _closest_of(call: Call, rows: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, Any]:
+    """_closest(), by the call's helper when it holds the body, else where the call's pure work runs."""
+    if not rows:
+        return None, None
+    if call.helper is not None and call.parsed is UNREAD and call.offload is not None:
+        helper, token = call.helper
+        got = call.offload(lambda: helper.call("closest", token, call.project, rows))
+        if got is not None:
+            return (None if got[0] is None else rows[got[0]]), got[1]
+    call.body  # read here if only the helper had it: never from the native thread  # noqa: B018
+    closest = functools.partial(_closest, call, rows)
+    return call.offload(closest) if call.offload is not None else closest()
+
+
+def _closest(call: Any, rows: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, Any]:
     """The entry of `rows` closest to the call's request, and the first difference between them
     (fp.difference), pure work. Requests are compared cut to their first CLOSENESS_FIELDS items
     (fp.cut), and the request's copy is made only once there is an entry to compare it with (issue

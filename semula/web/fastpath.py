@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from semula import dialects, logs, metrics
+from semula import dialects, heavy, logs, metrics
 from semula.config import Settings
 from semula.core import errors, faults, jsonio
 from semula.db import DatabaseError, Store
@@ -103,6 +103,8 @@ class ProxyApp:
         self.projects = replay_service.ProjectRows()
         # Runs the pure work of a call with a large body away from the event loop (semula/web/wsgi.py).
         self.offload: replay_service.Run | None = None
+        # Does that pure work in another process instead, through offload (semula.heavy; the server's).
+        self.helper: heavy.Helper | None = None
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
@@ -262,9 +264,15 @@ class ProxyApp:
             body = speaks.with_headers(parsed, _header(environ))
             return (speaks.with_route(body, *in_path) if in_path else body), plain
 
-        body, plain = run(read) if run is not None else read()
         selectors = (match["project"], header_project)
-        call = self.start(ctx, selectors, body, speaks, session, plain, number, run)
+        helped = (
+            self._helped(ctx, selectors, raw, speaks, in_path, environ, read) if run is not None else None
+        )
+        if helped is not None:
+            body, plain = replay_service.UNREAD, False  # held by the helper, which fingerprinted it
+        else:
+            body, plain = run(read) if run is not None else read()
+        call = self.start(ctx, selectors, body, speaks, session, plain, number, run, helped)
         made.append(call)
         call.fault, call.cut = fault, cut
         if call.project["faults"] != "[]":  # its rules (decision 0061); no hit of such a project is kept
@@ -281,6 +289,34 @@ class ProxyApp:
                 )
         return self._replay(ctx, call, key, raw, started, start_response, environ.get("gunicorn.sock"))
 
+    def _helped(
+        self,
+        ctx: Context,
+        selectors: tuple[str | None, str | None],
+        raw: bytes,
+        speaks: dialects.Dialect,
+        in_path: InPath,
+        environ: dict[str, Any],
+        read: Callable[[], tuple[Any, bool]],
+    ) -> Any:
+        """A large body checked and fingerprinted by the helper process (semula.heavy), for
+        replay_service.start's `helped`; None without a helper, or when it could not answer (the body
+        is then read here, as without one). What the check refuses is raised."""
+        helper, run = self.helper, self.offload
+        if helper is None or run is None:
+            return None
+        project, _ = self.projects.get(ctx, *selectors)  # its fingerprint rules
+        helper.start()
+        token = helper.token()
+        rules = (project["ignore_fields"], project["normalize"])
+        args = (token, raw, speaks.name, in_path, heavy.headers(environ), rules)
+        got = run(lambda: helper.call("begin", *args))
+        if got is None:
+            return None
+        request, fingerprint, _, previous = got
+
+        return request, fingerprint, previous, (helper, token), functools.partial(run, read)
+
     def start(
         self,
         ctx: Context,
@@ -291,6 +327,7 @@ class ProxyApp:
         plain: bool,
         number: int | None = None,
         run: replay_service.Run | None = None,
+        helped: Any = None,
     ) -> replay_service.Call:
         """Look a call up (replay_service.start) in the project its path or header names (kept rows);
         `number`: its number in its session, when it was counted already; `run`: how its pure work is
@@ -307,6 +344,7 @@ class ProxyApp:
             plain=plain,
             number=number,
             run=run,
+            helped=helped,
         )
 
     def _replay(
@@ -411,7 +449,7 @@ class ProxyApp:
         if call.entry is not None:  # answered while we parked
             return "hit"
         gone = client_gone(client)
-        result = self.parking.hold(call.pending_id, call.project["record_timeout"], gone)
+        result = self.parking.hold(call.pending_id, call.project["record_timeout"], gone, call.hold_epoch)
         if result is None:
             raise errors.RecordTimeout(
                 f"Nobody answered pending call {call.pending_id} within {call.project['record_timeout']} s; "

@@ -7,7 +7,7 @@ from typing import Any
 import gevent
 import gevent.lock
 
-from semula import logs, metrics
+from semula import heavy, logs, metrics
 from semula.config import Settings
 from semula.service import retention
 from semula.web import create_app
@@ -63,6 +63,9 @@ app.extensions["semula"]["offload"] = offload
 # A request with a large body: its parse, check, fingerprint and a miss's comparisons in a native thread
 # too, one at a time, so one tenant's heavy requests do not hold the loop every other request waits on.
 app.extensions["semula"]["proxy"].offload = offload_heavy
+# And in another process, through that thread: the worker's helper (semula.heavy), started at its first
+# large body, so the thread only waits on a pipe, without the GIL, for the request's check and fingerprint.
+app.extensions["semula"]["proxy"].helper = heavy.Helper()
 # With a native thread busy, the event loop waits for the GIL after each of its system calls until the
 # thread is asked to let go: every switch interval (Python's default is 5 ms; a light request makes a
 # dozen such calls). At 0.5 ms a light request's p99 beside heavy ones was about half as long.

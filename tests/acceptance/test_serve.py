@@ -205,3 +205,63 @@ def test_a_slow_head_and_a_short_body_are_cut_off_by_their_deadlines(start_serve
     assert b"Connection: close" in late_body
     server.stop()
     assert "Traceback" not in server.log()
+
+
+def _helpers_of(pid: int) -> list[int]:
+    """The semula.heavy helper processes among the descendants of `pid`."""
+    from pathlib import Path
+
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        children = Path(f"/proc/{parent}/task/{parent}/children")
+        for child in map(int, children.read_text().split() if children.exists() else []):
+            todo.append(child)
+            cmdline = Path(f"/proc/{child}/cmdline")
+            if cmdline.exists() and b"semula.heavy" in cmdline.read_bytes():
+                found.append(child)
+    return found
+
+
+def test_a_large_body_is_answered_through_the_worker_s_helper_process(start_server, ctx):
+    """Decision 0074: a gevent worker hands a large body's check and fingerprint to its helper process,
+    started at its first such body: a hit, a replay miss naming the closest entry, and in record mode a
+    miss parked (the worker reads that body itself) and answered."""
+    import json
+    import threading
+
+    from semula.service import pending as pending_service
+    from semula.service import projects
+    from semula.web import fastpath
+    from tests.entry_helpers import save_entry
+    from tests.helpers import wait_for
+
+    filler = "x" * 1000
+    messages = [{"role": "user", "content": f"{i} {filler}"} for i in range(300)]
+    large = {"model": "gpt-4o", "messages": messages}
+    assert len(json.dumps(large)) > fastpath.HEAVY_BODY
+    projects.create(ctx, {"name": "big", "mode": "replay"})
+    save_entry(ctx, "big", "hit", {"content": "the large answer"}, messages=messages)
+    projects.create(ctx, {"name": "rec", "mode": "record", "record_timeout": 60})
+    server = start_server(workers=1, SEMULA_AUTH="off")
+    assert server.proc is not None and _helpers_of(server.proc.pid) == []
+    url = server.url + "/p/{}/v1/chat/completions"
+    hit = requests.post(url.format("big"), json=large, timeout=60)
+    assert hit.status_code == 200 and hit.json()["choices"][0]["message"]["content"] == "the large answer"
+    assert len(_helpers_of(server.proc.pid)) == 1
+    missed = {**large, "messages": [*messages[:-1], {"role": "user", "content": "other"}]}
+    miss = requests.post(url.format("big"), json=missed, timeout=60)
+    assert miss.status_code == 424 and "first difference at messages[299].content" in miss.text
+
+    answered = []
+    held = threading.Thread(
+        target=lambda: answered.append(requests.post(url.format("rec"), json=large, timeout=60))
+    )
+    held.start()
+    wait_for(lambda: pending_service.list_pending(ctx)["data"], what="the large call parked")
+    [parked] = pending_service.list_pending(ctx)["data"]
+    pending_service.answer(ctx, parked["id"], {"content": "answered by hand"})
+    held.join(60)
+    [reply] = answered
+    assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "answered by hand"
+    assert len(_helpers_of(server.proc.pid)) == 1

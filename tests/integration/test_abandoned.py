@@ -182,10 +182,69 @@ def test_a_call_held_by_two_processes_is_abandoned_only_when_the_last_holder_let
             assert held_second.result(timeout=10) == (GONE, None)
             assert listed(ctx) == {pending_id: True}
             # A client sending it again takes it back, as its one holder: its timeout lets it go again.
-            assert send() == pending_id
-            assert listed(ctx) == {pending_id: False}
-            assert pool.submit(first.hold, pending_id, 0.1).result(timeout=10) is None
+            again, epoch = pending_service.park_held(ctx, row, "v1:twice", request, False)
+            assert again == pending_id and listed(ctx) == {pending_id: False}
+            assert pool.submit(first.hold, pending_id, 0.1, None, epoch).result(timeout=10) is None
             assert listed(ctx) == {pending_id: True}
+    finally:
+        first.close()
+        second.close()
+
+
+def holders(ctx, pending_id) -> int:
+    return ctx.store.one("get_pending", id=pending_id, workspace_id=ctx.principal.workspace_id)["holders"]
+
+
+@pytest.mark.parametrize("first_goes", ["after its renewal", "before its renewal"])
+def test_a_holder_that_could_not_renew_is_counted_again_and_the_count_stays_exact(
+    ctx, store, shop, first_goes
+):
+    """A process whose renewals failed past the lease (its database unreachable) still holds the call; a
+    request joining it meanwhile counts from 1 in a new epoch. The first process's next renewal adds its
+    holder back, so the joiner going leaves the call waited for; a holder going before that renewal takes
+    nothing from the new count it is not in (decision 0074, migration 0029)."""
+    row = projects.get_row(ctx, shop)
+    request = {"model": "gpt-4o", "messages": [{"role": "user", "content": "renewals failed"}]}
+
+    def send():  # a request parking the call, or joining it: (id, epoch)
+        return pending_service.park_held(ctx, row, "v1:unrenewed", request, False)
+
+    pending_id, first_epoch = send()
+    first, second = Parking(store, 60.0), Parking(store, 60.0)  # two processes' holders
+    first_left, second_left = threading.Event(), threading.Event()
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            held_first = pool.submit(first.hold, pending_id, 60, first_left.is_set, first_epoch)
+            wait_for(lambda: first.held == 1, what="the first hold")
+            # The first process's renewals fail for longer than the lease: it lapses while it holds.
+            pending_service.hold_among(store, [pending_id], time.time() - 1)
+            assert listed(ctx) == {pending_id: True}
+            joined, second_epoch = send()
+            assert joined == pending_id and second_epoch == first_epoch + 1 and holders(ctx, pending_id) == 1
+            held_second = pool.submit(second.hold, pending_id, 60, second_left.is_set, second_epoch)
+            wait_for(lambda: second.held == 1, what="the second hold")
+            if first_goes == "after its renewal":
+                first.renew()  # the database is back: the first holder is counted again
+                assert holders(ctx, pending_id) == 2
+                first.renew()  # counted once
+                assert holders(ctx, pending_id) == 2
+                second_left.set()
+                assert second.check_clients() == 1
+                assert held_second.result(timeout=10) == (GONE, None)
+                assert listed(ctx) == {pending_id: False}  # the first process's client still waits
+                first_left.set()
+                assert first.check_clients() == 1
+                assert held_first.result(timeout=10) == (GONE, None)
+            else:
+                first_left.set()
+                assert first.check_clients() == 1
+                assert held_first.result(timeout=10) == (GONE, None)
+                assert holders(ctx, pending_id) == 1
+                assert listed(ctx) == {pending_id: False}  # the second process's client still waits
+                second_left.set()
+                assert second.check_clients() == 1
+                assert held_second.result(timeout=10) == (GONE, None)
+            assert listed(ctx) == {pending_id: True} and holders(ctx, pending_id) == 0
     finally:
         first.close()
         second.close()

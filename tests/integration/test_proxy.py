@@ -529,3 +529,55 @@ def test_a_large_body_is_read_checked_and_compared_by_the_offload_small_ones_her
     wrong = [*messages, {"role": "wizard", "content": "x"}]
     bad = client.post("/p/big/v1/chat/completions", json={**large, "messages": wrong}, headers=admin)
     assert bad.status_code == 400 and [name for name, _ in ran] == ["read", "checked"]
+
+
+def test_a_large_body_is_checked_fingerprinted_and_compared_by_the_helper_process(
+    ctx, app, client, admin, monkeypatch
+):
+    """Decision 0074: with a helper (semula.heavy, another process), a large request's check,
+    fingerprint and a replay miss's comparison run there, and the worker never parses the body for a
+    hit or a replay miss; the answers are those without it. What the check refuses is refused the same;
+    a helper gone is started again, and meanwhile the worker does the work itself."""
+    import os
+    import signal
+
+    from semula import heavy
+    from semula.web import fastpath, policy
+
+    parsed_here = []
+    real_read = policy.read_json
+    monkeypatch.setattr(policy, "read_json", lambda raw: parsed_here.append(len(raw)) or real_read(raw))
+    projects.create(ctx, {"name": "big", "mode": "replay"})
+    filler = "x" * 1000
+    messages = [{"role": "user", "content": f"{i} {filler}"} for i in range(300)]
+    large = {"model": "gpt-4o", "messages": messages}
+    assert len(json.dumps(large)) > fastpath.HEAVY_BODY
+    save_entry(ctx, "big", "kept", messages=messages[:-1] + [{"role": "user", "content": "other"}])
+    save_entry(ctx, "big", "hit", {"content": "the large answer"}, messages=messages[1:])
+    url = "/p/big/v1/chat/completions"
+    proxy = app.extensions["semula"]["proxy"]
+    without = [
+        client.post(url, json=body, headers=admin) for body in (large, {**large, "messages": messages[1:]})
+    ]
+    wrong = {**large, "messages": [*messages, {"role": "wizard", "content": "x"}]}
+    refused = client.post(url, json=wrong, headers=admin)
+    assert [r.status_code for r in (*without, refused)] == [424, 200, 400]
+    proxy.offload, proxy.helper = (lambda function: function()), heavy.Helper()
+    try:
+        parsed_here.clear()
+        miss = client.post(url, json=large, headers=admin)
+        assert miss.status_code == 424 and miss.json == without[0].json
+        assert "first difference at messages[299].content" in miss.json["error"]["message"]
+        hit = client.post(url, json={**large, "messages": messages[1:]}, headers=admin)
+        assert hit.status_code == 200 and hit.json["choices"] == without[1].json["choices"]
+        assert client.post(url, json=wrong, headers=admin).json == refused.json
+        assert parsed_here == []  # the helper parsed them all
+        os.kill(proxy.helper._pid, signal.SIGKILL)
+        os.waitpid(proxy.helper._pid, 0)
+        assert client.post(url, json=large, headers=admin).json == without[0].json  # done here
+        assert len(parsed_here) == 1
+        assert client.post(url, json=large, headers=admin).json == without[0].json  # a new helper
+        assert len(parsed_here) == 1
+    finally:
+        proxy.helper.close()
+        proxy.offload = proxy.helper = None

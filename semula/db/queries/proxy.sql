@@ -107,7 +107,7 @@ SELECT :id, :workspace_id, :project_id, :fingerprint, :model, :request, :stream,
     :held_until, 1
 WHERE (SELECT COUNT(*) FROM pending WHERE project_id = :project_id AND status = 'pending') < :max_misses
 ON CONFLICT (project_id, fingerprint, seq) WHERE status = 'pending' DO NOTHING
-RETURNING id
+RETURNING id, hold_epoch
 
 -- name: pending_by_fingerprint
 -- The parked call for one answer of a request's sequence (answer 1 outside sessions).
@@ -115,11 +115,13 @@ SELECT id FROM pending
 WHERE project_id = :project_id AND fingerprint = :fingerprint AND seq = :seq AND status = 'pending'
 
 -- name: join_pending
--- One more request holds a parked call (migration 0027): counted from 1 when its lease had lapsed, since
--- every live holder renews it.
+-- One more request holds a parked call (migration 0027): counted from 1 when its lease had lapsed, in a
+-- new epoch (migration 0029: a live holder that could not renew is added back by its next renewal).
 UPDATE pending SET holders = CASE WHEN COALESCE(held_until, 0) <= :now THEN 1 ELSE holders + 1 END,
+    hold_epoch = CASE WHEN COALESCE(held_until, 0) <= :now THEN hold_epoch + 1 ELSE hold_epoch END,
     held_until = :held_until
 WHERE id = :id AND workspace_id = :workspace_id AND status = 'pending'
+RETURNING hold_epoch
 
 -- name: get_pending
 SELECT pd.*, p.name AS project_name FROM pending pd JOIN projects p ON p.id = pd.project_id
@@ -150,15 +152,32 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending'
 -- name: hold_among.postgresql
 SELECT semula_hold_among(CAST(:ids AS jsonb), :until)
 
+-- name: renew_held
+-- The calls a process holds (:held, a JSON array of [id, epoch, holders], one per call and epoch its
+-- holders there were counted in) are waited for until :until, and its holders counted in an epoch that is
+-- no longer the call's (a join counted from 1 while this process could not renew) are added back
+-- (migration 0029). Returns each call's epoch, the one all its holders there are counted in now.
+-- across workspaces: a process's held calls, whichever workspace parked them, by the ids it parked.
+UPDATE pending SET held_until = :until,
+    holders = holders + COALESCE((
+        SELECT SUM(json_extract(h.value, '$[2]')) FROM json_each(:held) h
+        WHERE json_extract(h.value, '$[0]') = pending.id AND json_extract(h.value, '$[1]') <> pending.hold_epoch), 0)
+WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:held)) AND status = 'pending'
+RETURNING id, hold_epoch
+
+-- name: renew_held.postgresql
+SELECT id, hold_epoch FROM semula_renew_held(CAST(:held AS jsonb), :until)
+
 -- name: let_go
--- A request holding the call ended without its answer (migration 0027): one holder fewer, and the last
--- one lets it go at :now (abandoned).
+-- A request holding the call ended without its answer (migration 0027): one holder fewer in the count
+-- of its epoch (none when the count is another epoch's, which it is not in: migration 0029), and the
+-- last one lets it go at :now (abandoned).
 -- across workspaces: a process's held calls, whichever workspace parked them, by the ids it parked.
 UPDATE pending SET holders = MAX(holders - 1, 0), held_until = CASE WHEN holders <= 1 THEN :now ELSE held_until END
-WHERE id = :id AND status = 'pending'
+WHERE id = :id AND status = 'pending' AND hold_epoch = :epoch
 
 -- name: let_go.postgresql
-SELECT semula_let_go(:id, :now)
+SELECT semula_let_go(:id, :now, :epoch)
 
 -- name: insert_calls
 -- The call log's rows, written by Tx.many (semula.service.calllog): on SQLite once per row, which
