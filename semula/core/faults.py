@@ -135,16 +135,18 @@ def logged(fault: Fault) -> str:
     return jsonio.compact({"kind": fault.kind, **fault.params, "via": "header"}).decode()
 
 
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+
+
 def events(data: bytes) -> list[bytes]:
-    """A server-sent-event body cut into its events (each with the blank line that ends it)."""
-    out, rest = [], data
-    while rest:
-        cut = rest.find(b"\n\n")
-        if cut < 0:
-            out.append(rest)
-            break
-        out.append(rest[: cut + 2])
-        rest = rest[cut + 2 :]
+    """A server-sent-event body cut into its events (each with the blank line that ends it: two line
+    ends, which Google writes as CRLF)."""
+    out, start = [], 0
+    for end in _EVENT_END.finditer(data):
+        out.append(data[start : end.end()])
+        start = end.end()
+    if start < len(data):
+        out.append(data[start:])
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import re
 import socket
@@ -611,8 +612,10 @@ def _json_array(
     """A stream asked for without `alt=sse`: its events as one JSON array, element by element
     as they come (Dialect.json_array); an error reply is sent as it is."""
     array: list[bool] = []
+    responded: list[bool] = []
 
     def respond(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        responded.append(True)
         if any(name == "Content-Type" and value == "text/event-stream" for name, value in headers):
             array.append(True)
             kept = [(n, v) for n, v in headers if n not in ("Content-Type", "Content-Length")]
@@ -620,12 +623,20 @@ def _json_array(
         return start_response(status, headers, exc_info)
 
     body = reply(respond)
-    if not array:
+    if responded and not array:
         return body
 
     def elements() -> Iterator[bytes]:
+        # A reply a header fault shapes (slow, disconnect) starts when it is first read: whether it
+        # is a stream is known only then.
+        pieces = iter(body)
         try:
-            yield from dialect.json_array(body)
+            first = () if responded else tuple(itertools.islice(pieces, 1))
+            if array:
+                yield from dialect.json_array(itertools.chain(first, pieces))
+            else:
+                yield from first
+                yield from pieces
         finally:
             close = getattr(body, "close", None)
             if close is not None:

@@ -160,6 +160,18 @@ def test_a_stream_replays_as_sse_chunks_of_one_recording(ctx, shop, client, key)
         array = client.post(STREAM_URL.removesuffix("?alt=sse"), json=request, headers=key)
         assert array.status_code == 200 and array.headers["Content-Type"].startswith("application/json")
         assert [c["candidates"] for c in array.json] == [c["candidates"] for c in again]
+    # A header fault that shapes the reply keeps it an array: slow delays it, disconnect cuts it.
+    arrayed_url = STREAM_URL.removesuffix("?alt=sse")
+    slow = client.post(arrayed_url, json=request, headers={**key, "X-Semula-Fault": "slow; ttfb=0.01"})
+    assert slow.headers["Content-Type"].startswith("application/json")
+    assert [c["candidates"] for c in slow.json] == [c["candidates"] for c in again]
+    cut_one = {**key, "X-Semula-Fault": "disconnect; after_events=1"}
+    cut = client.post(arrayed_url, json=request, headers=cut_one)
+    assert cut.headers["Content-Type"].startswith("application/json")
+    sse = client.post(STREAM_URL, json=request, headers=cut_one)
+    assert [c["candidates"] for c in sse_chunks(sse.get_data(as_text=True))] == [again[0]["candidates"]]
+    # One element, then the cut (which only a real socket shows: here the array ends after it).
+    assert [c["candidates"] for c in cut.json] == [again[0]["candidates"]]
     # An error is Google's error object, not an array.
     missed = client.post(STREAM_URL.removesuffix("?alt=sse"), json=body("never recorded"), headers=key)
     assert missed.status_code == 424 and missed.json["error"]["status"] == "FAILED_PRECONDITION"
