@@ -224,7 +224,9 @@ class Gemini(Dialect):
     def steady(self, body: Any) -> Any:
         """Without the ids a client made for function calls that came without one: Gemini CLI names such
         a call `<tool>_<epoch ms>_<n>`, new on every run (a provider's answer through record-through
-        carries none). An id semula or a provider gave is kept (decision 0059)."""
+        carries none). An id semula or a provider gave is kept (decision 0059). And with the skills
+        Gemini CLI lists in its system prompt in one order (decision 0055)."""
+        body = _steady_skills(body)
         contents = body.get("contents") if isinstance(body, dict) else None
         if not isinstance(contents, list) or not _any_made_ids(contents):
             return body
@@ -669,6 +671,43 @@ def _answered_call(answer: dict[str, Any], open_calls: list[dict[str, Any]]) -> 
                 open_calls.remove(call)
                 return call["id"]
     return str(answer.get("id") or call_id(answer.get("name"), "response", -1))
+
+
+# Gemini CLI's list of agent skills in its system prompt: one `<skill>` element per skill, in the order
+# its file search found them, which varies from run to run (two searches finish in either order).
+_SKILLS = re.compile(r"(<available_skills>\n)(.*?)(\n</available_skills>)", re.S)
+_SKILL = re.compile(r"[ \t]*<skill>\n.*?\n[ \t]*</skill>", re.S)
+
+
+def _sorted_skills(block: re.Match[str]) -> str:
+    entries = block[2].split("\n")
+    skills, current = [], []
+    for line in entries:  # the lines of one element, up to its closing tag
+        current.append(line)
+        if line.strip() == "</skill>":
+            skills.append("\n".join(current))
+            current = []
+    if current or len(skills) < 2 or not all(_SKILL.fullmatch(skill) for skill in skills):
+        return block[0]  # not the CLI's list of elements: left as sent
+    return block[1] + "\n".join(sorted(skills)) + block[3]
+
+
+def _steady_skills(body: Any) -> Any:
+    """`body` with the `<skill>` elements of an `<available_skills>` list in its system instruction
+    sorted, in a copy of the containers on the way (`body` itself when it has no such list)."""
+    system = body.get("systemInstruction") if isinstance(body, dict) else None
+    parts = system.get("parts") if isinstance(system, dict) else None
+    if not isinstance(parts, list):
+        return body
+    steady, changed = [], False
+    for part in parts:
+        text = part.get("text") if isinstance(part, dict) else None
+        if isinstance(text, str) and "<available_skills>" in text:
+            sorted_text = _SKILLS.sub(_sorted_skills, text)
+            if sorted_text != text:
+                part, changed = {**part, "text": sorted_text}, True
+        steady.append(part)
+    return {**body, "systemInstruction": {**system, "parts": steady}} if changed else body
 
 
 _CLIENT_CALL_ID = re.compile(r"(?P<name>.+)_[0-9]{13}_[0-9]+\Z")
