@@ -25,7 +25,17 @@ from typing import Any
 
 from semula.core import answers, jsonio, stream, templates
 from semula.core.errors import InvalidAnswer, SemulaError
-from semula.dialects import GEMINI, Dialect, Request, answer_of, common_answer, tool_call
+from semula.dialects import (
+    GEMINI,
+    SPANS,
+    Dialect,
+    Request,
+    answer_of,
+    common_answer,
+    splice,
+    stamp_spans,
+    tool_call,
+)
 from semula.dialects.gemini_checks import OWN, check, json_names
 from semula.dialects.routes import CALL, COUNT_TOKENS, MODEL, MODELS, Handler, Route, keyed, model_seen
 
@@ -433,6 +443,27 @@ class Gemini(Dialect):
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         for event in events:
             yield b"data: " + jsonio.compact(event) + b"\r\n\r\n"
+
+    def keeps_stream(self, req: Request) -> bool:
+        # render() gives every chunk that has a responseId the reply's fresh one; with restamp
+        # `recorded`, a stream keeps its own (or gets a fresh one when it has none): rendered each time.
+        return req.fresh
+
+    def stream_stamps(self, first: dict[str, Any], data: bytes) -> dict[str, Any] | None:
+        """The stream's responseId and where each chunk holds it (SPANS); None (not kept) when its
+        first chunk has none (so no id to find) yet a later one has."""
+        stamps = self.stamps(first)
+        if not isinstance(stamps.get("responseId"), str):
+            return None if b'"responseId":' in data else stamps
+        return {**stamps, SPANS: stamp_spans(data, b'"responseId":', jsonio.compact(stamps["responseId"]))}
+
+    def restamp_sse(self, data: bytes, first: dict[str, Any], req: Request, now: float) -> bytes:
+        """Every chunk's `responseId` (render()) replaced by a fresh one. Inside a JSON string a quote
+        is escaped, so `"responseId":"…"` can only be a chunk's own key."""
+        spans = first.get(SPANS)
+        if not spans:
+            return data
+        return splice(data, spans, jsonio.compact(response_id()))
 
     def streams_array(self, in_path: tuple[str, ...], query: str) -> bool:
         # Google streams :streamGenerateContent as one JSON array unless asked for `alt=sse`.
