@@ -4,7 +4,7 @@ or noisy machine (wall-clock runs there vary by ±10%).
 
     .venv/bin/python -m bench.instructions [--mode hit|first|turn] [--sdk] [--db sqlite|postgres]
         [--requests 1000] [--src DIR] [--app semula|floor] [--kib 88]
-        [--api chat|chat-stream|responses|messages|gemini|gemini-stream]
+        [--api chat|chat-stream|responses|messages|messages-stream|gemini|gemini-stream]
 
 A request goes through `semula.worker.Handler.handle_one_request` (gevent's pywsgi with semula's
 cuts) into the app `semula serve` runs (SQLite, or with `--db postgres` a database of its own on
@@ -22,7 +22,7 @@ through the same worker instead, so the two counts differ by what semula's own c
 request. `--kib N` (2 or more): the store (or the floor's table) holds bench.workloads' agent request
 of about N KiB with its tools instead of the pair, and that request is sent (issue #52's first sight
 at 2, 32 and 88 KB). `--api` (with `--mode hit`): the pair as bench.dialects sends it to another
-API (`chat-stream`: the Chat request with `"stream": true`; `gemini-stream`:
+API (`chat-stream`, `messages-stream`: the request with `"stream": true`; `gemini-stream`:
 `:streamGenerateContent?alt=sse`), every API's form recorded as bench.dialects records them, so each
 API's kept hit is counted against Chat's. Needs valgrind (`apt-get install valgrind`).
 """
@@ -143,6 +143,11 @@ def _api_request(api: str) -> tuple[bytes, bytes, bytes]:
         "chat-stream": (b"/v1/chat/completions", {**pair.request_body(), "stream": True}, b""),
         "responses": (b"/v1/responses", pair.responses_body(), b""),
         "messages": (b"/v1/messages", pair.messages_body(), b"anthropic-version: 2023-06-01\r\n"),
+        "messages-stream": (
+            b"/v1/messages",
+            {**pair.messages_body(), "stream": True},
+            b"anthropic-version: 2023-06-01\r\n",
+        ),
         "gemini": (gemini, pair.gemini_body(), b""),
         "gemini-stream": (
             gemini.replace(b":generateContent", b":streamGenerateContent?alt=sse"),
@@ -154,7 +159,7 @@ def _api_request(api: str) -> tuple[bytes, bytes, bytes]:
     return path, json.dumps(body).encode(), extra
 
 
-APIS = ("chat", "chat-stream", "responses", "messages", "gemini", "gemini-stream")
+APIS = ("chat", "chat-stream", "responses", "messages", "messages-stream", "gemini", "gemini-stream")
 
 
 def recording(kib: int) -> Any:
