@@ -2,8 +2,9 @@
 a figure that does not move with the machine's load, to compare two versions of the code on a shared
 or noisy machine (wall-clock runs there vary by ±10%).
 
-    .venv/bin/python -m bench.instructions [--mode hit|first] [--sdk] [--db sqlite|postgres]
+    .venv/bin/python -m bench.instructions [--mode hit|first|turn] [--sdk] [--db sqlite|postgres]
         [--requests 1000] [--src DIR] [--app semula|floor] [--kib 88] [--switch-interval S]
+        [--api chat|chat-stream|responses|messages|messages-stream|gemini|gemini-stream]
 
 A request goes through `semula.worker.Handler.handle_one_request` (gevent's pywsgi with semula's
 cuts) into the app `semula serve` runs (SQLite, or with `--db postgres` a database of its own on
@@ -20,7 +21,10 @@ commit). `--app floor` counts the floor (bench/floor_app.py: the bare route's st
 through the same worker instead, so the two counts differ by what semula's own code adds to a
 request. `--kib N` (2 or more): the store (or the floor's table) holds bench.workloads' agent request
 of about N KiB with its tools instead of the pair, and that request is sent (issue #52's first sight
-at 2, 32 and 88 KB). Needs valgrind (`apt-get install valgrind`).
+at 2, 32 and 88 KB). `--api` (with `--mode hit`): the pair as bench.dialects sends it to another
+API (`chat-stream`, `messages-stream`: the request with `"stream": true`; `gemini-stream`:
+`:streamGenerateContent?alt=sse`), every API's form recorded as bench.dialects records them, so each
+API's kept hit is counted against Chat's. Needs valgrind (`apt-get install valgrind`).
 """
 
 from __future__ import annotations
@@ -51,7 +55,11 @@ os.write(_writer, b"x")
 
 
 class _Socket:
-    """Takes every send whole, and checks that each response is a 200."""
+    """Takes every send whole, and checks that each response is a 200 (a stream's later sends carry
+    its events: only a send that starts a response is looked at)."""
+
+    def __init__(self) -> None:
+        self.responses = 0
 
     def fileno(self) -> int:
         return _READABLE
@@ -60,8 +68,10 @@ class _Socket:
         pass
 
     def send(self, data: bytes) -> int:
-        if bytes(data[:15]) != b"HTTP/1.1 200 OK":
-            raise SystemExit(f"not a replay: {bytes(data[:300])!r}")
+        if bytes(data[:5]) == b"HTTP/":
+            if bytes(data[:15]) != b"HTTP/1.1 200 OK":
+                raise SystemExit(f"not a replay: {bytes(data[:300])!r}")
+            self.responses += 1
         return len(data)
 
     def sendall(self, data: bytes) -> None:
@@ -75,6 +85,7 @@ class _Upgraded(_Socket):
     def __init__(self) -> None:
         import gevent.event
 
+        super().__init__()
         self.head, self.completed, self.errors = b"", 0, 0
         self.answered = gevent.event.Event()  # set as a turn's reply is sent
 
@@ -122,6 +133,35 @@ class _Client(io.RawIOBase):
         return size
 
 
+# --api: the route and body bench.dialects sends each API (the pair in its form), and its own headers.
+def _api_request(api: str) -> tuple[bytes, bytes, bytes]:
+    from bench import dialects, pair
+
+    gemini = dialects.GEMINI_ROUTE.encode()
+    table = {
+        "chat": (b"/v1/chat/completions", pair.request_body(), b""),
+        "chat-stream": (b"/v1/chat/completions", {**pair.request_body(), "stream": True}, b""),
+        "responses": (b"/v1/responses", pair.responses_body(), b""),
+        "messages": (b"/v1/messages", pair.messages_body(), b"anthropic-version: 2023-06-01\r\n"),
+        "messages-stream": (
+            b"/v1/messages",
+            {**pair.messages_body(), "stream": True},
+            b"anthropic-version: 2023-06-01\r\n",
+        ),
+        "gemini": (gemini, pair.gemini_body(), b""),
+        "gemini-stream": (
+            gemini.replace(b":generateContent", b":streamGenerateContent?alt=sse"),
+            pair.gemini_body(),
+            b"",
+        ),
+    }
+    path, body, extra = table[api]
+    return path, json.dumps(body).encode(), extra
+
+
+APIS = ("chat", "chat-stream", "responses", "messages", "messages-stream", "gemini", "gemini-stream")
+
+
 def recording(kib: int) -> Any:
     """The recording sent: the pair below 2 KiB, else the agent request of about `kib` KiB."""
     from bench import workloads
@@ -163,7 +203,13 @@ def semula_app(url: str | None, kib: int = 0, every_api: bool = False) -> tuple[
 
 
 def serve(
-    mode: str, sdk: bool, requests: int, url: str | None = None, which: str = "semula", kib: int = 0
+    mode: str,
+    sdk: bool,
+    requests: int,
+    url: str | None = None,
+    which: str = "semula",
+    kib: int = 0,
+    api: str = "chat",
 ) -> None:
     """Run WARM + `requests` requests through a Handler (the child callgrind counts)."""
     from bench import pair
@@ -180,7 +226,12 @@ def serve(
 
         app, token = floor_app.app, "unused"
     else:
-        app, token = semula_app(url, kib, every_api=mode == "turn")
+        app, token = semula_app(url, kib, every_api=mode == "turn" or api != "chat")
+    path, extra = b"/v1/chat/completions", b""
+    if api != "chat":
+        if mode != "hit" or agent is not None or which != "semula":
+            raise SystemExit("--api is for --mode hit of the pair through semula")
+        path, api_body, extra = _api_request(api)
     if agent is None:  # a `user` of its own for each first sight
         body, mark, new = pair.request_bytes(), b'"messages"', b'"user":"u%d","messages"'
     else:  # it has a `user`: its value is each first sight's own
@@ -192,7 +243,9 @@ def serve(
 
     def request(number: int) -> bytes:
         raw = body if mode == "hit" else body.replace(mark, new % number, 1)
-        head = b"POST /p/bench/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"
+        if api != "chat":
+            raw = api_body
+        head = b"POST /p/bench" + path + b" HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n" + extra
         head += SDK_HEADERS if sdk else b""
         head += b"Authorization: Bearer " + token.encode() + b"\r\nContent-Type: application/json\r\n"
         return head + b"Content-Length: %d\r\n\r\n" % len(raw) + raw
@@ -228,6 +281,8 @@ def serve(
     for _ in range(WARM + requests):
         if handler.handle_one_request() is not True:
             raise SystemExit("the connection closed")
+    if handler.socket.responses != WARM + requests:
+        raise SystemExit(f"{handler.socket.responses} responses to {WARM + requests} requests")
 
 
 def socket_turns(token: str, turns: int) -> list[bytes]:
@@ -297,6 +352,7 @@ def main() -> None:
         default=None,
         help="sys.setswitchinterval in seconds, as a worker sets it (semula/web/wsgi.py); else Python's",
     )
+    parser.add_argument("--api", choices=APIS, default="chat", help="the pair as this API's kept hit")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -305,12 +361,12 @@ def main() -> None:
     if args.child is not None:
         if args.switch_interval is not None:
             sys.setswitchinterval(args.switch_interval)
-        serve(args.mode, args.sdk, args.child, args.url, args.app, args.kib)
+        serve(args.mode, args.sdk, args.child, args.url, args.app, args.kib, args.api)
         return
     # The child runs this file as a script: the checkout to measure first on its path, then this one.
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [args.src, here]))}
-    common = ["--mode", args.mode, "--app", args.app, "--kib", str(args.kib)] + (
+    common = ["--mode", args.mode, "--app", args.app, "--kib", str(args.kib), "--api", args.api] + (
         ["--sdk"] if args.sdk else []
     )
     common += ["--src", args.src] if args.src else []
@@ -320,6 +376,7 @@ def main() -> None:
     total = counted([*common, "--child", str(args.requests)], env, db)
     what = "the floor" if args.app == "floor" else f"{args.mode}, {args.db}"
     what += f", {args.kib} KiB agent request" if args.kib >= 2 else ""
+    what += f", {args.api}" if args.api != "chat" else ""
     print(
         f"{(total - base) / args.requests:,.0f} instructions per request ({what}, "
         f"{'sdk' if args.sdk else 'wrk'} headers, semula from {args.src or here})"

@@ -20,9 +20,20 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from semula.core import answers, stream, templates
+from semula.core import answers, jsonio, stream, templates
 from semula.core.errors import InvalidAnswer, SemulaError
-from semula.dialects import ANTHROPIC, Dialect, Request, answer_of, common_answer, tool_call, typed_sse
+from semula.dialects import (
+    ANTHROPIC,
+    SPANS,
+    Dialect,
+    Request,
+    answer_of,
+    common_answer,
+    splice,
+    stamp_spans,
+    tool_call,
+    typed_sse,
+)
 from semula.dialects.anthropic_checks import HEADER_FIELDS, bad, check
 from semula.dialects.routes import COUNT_TOKENS, Route
 
@@ -311,6 +322,27 @@ class AnthropicMessages(Dialect):
 
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         return typed_sse(events)
+
+    def keeps_stream(self, req: Request) -> bool:
+        # render() gives the message_start event's message a fresh id; with restamp `recorded`, a
+        # stream keeps its own (or gets a fresh one when it has none): rendered each time.
+        return req.fresh
+
+    def stream_stamps(self, first: dict[str, Any], data: bytes) -> dict[str, Any] | None:
+        """The message id of the stream's first event (its message_start) and where it is (SPANS);
+        None (not kept) when the stream does not start with a message_start holding one there."""
+        message = first.get("message") if first.get("type") == "message_start" else None
+        if not _recorded_id(message):
+            return None
+        spans = stamp_spans(data, b'"id":', jsonio.compact(message["id"]))
+        event = data.find(b"\n\n")  # the end of the first event: the id must be in it
+        if not spans or event == -1 or spans[1] > event:
+            return None
+        return {"id": message["id"], SPANS: spans[:2]}
+
+    def restamp_sse(self, data: bytes, first: dict[str, Any], req: Request, now: float) -> bytes:
+        """The message_start event's message id (render()) replaced by a fresh one."""
+        return splice(data, first[SPANS], jsonio.compact(message_id()))
 
     def stream_error(self, exc: SemulaError, req: Request) -> bytes:
         """The API's own `error` event, which the SDK raises: an event with no name it passes over,

@@ -25,7 +25,17 @@ from typing import Any
 
 from semula.core import answers, jsonio, stream, templates
 from semula.core.errors import InvalidAnswer, SemulaError
-from semula.dialects import GEMINI, Dialect, Request, answer_of, common_answer, tool_call
+from semula.dialects import (
+    GEMINI,
+    SPANS,
+    Dialect,
+    Request,
+    answer_of,
+    common_answer,
+    splice,
+    stamp_spans,
+    tool_call,
+)
 from semula.dialects.gemini_checks import OWN, check, json_names
 from semula.dialects.routes import CALL, COUNT_TOKENS, MODEL, MODELS, Handler, Route, keyed, model_seen
 
@@ -224,7 +234,9 @@ class Gemini(Dialect):
     def steady(self, body: Any) -> Any:
         """Without the ids a client made for function calls that came without one: Gemini CLI names such
         a call `<tool>_<epoch ms>_<n>`, new on every run (a provider's answer through record-through
-        carries none). An id semula or a provider gave is kept (decision 0059)."""
+        carries none). An id semula or a provider gave is kept (decision 0059). And with the skills
+        Gemini CLI lists in its system prompt in one order (decision 0055)."""
+        body = _steady_skills(body)
         contents = body.get("contents") if isinstance(body, dict) else None
         if not isinstance(contents, list) or not _any_made_ids(contents):
             return body
@@ -431,6 +443,27 @@ class Gemini(Dialect):
     def sse(self, events: list[dict[str, Any]]) -> Iterator[bytes]:
         for event in events:
             yield b"data: " + jsonio.compact(event) + b"\r\n\r\n"
+
+    def keeps_stream(self, req: Request) -> bool:
+        # render() gives every chunk that has a responseId the reply's fresh one; with restamp
+        # `recorded`, a stream keeps its own (or gets a fresh one when it has none): rendered each time.
+        return req.fresh
+
+    def stream_stamps(self, first: dict[str, Any], data: bytes) -> dict[str, Any] | None:
+        """The stream's responseId and where each chunk holds it (SPANS); None (not kept) when its
+        first chunk has none (so no id to find) yet a later one has."""
+        stamps = self.stamps(first)
+        if not isinstance(stamps.get("responseId"), str):
+            return None if b'"responseId":' in data else stamps
+        return {**stamps, SPANS: stamp_spans(data, b'"responseId":', jsonio.compact(stamps["responseId"]))}
+
+    def restamp_sse(self, data: bytes, first: dict[str, Any], req: Request, now: float) -> bytes:
+        """Every chunk's `responseId` (render()) replaced by a fresh one. Inside a JSON string a quote
+        is escaped, so `"responseId":"…"` can only be a chunk's own key."""
+        spans = first.get(SPANS)
+        if not spans:
+            return data
+        return splice(data, spans, jsonio.compact(response_id()))
 
     def streams_array(self, in_path: tuple[str, ...], query: str) -> bool:
         # Google streams :streamGenerateContent as one JSON array unless asked for `alt=sse`.
@@ -669,6 +702,43 @@ def _answered_call(answer: dict[str, Any], open_calls: list[dict[str, Any]]) -> 
                 open_calls.remove(call)
                 return call["id"]
     return str(answer.get("id") or call_id(answer.get("name"), "response", -1))
+
+
+# Gemini CLI's list of agent skills in its system prompt: one `<skill>` element per skill, in the order
+# its file search found them, which varies from run to run (two searches finish in either order).
+_SKILLS = re.compile(r"(<available_skills>\n)(.*?)(\n</available_skills>)", re.S)
+_SKILL = re.compile(r"[ \t]*<skill>\n.*?\n[ \t]*</skill>", re.S)
+
+
+def _sorted_skills(block: re.Match[str]) -> str:
+    entries = block[2].split("\n")
+    skills, current = [], []
+    for line in entries:  # the lines of one element, up to its closing tag
+        current.append(line)
+        if line.strip() == "</skill>":
+            skills.append("\n".join(current))
+            current = []
+    if current or len(skills) < 2 or not all(_SKILL.fullmatch(skill) for skill in skills):
+        return block[0]  # not the CLI's list of elements: left as sent
+    return block[1] + "\n".join(sorted(skills)) + block[3]
+
+
+def _steady_skills(body: Any) -> Any:
+    """`body` with the `<skill>` elements of an `<available_skills>` list in its system instruction
+    sorted, in a copy of the containers on the way (`body` itself when it has no such list)."""
+    system = body.get("systemInstruction") if isinstance(body, dict) else None
+    parts = system.get("parts") if isinstance(system, dict) else None
+    if not isinstance(parts, list):
+        return body
+    steady, changed = [], False
+    for part in parts:
+        text = part.get("text") if isinstance(part, dict) else None
+        if isinstance(text, str) and "<available_skills>" in text:
+            sorted_text = _SKILLS.sub(_sorted_skills, text)
+            if sorted_text != text:
+                part, changed = {**part, "text": sorted_text}, True
+        steady.append(part)
+    return {**body, "systemInstruction": {**system, "parts": steady}} if changed else body
 
 
 _CLIENT_CALL_ID = re.compile(r"(?P<name>.+)_[0-9]{13}_[0-9]+\Z")

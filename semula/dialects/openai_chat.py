@@ -14,7 +14,7 @@ from typing import Any
 from semula.core import answers, chat_requests, jsonio, stream, templates
 from semula.core import fingerprint as fp
 from semula.core.errors import BadRequest, InvalidAnswer
-from semula.dialects import CHAT, Dialect, Request
+from semula.dialects import CHAT, SPANS, Dialect, Request, splice, stamp_spans
 from semula.dialects.routes import Route
 
 
@@ -168,6 +168,27 @@ class OpenAIChat(Dialect):
         # it has none: such streams are rendered each time rather than kept.
         return req.fresh
 
+    def stream_stamps(self, first: dict[str, Any], data: bytes) -> dict[str, Any]:
+        """The stamps, and (SPANS) where each chunk holds them: from its `id`'s value to the end of its
+        `created`'s, when every chunk has the same bytes between the two (the chunks render() makes,
+        and a provider's); a reply then puts its own there without searching the stream twice."""
+        stamps = self.stamps(first)
+        if not isinstance(stamps.get("id"), str) or type(stamps.get("created")) is not int:
+            return stamps
+        old_id, old_created = jsonio.compact(stamps["id"]), str(stamps["created"]).encode()
+        ids = stamp_spans(data, b'"id":', old_id, b",")
+        createds = stamp_spans(data, b'"created":', old_created, b",")
+        if not ids or len(ids) != len(createds):
+            return stamps
+        between = data[ids[1] : createds[0]]
+        spans = []
+        for at in range(0, len(ids), 2):
+            start, end = ids[at], createds[at + 1]
+            if not (spans[-1:] or [0])[0] <= start < end or data[ids[at + 1] : createds[at]] != between:
+                return stamps
+            spans += (start, end)
+        return {**stamps, SPANS: spans}
+
     def restamp_sse(self, data: bytes, first: dict[str, Any], req: Request, now: float) -> bytes:
         """Every chunk carries the response's `id` and `created` (stamp_chunks()): both are replaced.
 
@@ -176,6 +197,11 @@ class OpenAIChat(Dialect):
         """
         old_id, old_created = jsonio.compact(first["id"]), str(first["created"]).encode()
         new_id, new_created = jsonio.compact(response_id()), str(int(now)).encode()
+        spans = first.get(SPANS)
+        if spans:  # kept with where they are (stream_stamps)
+            return splice(
+                data, spans, new_id + data[spans[0] + len(old_id) : spans[1] - len(old_created)] + new_created
+            )
         data = data.replace(b'"id":' + old_id + b",", b'"id":' + new_id + b",")
         return data.replace(b'"created":' + old_created + b",", b'"created":' + new_created + b",")
 

@@ -409,6 +409,8 @@ class HitCache:
         dialect = call.dialect
         if call.stream:
             stamps = dialect.stream_stamps(body, data)
+            if stamps is None:
+                return  # stamps its dialect cannot find in the kept bytes
         else:
             if not call.request.fresh and not dialect.keeps_json(call.request, entries.decode(entry)[0]):
                 return  # restamp `recorded`, and the answer has no stamps of its own to keep

@@ -15,6 +15,7 @@ on every machine. Nothing but 127.0.0.1 is given to the agents; their telemetry 
 from __future__ import annotations
 
 import argparse
+import atexit
 import itertools
 import json
 import os
@@ -28,11 +29,15 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 AGENTS_PREFIX = Path(os.environ.get("SEMULA_AGENTS_PREFIX", "/opt/semula-agents"))
-# One pair of directories for each pytest-xdist worker (none outside pytest), so that tests running the
-# agents in parallel do not share them.
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+# One pair of directories for each test process (its pytest-xdist worker and process id; the fixed pair
+# outside pytest, where the captured requests' paths must be the same on every machine), so that tests
+# running the agents in parallel do not share them, nor do two test sessions on one machine (each has a
+# gw0: one's fresh_dirs() deleted the other's running agent's directories).
+_WORKER = f"{os.environ.get('PYTEST_XDIST_WORKER', '')}-{os.getpid()}" if "pytest" in sys.modules else ""
 TASK_DIR = Path(f"/tmp/semula-agent-task{_WORKER}")
 HOME_DIR = Path(f"/tmp/semula-agent-home{_WORKER}")
+if _WORKER:
+    atexit.register(lambda: [shutil.rmtree(path, ignore_errors=True) for path in (TASK_DIR, HOME_DIR)])
 PROMPT = "List the files in this directory with your shell or file-listing tool, then reply with their names."
 FILES = {"notes.txt": "remember the milk\n", "hello.py": "print('hello')\n"}
 FINAL_TEXT = "The files are hello.py and notes.txt."

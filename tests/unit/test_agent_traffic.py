@@ -205,3 +205,19 @@ def test_two_runs_fingerprint_alike_with_the_agents_preset(agent, first, second)
     _, other = speaking(second)
     rules = [], fingerprint.validate_normalize([{"preset": PRESETS[agent]}])
     assert dialect.fingerprint(one, *rules) == dialect.fingerprint(other, *rules)
+
+
+def test_gemini_clis_skills_in_another_order_fingerprint_alike_with_default_settings():
+    """Gemini CLI 0.61 lists its two built-in skills in the order its file searches finished in: on a
+    loaded machine a replay sent them the other way round and missed (decision 0055)."""
+    for name, record in captured("gemini-cli", "run1").items():
+        dialect, body = speaking(record)
+        text = (body.get("systemInstruction") or {"parts": [{"text": ""}]})["parts"][0]["text"]
+        skills = re.findall(r"  <skill>\n.*?\n  </skill>", text, re.S)
+        if len(skills) < 2:
+            continue
+        swapped = text.replace("\n".join(skills), "\n".join(reversed(skills)))
+        assert swapped != text, name
+        other = {**body, "systemInstruction": {**body["systemInstruction"], "parts": [{"text": swapped}]}}
+        rules = DEFAULTS["ignore_fields"], DEFAULTS["normalize"]
+        assert dialect.fingerprint(body, *rules) == dialect.fingerprint(other, *rules), name

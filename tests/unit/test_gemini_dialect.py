@@ -577,3 +577,40 @@ def test_a_text_turn_passed_at_once_is_one_the_whole_check_passes(turn):
         assert passes
     if passes and all(isinstance(p, dict) and set(p) <= {"text", "thought"} for p in turn["parts"]):
         assert gemini_checks._text_turn(turn)
+
+
+def _skills_prompt(*names: str, after: str = "") -> dict:
+    """A request whose system instruction lists agent skills as Gemini CLI 0.61 does."""
+    skills = "\n".join(
+        f"  <skill>\n    <name>{n}</name>\n    <description>{n} help</description>\n"
+        f"    <location>/opt/cli/builtin/{n}/SKILL.md</location>\n  </skill>"
+        for n in names
+    )
+    text = f"You are Gemini CLI.\n\n<available_skills>\n{skills}\n</available_skills>\n\n# Hooks{after}"
+    return {
+        "model": MODEL,
+        "systemInstruction": {"role": "user", "parts": [{"text": text}]},
+        "contents": [{"role": "user", "parts": [{"text": "list the files"}]}],
+    }
+
+
+def test_the_order_of_gemini_clis_skills_is_out_of_the_fingerprint():
+    """Gemini CLI lists its skills in the order two file searches finished in, which a loaded machine
+    changes between runs (the real CLI's replay missed at systemInstruction.parts[0].text: recorded
+    skill-creator first, sent antigravity-support first). Which skills it lists still counts."""
+    recorded = _skills_prompt("skill-creator", "antigravity-support")
+    replayed = _skills_prompt("antigravity-support", "skill-creator")
+    assert G.fingerprint(recorded, [], []) == G.fingerprint(replayed, [], [])
+    text = recorded["systemInstruction"]["parts"][0]["text"]
+    assert text.index("skill-creator") < text.index("antigravity-support")  # the request is as sent
+    assert G.fingerprint(recorded, [], []) != G.fingerprint(_skills_prompt("skill-creator", "other"), [], [])
+    assert G.fingerprint(recorded, [], []) != G.fingerprint(
+        _skills_prompt("skill-creator", "antigravity-support", after=" more"), [], []
+    )
+    # A list that is not one of <skill> elements only is left as sent.
+    odd = _skills_prompt("b", "a")
+    odd["systemInstruction"]["parts"][0]["text"] = odd["systemInstruction"]["parts"][0]["text"].replace(
+        "</available_skills>", "note\n</available_skills>"
+    )
+    assert G.steady(odd) is odd
+    assert G.steady(_skills_prompt("a", "b")) == _skills_prompt("a", "b")
