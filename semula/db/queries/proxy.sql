@@ -140,6 +140,15 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND status <> 'pending'
 -- Through an owner-run function: one process holds calls of every workspace, row-level security or not.
 SELECT * FROM semula_resolved_among(CAST(:ids AS jsonb))
 
+-- name: resolved_since
+-- across workspaces: one process holds calls of every workspace; it keeps the ids it parked only.
+-- The calls resolved at or after :since (migration 0028's index): a poll of many held calls by time, its
+-- cost the calls resolved meanwhile, not the calls held (docs/decisions/0080-held-calls-at-scale.md).
+SELECT id, status, entry_id, resolved_at FROM pending WHERE resolved_at >= :since AND status <> 'pending'
+
+-- name: resolved_since.postgresql
+SELECT * FROM semula_resolved_since(:since)
+
 -- name: hold_among
 -- The held calls (a JSON array of ids) still pending are held until :until (a renewal), or were let go
 -- at :until (their last client here went away or gave up): migration 0024.
