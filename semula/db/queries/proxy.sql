@@ -99,13 +99,14 @@ INSERT INTO entry_revisions (id, workspace_id, entry_id, number, response, chunk
 VALUES (:id, :workspace_id, :entry_id, :number, :response, :chunks, :actor, :summary, :now)
 
 -- name: insert_pending
--- Parks a miss unless the project already has max_misses parked; the partial unique index makes
+-- Parks a miss unless the project already has max_misses parked (pending_parked, kept by migration 0028's
+-- triggers: a count of the pending rows cost each park the number parked); the partial unique index makes
 -- identical concurrent misses share one row.
 INSERT INTO pending (id, workspace_id, project_id, fingerprint, model, request, stream, status, created_at, api,
     seq, held_until, holders)
 SELECT :id, :workspace_id, :project_id, :fingerprint, :model, :request, :stream, 'pending', :now, :api, :seq,
     :held_until, 1
-WHERE (SELECT COUNT(*) FROM pending WHERE project_id = :project_id AND status = 'pending') < :max_misses
+WHERE (SELECT COALESCE(SUM(parked), 0) FROM pending_parked WHERE project_id = :project_id) < :max_misses
 ON CONFLICT (project_id, fingerprint, seq) WHERE status = 'pending' DO NOTHING
 RETURNING id
 
