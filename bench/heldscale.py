@@ -51,6 +51,7 @@ from bench.common import (
 )
 from bench.hold import PROJECT, metrics, prepare, warm_up
 
+WINDOW = 1_000  # calls sent and not yet held at once, across the clients (below the listen backlog, 2,048)
 CLIENT_CALLS = 10_000  # calls per client process: its sockets stay well under the 20,000 files a process has
 ANSWER_THREADS = 8
 PAGE = 500
@@ -113,6 +114,8 @@ def start_clients(url: str, token: str, calls: int, workdir: Any, tag: str) -> l
                     str(first),
                     "--source",
                     f"127.0.{1 + k // 200}.{10 + k % 200}",
+                    "--budget",
+                    str(workdir / "budget"),
                 ]
             )
         )
@@ -223,19 +226,33 @@ def load() -> str:
         return " ".join(f.read().split()[:3])
 
 
+def server_cpu(server: Any) -> float:
+    """CPU seconds of the host's processes so far."""
+    return sum(server.cpu_by_pid().values())
+
+
 def workers_rss(server: Any) -> int:
     return sum(rss_kib(pid) for pid in server.children())
 
 
-def wait_held(url: str, calls: int, timeout: float, clients: list[subprocess.Popen[bytes]]) -> float:
+def wait_held(
+    url: str, calls: int, timeout: float, clients: list[subprocess.Popen[bytes]], workdir: Any
+) -> float:
+    """Seconds until the host holds `calls`, the clients paced to WINDOW calls sent and not yet held
+    (each may have started its share of held + WINDOW)."""
     started = time.monotonic()
+    budget = workdir / "budget"
 
     def done() -> bool:
         if any(c.poll() not in (None, 0) for c in clients):
             raise BenchError("a held-calls client failed while parking")
-        return held(url) >= calls
+        now_held = held(url)
+        allowed = math.ceil((max(0.0, now_held) + WINDOW) / len(clients))
+        (workdir / "budget.new").write_text(str(allowed))
+        (workdir / "budget.new").replace(budget)
+        return now_held >= calls
 
-    wait_for(done, timeout, f"{calls} held calls", interval=0.5)
+    wait_for(done, timeout, f"{calls} held calls", interval=0.2)
     return time.monotonic() - started
 
 
@@ -270,10 +287,15 @@ def run(*, db: str = "postgres", calls: int = 50_000, per_worker: int = 12_500) 
 
         # 1. Park.
         prober.phase = "parking"
+        (workdir / "budget").write_text(str(math.ceil(WINDOW / math.ceil(calls / CLIENT_CALLS))))
+        cpu = server_cpu(server)
         clients = start_clients(url, token, calls, workdir, "a")
-        figures["parked in"] = wait_held(url, calls, 600, clients)
+        figures["parked in"] = wait_held(url, calls, 600, clients, workdir)
+        figures["cpu park"] = 1000 * (server_cpu(server) - cpu) / calls
         prober.phase = "holding"
+        cpu = server_cpu(server)
         time.sleep(5)
+        figures["cpu hold"] = (server_cpu(server) - cpu) / 5
         figures["memory"] = (workers_rss(server) - rss_before) / calls
         figures["load holding"] = load()
 
@@ -304,8 +326,9 @@ def run(*, db: str = "postgres", calls: int = 50_000, per_worker: int = 12_500) 
         figures["abandoned"] = sum(row["abandoned"] for row in page.json()["data"])
 
         prober.phase = "parking again"
+        (workdir / "budget").write_text(str(math.ceil(WINDOW / math.ceil(calls / CLIENT_CALLS))))
         clients = start_clients(url, token, calls, workdir, "b")
-        figures["parked again in"] = wait_held(url, calls, 600, clients)
+        figures["parked again in"] = wait_held(url, calls, 600, clients, workdir)
         prober.phase = "holding"
         time.sleep(2)
 
@@ -314,7 +337,9 @@ def run(*, db: str = "postgres", calls: int = 50_000, per_worker: int = 12_500) 
         if len(numbers) != calls:
             raise BenchError(f"{len(numbers)} pending rows for {calls} calls")
         prober.phase = "answering"
+        cpu = server_cpu(server)
         figures["answered in"], answered = answer_all(url, token, numbers)
+        figures["cpu answer"] = 1000 * (server_cpu(server) - cpu) / calls
         figures["load answering"] = load()
         for client in clients:
             if client.wait(300) != 0:
@@ -353,6 +378,8 @@ def run(*, db: str = "postgres", calls: int = 50_000, per_worker: int = 12_500) 
         "| measure | value | target |",
         "|---|---:|---:|",
         f"| all parked in | {figures['parked in']:.1f} s | ≤ 60 s |",
+        f"| host CPU per parked call (all its processes) | {figures['cpu park']:.2f} ms | |",
+        f"| host CPU while holding, idle | {100 * figures['cpu hold']:.0f}% of a core | |",
         f"| memory per held call (workers' RSS) | {figures['memory']:.1f} KiB | ≤ 30 KiB |",
         f"| restart with every call pending: /healthz 200 after | {figures['up']:.2f} s | ≤ 10 s |",
         f"| ... a replay hit after | {figures['hit']:.2f} s | |",
@@ -361,6 +388,7 @@ def run(*, db: str = "postgres", calls: int = 50_000, per_worker: int = 12_500) 
         f"| parked again (the clients' retry) in | {figures['parked again in']:.1f} s | |",
         f"| answered over REST by {ANSWER_THREADS} threads in | {figures['answered in']:.1f} s "
         f"({answered / figures['answered in']:,.0f} answers/s) | |",
+        f"| host CPU per answer and release | {figures['cpu answer']:.2f} ms | |",
         f"| answer-to-release p50 / p99 (commit to response) | {1000 * percentile(latencies, 50):.0f} / "
         f"{1000 * percentile(latencies, 99):.0f} ms | p99 ≤ 250 ms |",
         f"| calls released with their own answer | {len(good):,} of {calls:,} | all |",
