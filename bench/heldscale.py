@@ -56,7 +56,9 @@ CLIENT_CALLS = 10_000  # calls per client process: its sockets stay well under t
 ANSWER_THREADS = 8
 PAGE = 500
 PROBE_EVERY = 0.05
-RECORD_TIMEOUT = 900
+RECORD_TIMEOUT = 3600  # the longest there is: a loaded machine may take long to answer 50,000
+PARK_PATIENCE = 1800
+BACKLOG = "backlog"
 
 
 class Prober(threading.Thread):
@@ -93,7 +95,11 @@ class Prober(threading.Thread):
         return f"{p99:.0f} ms (n={len(times)}, max {top:.0f}, {failures} failed)"
 
 
-def start_clients(url: str, token: str, calls: int, workdir: Any, tag: str) -> list[subprocess.Popen[bytes]]:
+def start_clients(
+    url: str, token: str, calls: int, workdir: Any, tag: str, net: int = 1
+) -> list[subprocess.Popen[bytes]]:
+    """The client processes, on source addresses 127.0.`net`.10 and up (a client binds a port of its
+    own address whatever the server: runs side by side take different `net`s)."""
     clients = []
     for k, first in enumerate(range(0, calls, CLIENT_CALLS)):
         n = min(CLIENT_CALLS, calls - first)
@@ -113,7 +119,7 @@ def start_clients(url: str, token: str, calls: int, workdir: Any, tag: str) -> l
                     "--first",
                     str(first),
                     "--source",
-                    f"127.0.{1 + k // 200}.{10 + k % 200}",
+                    f"127.0.{net + k // 200}.{10 + k % 200}",
                     "--budget",
                     str(workdir / "budget"),
                 ]
@@ -149,7 +155,7 @@ def answer_all(url: str, token: str, numbers: dict[str, int]) -> tuple[float, in
         with requests.Session() as session:
             while True:
                 params = {"project": PROJECT, "limit": str(PAGE), **({"after": after} if after else {})}
-                reply = session.get(f"{url}/api/v1/pending", params=params, headers=headers, timeout=30)
+                reply = session.get(f"{url}/api/v1/pending", params=params, headers=headers, timeout=300)
                 reply.raise_for_status()
                 page = reply.json()
                 for row in page["data"]:
@@ -164,12 +170,17 @@ def answer_all(url: str, token: str, numbers: dict[str, int]) -> tuple[float, in
         with requests.Session() as session:
             while (pid := todo.get()) is not None:
                 number = numbers[pid]
-                reply = session.post(
-                    f"{url}/api/v1/pending/{pid}/answer",
-                    json={"content": holdclient.answer_text(number)},
-                    headers=headers,
-                    timeout=30,
-                )
+                try:
+                    reply = session.post(
+                        f"{url}/api/v1/pending/{pid}/answer",
+                        json={"content": holdclient.answer_text(number)},
+                        headers=headers,
+                        timeout=300,
+                    )
+                except requests.RequestException as exc:
+                    with lock:
+                        errors.append(type(exc).__name__)
+                    continue
                 with lock:
                     if reply.status_code == 200:
                         answered[0] += 1
@@ -187,6 +198,43 @@ def answer_all(url: str, token: str, numbers: dict[str, int]) -> tuple[float, in
     if errors:
         raise BenchError(f"{len(errors)} answers refused, the first: {errors[0]}")
     return time.monotonic() - started, answered[0]
+
+
+def note(figures: dict[str, Any], name: str, value: Any) -> None:
+    """Keep a figure, and print it at once: a run the machine cannot finish still shows its first ones."""
+    figures[name] = value
+    print(f"heldscale: {name}: {value}", file=sys.stderr, flush=True)
+
+
+def fill_backlog(ctx: Any, calls: int) -> str:
+    """`calls` distinct calls parked in project BACKLOG straight through the store, nobody holding them;
+    a token that lists them."""
+    from semula.core import fingerprint as fp
+    from semula.core.ids import new_id
+    from semula.service import dumps, projects, tokens
+
+    project = projects.create(ctx, {"name": BACKLOG, "mode": "record", "max_misses": calls + 100})
+    for first in range(0, calls, 1000):
+        with ctx.store.transaction("wsp_default") as tx:
+            for number in range(first, min(calls, first + 1000)):
+                body = holdclient.request_body(1_000_000 + number)
+                tx.run(
+                    "insert_pending",
+                    id=new_id("pending"),
+                    workspace_id="wsp_default",
+                    project_id=project["id"],
+                    fingerprint=fp.fingerprint(body),
+                    model=body["model"],
+                    request=dumps(body),
+                    stream=0,
+                    api="openai.chat",
+                    seq=1,
+                    held_until=time.time() + 30,
+                    max_misses=calls + 100,
+                    now=time.time(),
+                )
+    made = tokens.create(ctx, {"role": "viewer", "scope": "record", "project": BACKLOG, "name": "backlog"})
+    return made["token"]
 
 
 def numbers_by_id(ctx: Any, project_id: str, calls: int) -> dict[str, int]:
@@ -260,6 +308,7 @@ def run(*, db: str = "postgres", calls: int = 50_000, per_worker: int = 12_500) 
     from semula.service import projects
 
     raise_nofile(20_000)
+    net = 1 if db == "sqlite" else 11
     workers = math.ceil(calls / per_worker)
     connections = min(per_worker + 2_500, 19_000)
     pg = PostgresDatabase().create() if db == "postgres" else None
@@ -281,56 +330,49 @@ def run(*, db: str = "postgres", calls: int = 50_000, per_worker: int = 12_500) 
         server, url = semula_server(f"heldscale-{db}", db_url, auth=True, workers=workers, **env)
         warm_up(ctx, url, token, project_id)
         time.sleep(1)
-        rss_before = workers_rss(server)
         prober = Prober(url)
         prober.start()
 
-        # 1. Park.
-        prober.phase = "parking"
-        (workdir / "budget").write_text(str(math.ceil(WINDOW / math.ceil(calls / CLIENT_CALLS))))
-        cpu = server_cpu(server)
-        clients = start_clients(url, token, calls, workdir, "a")
-        figures["parked in"] = wait_held(url, calls, 600, clients, workdir)
-        figures["cpu park"] = 1000 * (server_cpu(server) - cpu) / calls
-        prober.phase = "holding"
-        cpu = server_cpu(server)
-        time.sleep(5)
-        figures["cpu hold"] = (server_cpu(server) - cpu) / 5
-        figures["memory"] = (workers_rss(server) - rss_before) / calls
-        figures["load holding"] = load()
-
-        # 2. Restart with every call pending.
+        # 1. Restart with N calls pending (parked straight through the store, in a project of their
+        # own: a host killed with its calls held leaves them so, and they are no longer held).
+        headers = {"Authorization": f"Bearer {token}"}
+        lister = {"Authorization": f"Bearer {fill_backlog(ctx, calls)}"}
         prober.phase = "down"
         os.killpg(server.proc.pid, signal.SIGKILL)
         server.proc.wait(30)
-        for client in clients:
-            client.wait(120)
-        clients = []
-        still = len(ctx.store.all("parked_in_project", project_id=project_id))
         started = time.monotonic()
         server.start(url + "/healthz", timeout=120)
-        figures["up"] = time.monotonic() - started
-        headers = {"Authorization": f"Bearer {token}"}
+        note(figures, "up", time.monotonic() - started)
         hit = requests.post(
             f"{url}/p/{PROJECT}/v1/chat/completions",
             json=holdclient.request_body(-1),
             headers=headers,
-            timeout=30,
+            timeout=60,
         )
-        figures["hit"] = time.monotonic() - started
-        page = requests.get(f"{url}/api/v1/pending", params={"project": PROJECT}, headers=headers, timeout=30)
-        figures["page"] = time.monotonic() - started
+        note(figures, "hit", time.monotonic() - started)
+        page = requests.get(f"{url}/api/v1/pending", params={"project": BACKLOG}, headers=lister, timeout=60)
+        note(figures, "page", time.monotonic() - started)
         if hit.status_code != 200 or page.status_code != 200:
             raise BenchError(f"after the restart: replay {hit.status_code}, listing {page.status_code}")
-        figures["kept"] = f"{still:,} of {calls:,}"
-        figures["abandoned"] = sum(row["abandoned"] for row in page.json()["data"])
+        backlog_id = projects.get_row(ctx, BACKLOG)["id"]
+        still = len(ctx.store.all("parked_in_project", project_id=backlog_id))
+        note(figures, "kept", f"{still:,} of {calls:,}")
+        time.sleep(1)
+        rss_before = workers_rss(server)
 
-        prober.phase = "parking again"
+        # 2. Park.
+        prober.phase = "parking"
         (workdir / "budget").write_text(str(math.ceil(WINDOW / math.ceil(calls / CLIENT_CALLS))))
-        clients = start_clients(url, token, calls, workdir, "b")
-        figures["parked again in"] = wait_held(url, calls, 600, clients, workdir)
+        cpu = server_cpu(server)
+        clients = start_clients(url, token, calls, workdir, "a", net)
+        note(figures, "parked in", wait_held(url, calls, PARK_PATIENCE, clients, workdir))
+        note(figures, "cpu park", 1000 * (server_cpu(server) - cpu) / calls)
         prober.phase = "holding"
-        time.sleep(2)
+        cpu = server_cpu(server)
+        time.sleep(5)
+        note(figures, "cpu hold", (server_cpu(server) - cpu) / 5)
+        note(figures, "memory", (workers_rss(server) - rss_before) / calls)
+        note(figures, "load holding", load())
 
         # 3. Answer over REST.
         numbers = numbers_by_id(ctx, project_id, calls)
@@ -338,16 +380,17 @@ def run(*, db: str = "postgres", calls: int = 50_000, per_worker: int = 12_500) 
             raise BenchError(f"{len(numbers)} pending rows for {calls} calls")
         prober.phase = "answering"
         cpu = server_cpu(server)
-        figures["answered in"], answered = answer_all(url, token, numbers)
-        figures["cpu answer"] = 1000 * (server_cpu(server) - cpu) / calls
-        figures["load answering"] = load()
+        answered_in, answered = answer_all(url, token, numbers)
+        note(figures, "answered in", answered_in)
+        note(figures, "cpu answer", 1000 * (server_cpu(server) - cpu) / calls)
+        note(figures, "load answering", load())
         for client in clients:
             if client.wait(300) != 0:
                 raise BenchError("a held-calls client failed")
         clients = []
         prober.phase = "done"
         committed = resolved_at(ctx, project_id)
-        results = client_results(workdir, "b")
+        results = client_results(workdir, "a")
         number_to_id = {n: pid for pid, n in numbers.items()}
         good = [
             n for n in range(calls) if results.get(str(n), [0, 0, False])[0] == 200 and results[str(n)][2]
@@ -381,11 +424,10 @@ def run(*, db: str = "postgres", calls: int = 50_000, per_worker: int = 12_500) 
         f"| host CPU per parked call (all its processes) | {figures['cpu park']:.2f} ms | |",
         f"| host CPU while holding, idle | {100 * figures['cpu hold']:.0f}% of a core | |",
         f"| memory per held call (workers' RSS) | {figures['memory']:.1f} KiB | ≤ 30 KiB |",
-        f"| restart with every call pending: /healthz 200 after | {figures['up']:.2f} s | ≤ 10 s |",
+        f"| restart with {calls:,} calls pending: /healthz 200 after | {figures['up']:.2f} s | ≤ 10 s |",
         f"| ... a replay hit after | {figures['hit']:.2f} s | |",
         f"| ... the first page of pending after | {figures['page']:.2f} s | |",
         f"| pending rows across the restart | {figures['kept']} | all |",
-        f"| parked again (the clients' retry) in | {figures['parked again in']:.1f} s | |",
         f"| answered over REST by {ANSWER_THREADS} threads in | {figures['answered in']:.1f} s "
         f"({answered / figures['answered in']:,.0f} answers/s) | |",
         f"| host CPU per answer and release | {figures['cpu answer']:.2f} ms | |",
@@ -393,6 +435,6 @@ def run(*, db: str = "postgres", calls: int = 50_000, per_worker: int = 12_500) 
         f"{1000 * percentile(latencies, 99):.0f} ms | p99 ≤ 250 ms |",
         f"| calls released with their own answer | {len(good):,} of {calls:,} | all |",
     ]
-    for phase in ("parking", "holding", "parking again", "answering"):
+    for phase in ("idle", "parking", "holding", "answering"):
         lines.append(f"| /healthz p99, {phase} | {prober.p99_ms(phase)} | ≤ 100 ms |")
     return "\n".join(lines)
