@@ -1,20 +1,8 @@
--- How many calls each project has parked, kept by a trigger (issue 52, docs/decisions/0080-held-calls-at-scale.md):
--- a miss parks only while its project has fewer than max_misses, and counting the pending rows at each park
--- made parking N calls cost N²/2 index entries. A park adds one to one of 8 shards of its project, drawn at
--- random, so concurrent parks seldom wait on one row's lock; a resolution or a delete takes one away from a
--- shard that exists (never inserting one: a project being deleted takes its rows with it). The sum is the
--- count. The trigger runs as the owner: counting is no tenant's statement.
-CREATE TABLE pending_parked (
-    project_id TEXT NOT NULL REFERENCES projects (id) ON DELETE CASCADE,
-    shard INTEGER NOT NULL,
-    workspace_id TEXT NOT NULL REFERENCES workspaces (id),
-    parked INTEGER NOT NULL,
-    PRIMARY KEY (project_id, shard)
-);
-
-INSERT INTO pending_parked (project_id, shard, workspace_id, parked)
-SELECT project_id, 0, MIN(workspace_id), COUNT(*) FROM pending WHERE status = 'pending' GROUP BY project_id;
-
+-- The trigger that keeps pending_parked (0028_pending_parked): a park adds one to one of 8 shards of its
+-- project, drawn at random, so concurrent parks seldom wait on one row's lock; a resolution or a delete
+-- takes one away from a shard that exists (never inserting one: a project being deleted takes its rows
+-- with it). It runs as the owner: counting is no tenant's statement. The table is a tenant table, as
+-- migration 0005 makes the others.
 ALTER TABLE pending_parked ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant ON pending_parked
     USING (workspace_id = current_setting('semula.workspace_id', true))
@@ -45,3 +33,7 @@ $$;
 
 CREATE TRIGGER pending_parked AFTER INSERT OR DELETE OR UPDATE OF status ON pending
 FOR EACH ROW EXECUTE FUNCTION semula_count_parked();
+
+-- The calls parked before, counted in the transaction that makes the triggers: none is missed or counted twice.
+INSERT INTO pending_parked (project_id, shard, workspace_id, parked)
+SELECT project_id, 0, MIN(workspace_id), COUNT(*) FROM pending WHERE status = 'pending' GROUP BY project_id;
