@@ -28,6 +28,7 @@ import json
 import math
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -323,6 +324,8 @@ def run(*, db: str = "postgres", calls: int = 50_000, per_worker: int = 12_500) 
     pg = PostgresDatabase().create() if db == "postgres" else None
     workdir = OUT / f"heldscale-{db}-{int(time.time())}"
     workdir.mkdir(parents=True)
+    # The server's name, so its metrics directory is this run's alone: a second run's `semula serve`
+    # empties the directory it is given, and the first one's held calls would vanish from /metrics.
     db_url = pg.url if pg else f"sqlite:///{workdir}/semula.db"
     server = None
     clients: list[subprocess.Popen[bytes]] = []
@@ -336,7 +339,7 @@ def run(*, db: str = "postgres", calls: int = 50_000, per_worker: int = 12_500) 
             "SEMULA_WORKER_CONNECTIONS": str(connections),
             "SEMULA_POLL_INTERVAL": "0.2",
         }
-        server, url = semula_server(f"heldscale-{db}", db_url, auth=True, workers=workers, **env)
+        server, url = semula_server(workdir.name, db_url, auth=True, workers=workers, **env)
         warm_up(ctx, url, token, project_id)
         time.sleep(1)
         prober = Prober(url)
@@ -408,6 +411,7 @@ def run(*, db: str = "postgres", calls: int = 50_000, per_worker: int = 12_500) 
         if prober is not None:
             prober.stopped.set()
         tear_down(clients, server, ctx, pg, workdir)
+        shutil.rmtree(OUT / f"{workdir.name}-metrics", ignore_errors=True)
 
     lines = [
         f"{calls:,} distinct calls held by one host (`semula serve`, {workers} workers of "
