@@ -1,5 +1,5 @@
-"""`python -m bench [replay|hold|dialects|sessions|sizes|firstsight|replaystart] [options]`: run semula's
-benchmarks and print a report."""
+"""`python -m bench [replay|hold|heldscale|dialects|sessions|sizes|firstsight|replaystart] [options]`:
+run semula's benchmarks and print a report."""
 
 from __future__ import annotations
 
@@ -8,7 +8,18 @@ import sys
 import time
 from pathlib import Path
 
-from bench import dialects, firstsight, hold, replay, replay_start, runs, sessions, sizes, workloads
+from bench import (
+    dialects,
+    firstsight,
+    heldscale,
+    hold,
+    replay,
+    replay_start,
+    runs,
+    sessions,
+    sizes,
+    workloads,
+)
 from bench.common import OUT, BenchError, machine
 
 
@@ -17,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "which",
         nargs="*",
-        help="of replay, hold, dialects, sessions, sizes, firstsight, replaystart (default: replay hold)",
+        help="of replay, hold, heldscale, dialects, sessions, sizes, firstsight, replaystart "
+        "(default: replay hold)",
     )
     parser.add_argument("--duration", type=int, default=10, help="seconds of each wrk run")
     parser.add_argument(
@@ -27,7 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--servers", default=",".join(replay.SERVERS), help=f"replay servers, of {', '.join(replay.SERVERS)}"
     )
-    parser.add_argument("--calls", type=int, default=5000, help="calls held at once (hold)")
+    parser.add_argument("--calls", type=int, default=5000, help="calls held at once (hold, heldscale)")
+    parser.add_argument(
+        "--per-worker",
+        type=int,
+        default=12_500,
+        help="held calls per worker (heldscale: the workers it starts)",
+    )
     parser.add_argument(
         "--db",
         default="postgres,sqlite",
@@ -87,8 +105,19 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{option} takes whole numbers separated by commas, not {text!r}")
 
     which = args.which or ["replay", "hold"]
-    if set(which) - {"replay", "hold", "dialects", "sessions", "sizes", "firstsight", "replaystart"}:
-        parser.error("choose among: replay, hold, dialects, sessions, sizes, firstsight, replaystart")
+    if set(which) - {
+        "replay",
+        "hold",
+        "heldscale",
+        "dialects",
+        "sessions",
+        "sizes",
+        "firstsight",
+        "replaystart",
+    }:
+        parser.error(
+            "choose among: replay, hold, heldscale, dialects, sessions, sizes, firstsight, replaystart"
+        )
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
     sections = [
         f"# semula benchmarks, {time.strftime('%Y-%m-%d %H:%M')}",
@@ -147,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
                         raise
                     text = f"Skipped: {exc}"  # PostgreSQL is optional; SQLite is not
                 sections += ["", f"## Held calls ({db})", "", text]
+        if "heldscale" in which:
+            for db in dbs:
+                text = heldscale.run(db=db, calls=args.calls, per_worker=args.per_worker)
+                sections += ["", f"## Held calls at a host's scale ({db})", "", text]
     except BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1

@@ -126,6 +126,23 @@ def warm_up(ctx: Any, url: str, token: str, project_id: str) -> None:
         raise BenchError(f"the warm-up replay answered {hit.status_code}")
 
 
+def tear_down(
+    clients: list[subprocess.Popen[bytes]], server: Process | None, ctx: Any, pg: Any, workdir: Any
+) -> None:
+    """Stop what a held-calls run started: its clients, its server, its store, its database and files."""
+    for client in clients:
+        if client.poll() is None:
+            client.kill()
+            client.wait(10)
+    if server is not None:
+        server.stop()
+    if ctx is not None:
+        ctx.store.close()
+    if pg is not None:
+        pg.drop()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 def run(*, db: str = "postgres", calls: int = 5000) -> str:
     from semula.service import pending, projects
 
@@ -200,16 +217,7 @@ def run(*, db: str = "postgres", calls: int = 5000) -> str:
         latencies = [results[str(n)][1] - resolved[n] for n in good]
         final = metrics(url)
     finally:
-        if client is not None and client.poll() is None:
-            client.kill()
-            client.wait(10)
-        if server is not None:
-            server.stop()
-        if ctx is not None:
-            ctx.store.close()
-        if pg is not None:
-            pg.drop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        tear_down([client] if client is not None else [], server, ctx, pg, workdir)
 
     per_call_kb = (rss_holding - rss_before) / calls
     lines = [

@@ -1,8 +1,12 @@
 """The per-process poller that holds parked calls.
 
 Every held call waits on an Event. One background loop asks the database, once per
-SEMULA_POLL_INTERVAL, which of *all* the calls held here are no longer pending, so the
-load does not grow with the number of held calls. An answer committed in this process
+SEMULA_POLL_INTERVAL, which of the calls held here are no longer pending: one query for all of them,
+never one per call. Up to BY_IDS held calls it asks after each by id; past that it asks which calls were
+resolved since its last look (minus MARGIN, for commits and clocks running late), so a poll costs the
+calls resolved meanwhile rather than the calls held, and asks by id only after the calls held since the
+last look and, once per SWEEP, after all of them, which catches anything later than MARGIN
+(docs/decisions/0080-held-calls-at-scale.md). An answer committed in this process
 wakes its calls at once: the app's contexts carry this Parking's release as `on_resolved`. On
 PostgreSQL an answer committed by any other process (another worker, another host) sends a notice
 that makes the loop ask at once rather than at its next turn (docs/decisions/0057-several-hosts.md);
@@ -40,6 +44,9 @@ logger = logging.getLogger("semula.parking")
 GONE = "gone"  # the status hold() returns when its client went away
 GONE_CHECK = 1.0  # seconds between two looks at the held calls' clients
 RENEWAL = pending_service.HOLD_LEASE / 3  # seconds between two renewals of the calls held here
+BY_IDS = 500  # up to this many held calls, a poll asks after each by id (exact, and cheap at this size)
+MARGIN = 2.0  # seconds a poll by time reaches back before the previous poll began
+SWEEP = 10.0  # seconds between two polls by id of every held call, while polls go by time
 
 
 def client_gone(sock: Any) -> Callable[[], bool] | None:
@@ -70,10 +77,16 @@ class _Hold:
 
 
 class Parking:
-    def __init__(self, store: Store, poll_interval: float):
+    def __init__(self, store: Store, poll_interval: float, *, by_ids: int = BY_IDS):
         self.store = store
         self.poll_interval = poll_interval
+        self.by_ids = by_ids
         self._holds: dict[str, _Hold] = {}
+        # Asked after by id at the next poll: calls held since the last poll began (one resolved before
+        # its hold began may be older than the look by time), and calls a notice named.
+        self._fresh: set[str] = set()
+        self._since: float | None = None  # the wall-clock time a poll by time looks back to
+        self._sweep = False  # the next poll asks after every held call by id (notices were lost)
         self._lock = threading.Lock()
         # Held by a renewal and a holder letting go, around their statement: a holder leaving while
         # a renewal adds it back to the count lets go of the epoch the renewal counted it in.
@@ -82,7 +95,7 @@ class Parking:
         self._wake = threading.Event()  # set by a notice of a call held here: poll now
         self._thread: threading.Thread | None = None
         self.polls = 0
-        self._renewed = self._checked = time.monotonic()
+        self._renewed = self._checked = self._swept = self._timed = time.monotonic()
 
     @property
     def held(self) -> int:
@@ -98,6 +111,7 @@ class Parking:
         with self._lock:
             hold = self._holds.setdefault(pending_id, _Hold())
             hold.waiters.append(waiter)
+            self._fresh.add(pending_id)
         self._ensure_running()
         metrics.HELD.inc()
         try:
@@ -173,23 +187,47 @@ class Parking:
                 for w in waiters[pending_id]:
                     w.epoch = epoch
 
-    def poll_once(self) -> int:
-        """One query for every held call; returns how many were released."""
+    def poll_once(self, *, sweep: bool = False, timed: bool = True) -> int:
+        """One look at the held calls; returns how many were released. `sweep` asks after every held
+        call by id; `timed` False (a wake by notice between two turns) asks only after the calls held
+        or named by a notice since the last look."""
         with self._lock:
             ids = list(self._holds)
+            fresh = [pending_id for pending_id in self._fresh if pending_id in self._holds]
+            self._fresh.clear()
+            sweep = sweep or self._sweep or self._since is None or len(ids) <= self.by_ids
+            self._sweep = False
         if not ids:
+            self._since = None  # nothing held: the next hold starts with a look by id
             return 0
-        started = time.monotonic()
-        rows = self.store.all("resolved_among", ids=json.dumps(ids))
+        started, began = time.monotonic(), time.time()
+        rows: list[dict[str, Any]] = []
+        if sweep:
+            rows = self.store.all("resolved_among", ids=json.dumps(ids))
+        else:
+            if timed:
+                rows = self.store.all("resolved_since", since=self._since)
+            if fresh:
+                rows += self.store.all("resolved_among", ids=json.dumps(fresh))
+        if sweep or timed:
+            self._since = began - MARGIN
         self.polls += 1
+        released = 0
         for row in rows:
-            self.release(row["id"], row["status"], row["entry_id"], row["resolved_at"])
+            if row["id"] in self._holds:
+                self.release(row["id"], row["status"], row["entry_id"], row["resolved_at"])
+                released += 1
         metrics.POLL_SECONDS.observe(time.monotonic() - started)
-        return len(rows)
+        return released
 
     def noticed(self, pending_id: str | None) -> None:
         """A call was resolved by some process (None: some may have been while notices were lost)."""
-        if pending_id is None or pending_id in self._holds:
+        if pending_id is None:
+            self._sweep = True
+            self._wake.set()
+        elif pending_id in self._holds:
+            with self._lock:
+                self._fresh.add(pending_id)
             self._wake.set()
 
     def _ensure_running(self) -> None:
@@ -207,7 +245,14 @@ class Parking:
             if self._stop.is_set():
                 return
             try:
-                self.poll_once()
+                at = time.monotonic()
+                timed = at - self._timed >= self.poll_interval * 0.9
+                sweep = at - self._swept >= SWEEP
+                if timed:
+                    self._timed = at
+                if sweep:
+                    self._swept = at
+                self.poll_once(sweep=sweep, timed=timed)
                 at = time.monotonic()
                 if at - self._checked >= GONE_CHECK:
                     self._checked = at

@@ -218,6 +218,7 @@ def serve(dev: bool, port: int | None, bind: str | None, workers: int | None) ->
         logger.error(exc.message)
         sys.exit(EXIT_REFUSED if isinstance(exc, Refused) else EXIT_ERROR)
     prepare_metrics_dir()
+    raise_open_files(settings.worker_connections)
     base = f"http://{settings.bind}"
     project = "default" if dev else "<project>"
     logger.info(
@@ -229,6 +230,32 @@ def serve(dev: bool, port: int | None, bind: str | None, workers: int | None) ->
     os.environ["SEMULA_SERVE"] = "1"  # semula/gunicorn_conf.py refuses a start that did not come through here
     argv = [sys.executable, "-m", "gunicorn", "-c", "python:semula.gunicorn_conf"]
     os.execv(sys.executable, argv)
+
+
+# Files a worker holds beside its connections: database connections, logs, metrics files, the listener.
+FILES_BESIDE = 256
+
+
+def raise_open_files(connections: int) -> int:
+    """Let each worker hold its SEMULA_WORKER_CONNECTIONS: the soft open-file limit (1,024 by default
+    under systemd, whose hard one is far higher) raised to connections + FILES_BESIDE as far as the
+    hard limit allows, for gunicorn and its workers; a warning when the hard limit falls short, since a
+    worker past it fails to accept. Returns the soft limit now (issue 52)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + FILES_BESIDE
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    if soft < wanted:
+        logger.warning(
+            f"a worker may open {soft:,} files, fewer than SEMULA_WORKER_CONNECTIONS ({connections:,}) and "
+            f"{FILES_BESIDE} more: raise the hard limit (LimitNOFILE= in the unit, ulimit -Hn) or lower it",
+            extra={"open_files": soft, "worker_connections": connections},
+        )
+    return soft
 
 
 def check_address(bind: str) -> None:

@@ -99,13 +99,14 @@ INSERT INTO entry_revisions (id, workspace_id, entry_id, number, response, chunk
 VALUES (:id, :workspace_id, :entry_id, :number, :response, :chunks, :actor, :summary, :now)
 
 -- name: insert_pending
--- Parks a miss unless the project already has max_misses parked; the partial unique index makes
+-- Parks a miss unless the project already has max_misses parked (pending_parked, kept by migration 0028's
+-- triggers: a count of the pending rows cost each park the number parked); the partial unique index makes
 -- identical concurrent misses share one row.
 INSERT INTO pending (id, workspace_id, project_id, fingerprint, model, request, stream, status, created_at, api,
     seq, held_until, holders)
 SELECT :id, :workspace_id, :project_id, :fingerprint, :model, :request, :stream, 'pending', :now, :api, :seq,
     :held_until, 1
-WHERE (SELECT COUNT(*) FROM pending WHERE project_id = :project_id AND status = 'pending') < :max_misses
+WHERE (SELECT COALESCE(SUM(parked), 0) FROM pending_parked WHERE project_id = :project_id) < :max_misses
 ON CONFLICT (project_id, fingerprint, seq) WHERE status = 'pending' DO NOTHING
 RETURNING id, hold_epoch
 
@@ -141,6 +142,15 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND status <> 'pending'
 -- name: resolved_among.postgresql
 -- Through an owner-run function: one process holds calls of every workspace, row-level security or not.
 SELECT * FROM semula_resolved_among(CAST(:ids AS jsonb))
+
+-- name: resolved_since
+-- across workspaces: one process holds calls of every workspace; it keeps the ids it parked only.
+-- The calls resolved at or after :since (migration 0028's index): a poll of many held calls by time, its
+-- cost the calls resolved meanwhile, not the calls held (docs/decisions/0080-held-calls-at-scale.md).
+SELECT id, status, entry_id, resolved_at FROM pending WHERE resolved_at >= :since AND status <> 'pending'
+
+-- name: resolved_since.postgresql
+SELECT * FROM semula_resolved_since(:since)
 
 -- name: hold_among
 -- The held calls (a JSON array of ids) still pending are held until :until (a renewal), or were let go
