@@ -583,7 +583,7 @@ def _skills_prompt(*names: str, after: str = "") -> dict:
     """A request whose system instruction lists agent skills as Gemini CLI 0.61 does."""
     skills = "\n".join(
         f"  <skill>\n    <name>{n}</name>\n    <description>{n} help</description>\n"
-        f"    <location>/opt/cli/builtin/{n}/SKILL.md</location>\n  </skill>"
+        f"    <location>/opt/cli/builtin/{n}</location>\n  </skill>"
         for n in names
     )
     text = f"You are Gemini CLI.\n\n<available_skills>\n{skills}\n</available_skills>\n\n# Hooks{after}"
