@@ -272,9 +272,14 @@ def sqlite_template(tmp_path_factory) -> Path:
 @pytest.fixture(params=["sqlite", "postgres"])
 def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     """A fresh, migrated database URL of each dialect: a copy of a template migrated once."""
+    yield from fresh_database(request, tmp_path)
+
+
+def fresh_database(request: pytest.FixtureRequest, directory: Path) -> Iterator[str]:
+    """db_url's database (also a module's: tests/acceptance/shared.py), its SQLite file in `directory`."""
     if request.param == "sqlite":
-        shutil.copyfile(request.getfixturevalue("sqlite_template"), tmp_path / "semula.db")
-        yield f"sqlite:///{tmp_path}/semula.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), directory / "semula.db")
+        yield f"sqlite:///{directory}/semula.db"
         return
     if not PG_URL:
         pytest.skip(PG_SKIP)

@@ -22,31 +22,20 @@ keeps a module's tests of one database on one xdist worker, so that it is starte
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from semula.service import CLI, Context, workspaces
-from tests.conftest import PG_SKIP, PG_URL, _with_dbname
+from tests.conftest import fresh_database
 from tests.helpers import Server
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def db_url(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[str]:
     """The module's migrated database of each dialect (tests/conftest.py's db_url, once per module)."""
-    if request.param == "sqlite":
-        path = tmp_path_factory.mktemp("module-db") / "semula.db"
-        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
-        yield f"sqlite:///{path}"
-        return
-    if not PG_URL:
-        pytest.skip(PG_SKIP)
-    clones = request.getfixturevalue("pg_clones")
-    name = clones.take()
-    yield _with_dbname(PG_URL, name)
-    clones.give_back(name)
+    yield from fresh_database(request, tmp_path_factory.mktemp("module-db"))
 
 
 @pytest.fixture
