@@ -48,6 +48,22 @@ def _with_dbname(url: str, name: str) -> str:
 # Test files whose tests one pytest-xdist worker runs one after another (make test's --dist
 # loadgroup): they share a session fixture that costs minutes (the wheel, built once).
 TOGETHER = ("tests/acceptance/test_wheel_install.py",)
+# Test files whose tests of one database one worker runs one after another: they share a `semula
+# serve` per module and database (tests/acceptance/shared.py), started once if they run together.
+ONE_SERVER = tuple(
+    f"tests/acceptance/test_{name}.py"
+    for name in (
+        "anthropic_api",
+        "dashboard",
+        "embeddings_api",
+        "fault_rules",
+        "faults",
+        "record_replay",
+        "responses_api",
+        "responses_websocket",
+        "websocket_faults",
+    )
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -60,6 +76,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 1 if item.get_closest_marker("acceptance") else 2
 
     items.sort(key=rank)
+    from tests.acceptance import shared
+
+    for item in items:
+        if getattr(getattr(item, "module", None), "server", None) is shared.server:
+            path = item.nodeid.split("::")[0]
+            if path not in ONE_SERVER:
+                raise pytest.UsageError(
+                    f"{path} shares a server (tests/acceptance/shared.py): list it in ONE_SERVER"
+                )
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
@@ -73,6 +98,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     class Together(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::")[0]
+            if path in ONE_SERVER:  # the module's tests of one database: its server's
+                params = nodeid.rpartition("[")[2].rstrip("]").split("-")
+                return f"{path}[{'postgres' if 'postgres' in params else 'sqlite'}]"
             return path if path in TOGETHER else nodeid
 
     return Together(config, log)
@@ -244,9 +272,14 @@ def sqlite_template(tmp_path_factory) -> Path:
 @pytest.fixture(params=["sqlite", "postgres"])
 def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     """A fresh, migrated database URL of each dialect: a copy of a template migrated once."""
+    yield from fresh_database(request, tmp_path)
+
+
+def fresh_database(request: pytest.FixtureRequest, directory: Path) -> Iterator[str]:
+    """db_url's database (also a module's: tests/acceptance/shared.py), its SQLite file in `directory`."""
     if request.param == "sqlite":
-        shutil.copyfile(request.getfixturevalue("sqlite_template"), tmp_path / "semula.db")
-        yield f"sqlite:///{tmp_path}/semula.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), directory / "semula.db")
+        yield f"sqlite:///{directory}/semula.db"
         return
     if not PG_URL:
         pytest.skip(PG_SKIP)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from semula.service import projects, tokens
@@ -18,6 +20,17 @@ def start_server(db_url, tmp_path):
 
     yield start
     for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def module_server(db_url, tmp_path_factory) -> Iterator[Server]:
+    """The `semula serve` of a module that shares one (tests/acceptance/shared.py: its `db_url` is
+    module-scoped; `server` hands this out)."""
+    server = Server(db_url, tmp_path_factory.mktemp("module-server") / "server.log")
+    try:
+        yield server.start()
+    finally:
         server.stop()
 
 

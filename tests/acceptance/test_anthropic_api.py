@@ -9,10 +9,12 @@ import anthropic
 import pytest
 
 from semula.service import bundles, entries, projects
+from tests.acceptance import shared
 from tests.acceptance.test_responses_api import recorded
 from tests.helpers import WEATHER_FUNCTION
 
 pytestmark = pytest.mark.acceptance
+db_url, ctx, server = shared.db_url, shared.ctx, shared.server  # one server for the module's tests
 
 MODEL = "claude-sonnet-4-6"
 WEATHER = {
@@ -23,8 +25,7 @@ WEATHER = {
 PARIS = {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
 
 
-def test_messages_record_then_replay_with_the_sdk(start_server, ctx, shop, anthropic_client):
-    server = start_server()
+def test_messages_record_then_replay_with_the_sdk(server, ctx, shop, anthropic_client):
     client = anthropic_client(server)
     seen: set[str] = set()
 
@@ -117,8 +118,7 @@ def test_messages_record_then_replay_with_the_sdk(start_server, ctx, shop, anthr
         assert stream.get_final_message().content[0].text == "one two three four five"
 
 
-def test_a_miss_is_the_sdks_error_with_semulas_explanation(start_server, ctx, shop, anthropic_client):
-    server = start_server()
+def test_a_miss_is_the_sdks_error_with_semulas_explanation(server, ctx, shop, anthropic_client):
     client = anthropic_client(server)
     recorded(
         ctx,
@@ -210,8 +210,7 @@ def claude_code_turns() -> tuple[list, list, list]:
     return system, tools, first
 
 
-def test_a_claude_code_conversation_records_and_replays(start_server, ctx, shop, anthropic_client):
-    server = start_server()
+def test_a_claude_code_conversation_records_and_replays(server, ctx, shop, anthropic_client):
     client = anthropic_client(server)
     system, tools, messages = claude_code_turns()
     betas = ["claude-code-20250219", "interleaved-thinking-2025-05-14"]

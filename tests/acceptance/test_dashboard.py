@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from semula.service import projects, tokens
+from tests.acceptance import shared
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.acceptance
+db_url, ctx, server = shared.db_url, shared.ctx, shared.server  # one server for the module's tests
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = os.environ.get("SEMULA_SCREENSHOTS")  # set to a folder to refresh docs/img
 WEATHER = {
@@ -90,8 +92,7 @@ def park(pool, client, ctx, shop, content: str, tools=None):
     return future, pending_id
 
 
-def test_a_person_answers_a_held_call(start_server, ctx, shop, openai_client, page):
-    server = start_server()
+def test_a_person_answers_a_held_call(server, ctx, shop, openai_client, page):
     client = openai_client(server)
     sign_in(page, server, ctx)
     with ThreadPoolExecutor(2) as pool:
@@ -111,8 +112,7 @@ def test_a_person_answers_a_held_call(start_server, ctx, shop, openai_client, pa
         assert future.result(timeout=30).choices[0].message.content == "Oslo."
 
 
-def test_an_invalid_tool_call_shows_the_field_error(start_server, ctx, shop, openai_client, page):
-    server = start_server()
+def test_an_invalid_tool_call_shows_the_field_error(server, ctx, shop, openai_client, page):
     client = openai_client(server)
     sign_in(page, server, ctx)
     with ThreadPoolExecutor(2) as pool:
@@ -132,8 +132,7 @@ def test_an_invalid_tool_call_shows_the_field_error(start_server, ctx, shop, ope
         assert call.function.name == "get_weather"
 
 
-def test_a_viewer_sees_no_answer_form(start_server, ctx, shop, openai_client, page):
-    server = start_server()
+def test_a_viewer_sees_no_answer_form(server, ctx, shop, openai_client, page):
     sign_in(page, server, ctx, role="viewer")
     with ThreadPoolExecutor(2) as pool:
         future, pending_id = park(pool, openai_client(server, timeout=5), ctx, shop, "viewer?")
@@ -147,8 +146,7 @@ def test_a_viewer_sees_no_answer_form(start_server, ctx, shop, openai_client, pa
             future.result(timeout=30)
 
 
-def test_a_form_without_its_csrf_token_is_refused(start_server, ctx, shop, openai_client, page):
-    server = start_server()
+def test_a_form_without_its_csrf_token_is_refused(server, ctx, shop, openai_client, page):
     sign_in(page, server, ctx)
     with ThreadPoolExecutor(2) as pool:
         future, pending_id = park(pool, openai_client(server, timeout=120), ctx, shop, "csrf?")
@@ -158,16 +156,18 @@ def test_a_form_without_its_csrf_token_is_refused(start_server, ctx, shop, opena
         with page.expect_response(lambda r: r.request.method == "POST") as info:
             page.click("button:text('Answer')")
         assert info.value.status == 400
-        assert ctx.store.one("get_pending", id=pending_id, workspace_id="wsp_default")["status"] == "pending"
+        assert (
+            ctx.store.one("get_pending", id=pending_id, workspace_id=ctx.principal.workspace_id)["status"]
+            == "pending"
+        )
         from semula.service import pending
 
         pending.answer(ctx, pending_id, {"content": "real"})
         assert future.result(timeout=30).choices[0].message.content == "real"
 
 
-def test_overview_lists_projects_with_counts(start_server, ctx, shop, page):
+def test_overview_lists_projects_with_counts(server, ctx, shop, page):
     projects.create(ctx, {"name": "other", "mode": "replay"})
-    server = start_server()
     sign_in(page, server, ctx, role="admin")
     rows = page.inner_text("table")
     assert "shop" in rows and "other" in rows and "replay" in rows
@@ -175,8 +175,7 @@ def test_overview_lists_projects_with_counts(start_server, ctx, shop, page):
         page.screenshot(path=str(Path(SHOTS) / "projects.png"))
 
 
-def test_entries_search_edit_diff_and_review(start_server, ctx, shop, openai_client, page):
-    server = start_server()
+def test_entries_search_edit_diff_and_review(server, ctx, shop, openai_client, page):
     client = openai_client(server)
     with ThreadPoolExecutor(2) as pool:
         future, pending_id = park(pool, client, ctx, shop, "Name a <b>colour</b>")

@@ -10,10 +10,12 @@ from dataclasses import replace
 import pytest
 
 from semula.service import Context, bundles, pending, projects
+from tests.acceptance import shared
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.acceptance
+db_url, ctx, server = shared.db_url, shared.ctx, shared.server  # one server for the module's tests
 
 SMALL = "text-embedding-3-small"
 CANARY = "sk-upstream-CANARY0123456789abcdefghijklmnop"
@@ -60,8 +62,7 @@ def vectors_of(result):
     return [item.embedding for item in result.data]
 
 
-def test_answered_vectors_replay_single_and_batch_in_both_formats(start_server, ctx, shop, openai_client):
-    server = start_server()
+def test_answered_vectors_replay_single_and_batch_in_both_formats(server, ctx, shop, openai_client):
     client = openai_client(server)
 
     def single():  # the SDK asks for base64 and decodes it itself
@@ -135,7 +136,7 @@ def test_record_through_and_synthetic_then_replayed_from_a_bundle(
     assert len(fake.calls) == 3
 
 
-def test_langchain_retrieval_replays_offline(start_server, ctx, token, fake):
+def test_langchain_retrieval_replays_offline(start_server, server, ctx, token, fake):
     from langchain_core.vectorstores import InMemoryVectorStore
     from langchain_openai import OpenAIEmbeddings
 
@@ -161,5 +162,5 @@ def test_langchain_retrieval_replays_offline(start_server, ctx, token, fake):
     fake.close()
 
     projects.update(ctx, "shop", {"mode": "replay"})
-    offline = start_server()  # no provider configured at all
+    offline = server  # the module's: no provider configured at all
     assert retrieve(offline, question) == [DOCUMENTS[0]]

@@ -14,11 +14,13 @@ import requests
 
 from semula.core import faults as fault_kinds
 from semula.service import Context, calllog, faults, projects, sequences
+from tests.acceptance import shared
 from tests.entry_helpers import save_entry
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.acceptance
+db_url, ctx, server = shared.db_url, shared.ctx, shared.server  # one server for the module's tests
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 RECORDED = "Hi there, how can I help you today?"
@@ -30,9 +32,8 @@ def replaying(ctx, shop):
 
 
 def test_a_rate_limit_rule_is_retried_twice_then_the_recording_then_the_next_call_at_once(
-    ctx, replaying, start_server, token
+    ctx, replaying, server, token
 ):
-    server = start_server()
     added = requests.post(
         f"{server.url}/api/v1/projects/shop/faults",
         json={"kind": "rate_limit", "times": 2, "retry_after": 0.1},
@@ -75,10 +76,9 @@ def pattern(client, count: int) -> list[bool]:
 
 
 def test_a_seeded_probability_rule_gives_the_same_calls_their_fault_on_every_run(
-    ctx, replaying, start_server, openai_client
+    ctx, replaying, server, openai_client
 ):
     faults.add(ctx, "shop", {"kind": "server_error", "probability": 0.5, "seed": 7})
-    server = start_server()
     run = openai_client(server, "shop/s/run-1")
     first = pattern(run, 12)
     expected = [fault_kinds.draw(7, number) < 0.5 for number in range(1, 13)]
@@ -116,16 +116,12 @@ def test_rules_and_their_counts_hold_across_two_workers(ctx, replaying, start_se
     assert [one(n) for n in range(4)] == [True, True, True, False]
 
 
-def test_the_google_genai_sdk_gets_client_and_server_errors_and_retries_when_told(
-    ctx, shop, start_server, token
-):
+def test_the_google_genai_sdk_gets_client_and_server_errors_and_retries_when_told(ctx, shop, server, token):
     from google import genai
     from google.genai import errors as genai_errors
     from google.genai import types
 
     from tests.acceptance.test_responses_api import recorded
-
-    server = start_server()
 
     def client(**retry):
         options = types.HttpOptions(
@@ -153,15 +149,13 @@ def test_the_google_genai_sdk_gets_client_and_server_errors_and_retries_when_tol
     assert ask(client(attempts=3, initial_delay=0.1, jitter=0)).text == "Hello!"
 
 
-def test_google_genai_sees_a_timeout_and_a_cut_as_httpx_errors(ctx, shop, start_server, token):
+def test_google_genai_sees_a_timeout_and_a_cut_as_httpx_errors(ctx, shop, server, token):
     """What docs/testing.md says google-genai raises for the two faults without a status: its HTTP
     library's errors (httpx's; google-genai 3.x ships it as httpx2)."""
     from google import genai
     from google.genai import types
 
     from tests.acceptance.test_responses_api import recorded
-
-    server = start_server()
 
     def client(fault: str | None = None, timeout: int = 60_000):
         headers = {"X-Semula-Fault": fault} if fault else None

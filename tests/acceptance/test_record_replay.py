@@ -15,9 +15,13 @@ import requests
 
 from semula.core import fingerprint as fp
 from semula.service import pending, projects
+from tests.acceptance import shared
 from tests.helpers import metric_samples, metric_value, wait_for
 
 pytestmark = pytest.mark.acceptance
+
+# One server for the tests that only need one; those about signals, restarts and metrics start their own.
+db_url, ctx, server = shared.db_url, shared.ctx, shared.server
 
 WEATHER_TOOL = {
     "type": "function",
@@ -66,8 +70,7 @@ def record(ctx, shop, client, payload, **request):
     return result
 
 
-def test_replay_hit_and_miss(start_server, ctx, shop, openai_client):
-    server = start_server()
+def test_replay_hit_and_miss(server, ctx, shop, openai_client):
     client = openai_client(server)
     first = record(
         ctx,
@@ -96,15 +99,15 @@ def test_replay_hit_and_miss(start_server, ctx, shop, openai_client):
     assert "messages[1].content" in info.value.message
 
 
-def test_twenty_identical_calls_share_one_pending_row(start_server, ctx, shop, openai_client):
-    server = start_server()
+def test_twenty_identical_calls_share_one_pending_row(server, ctx, shop, openai_client):
     client = openai_client(server)
     request = {"model": "gpt-4o", "messages": messages("share me")}
+    held = server_held(server)  # calls an earlier test of the module left held on its server, if any
     with ThreadPoolExecutor(20) as pool:
         futures = [pool.submit(client.chat.completions.create, **request) for _ in range(20)]
         ids = parked_ids(ctx, shop, 1)
         # All 20 are in: the server logged nothing yet, and only one row exists for them.
-        wait_for(lambda: server_held(server) >= 20, what="20 held calls")
+        wait_for(lambda: server_held(server) - held >= 20, what="20 held calls")
         assert len(ctx.store.all("parked_in_project", project_id=shop["id"])) == 1
         pending.answer(ctx, ids[0], {"content": "shared answer"})
         results = [f.result(timeout=30) for f in futures]
@@ -121,8 +124,7 @@ def server_held(server) -> float:
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("semula_held_calls"))
 
 
-def test_tool_call_answer_validated_then_replayed(start_server, ctx, shop, openai_client):
-    server = start_server()
+def test_tool_call_answer_validated_then_replayed(server, ctx, shop, openai_client):
     client = openai_client(server)
     request = {"model": "gpt-4o", "messages": messages("weather in Paris?"), "tools": [WEATHER_TOOL]}
     with ThreadPoolExecutor(1) as pool:
@@ -151,8 +153,7 @@ def test_tool_call_answer_validated_then_replayed(start_server, ctx, shop, opena
     assert replayed.choices[0].message.tool_calls[0].id == call.id
 
 
-def test_streaming_with_and_without_usage(start_server, ctx, shop, openai_client):
-    server = start_server()
+def test_streaming_with_and_without_usage(server, ctx, shop, openai_client):
     client = openai_client(server)
     request = {"model": "gpt-4o", "messages": messages("stream please")}
     record(ctx, shop, client, {"content": "A streamed answer, in several pieces, please."}, **request)
@@ -182,8 +183,7 @@ def test_streaming_with_and_without_usage(start_server, ctx, shop, openai_client
     assert json.loads(final.choices[0].message.tool_calls[0].function.arguments) == {"city": "Oslo"}
 
 
-def test_chunks_recorded_from_a_stream_replay_identically(start_server, ctx, shop, openai_client, store):
-    server = start_server()
+def test_chunks_recorded_from_a_stream_replay_identically(server, ctx, shop, openai_client, store):
     client = openai_client(server)
     request = {"model": "gpt-4o", "messages": messages("recorded stream")}
     recorded = [
@@ -232,9 +232,8 @@ def test_chunks_recorded_from_a_stream_replay_identically(start_server, ctx, sho
     assert client.chat.completions.create(**request).choices[0].message.content == "Odd split"
 
 
-def test_timeout_then_late_answer_is_saved(start_server, ctx, openai_client):
+def test_timeout_then_late_answer_is_saved(server, ctx, openai_client):
     projects.create(ctx, {"name": "shop", "record_timeout": 1})
-    server = start_server()
     client = openai_client(server)
     request = {"model": "gpt-4o", "messages": messages("too slow")}
     with pytest.raises(openai.APIStatusError) as info:
@@ -246,8 +245,8 @@ def test_timeout_then_late_answer_is_saved(start_server, ctx, openai_client):
     assert client.chat.completions.create(**request).choices[0].message.content == "late but saved"
 
 
-def test_parked_on_one_server_answered_through_another(start_server, ctx, shop, openai_client):
-    first, second = start_server(), start_server()
+def test_parked_on_one_server_answered_through_another(server, start_server, ctx, shop, openai_client):
+    first, second = server, start_server()
     request = {"model": "gpt-4o", "messages": messages("two servers")}
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(openai_client(first).chat.completions.create, **request)
@@ -289,8 +288,7 @@ def test_sigkill_while_holding_100_calls_loses_no_pending_row(start_server, ctx,
         assert retry.chat.completions.create(**requests_[i]).choices[0].message.content == f"answer {i}"
 
 
-def test_a_client_that_gives_up_leaves_its_pending_row(start_server, ctx, shop, openai_client):
-    server = start_server()
+def test_a_client_that_gives_up_leaves_its_pending_row(server, ctx, shop, openai_client):
     request = {"model": "gpt-4o", "messages": messages("impatient")}
     with pytest.raises(openai.APITimeoutError):
         openai_client(server, timeout=1).chat.completions.create(**request)

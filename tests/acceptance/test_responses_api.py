@@ -10,9 +10,11 @@ import pydantic
 import pytest
 
 from semula.service import bundles, pending, projects
+from tests.acceptance import shared
 from tests.helpers import RESPONSES_WEATHER_TOOL, wait_for
 
 pytestmark = pytest.mark.acceptance
+db_url, ctx, server = shared.db_url, shared.ctx, shared.server  # one server for the module's tests
 
 WEATHER = RESPONSES_WEATHER_TOOL
 
@@ -46,8 +48,7 @@ def recorded(ctx, shop, payload, seen, make_call):
     return result
 
 
-def test_responses_record_then_replay_with_the_sdk(start_server, ctx, shop, openai_client):
-    server = start_server()
+def test_responses_record_then_replay_with_the_sdk(server, ctx, shop, openai_client):
     client = openai_client(server)
     seen: set[str] = set()
 
@@ -123,10 +124,9 @@ def test_responses_record_then_replay_with_the_sdk(start_server, ctx, shop, open
     assert follow.output_text == "It is 21 °C in Paris."
 
 
-def test_a_responses_miss_in_replay_names_the_first_difference(start_server, ctx, shop, openai_client):
+def test_a_responses_miss_in_replay_names_the_first_difference(server, ctx, shop, openai_client):
     import openai
 
-    server = start_server()
     client = openai_client(server)
     recorded(
         ctx,

@@ -15,10 +15,12 @@ import websockets.exceptions
 from websockets.sync.client import connect as ws_connect
 
 from semula.service import Context, projects, tokens
+from tests.acceptance import shared
 from tests.fake_upstream import FakeUpstream
 from tests.helpers import answered_post, metric_samples, metric_value, parked, typed_events, wait_for
 
 pytestmark = pytest.mark.acceptance
+db_url, ctx, server = shared.db_url, shared.ctx, shared.server  # one server for the module's tests
 CANARY = "sk-upstream-CANARY0123456789abcdefghijklmnop"
 
 
@@ -66,8 +68,7 @@ def answer_over_rest(server, token, ctx, shop, text: str, seen: set[str]) -> thr
     return thread
 
 
-def test_two_turns_on_one_socket_record_then_replay(start_server, ctx, shop, openai_client, token):
-    server = start_server()
+def test_two_turns_on_one_socket_record_then_replay(server, ctx, shop, openai_client, token):
     client = openai_client(server)
     seen: set[str] = set()
     with client.responses.connect() as connection:
@@ -108,8 +109,7 @@ def test_two_turns_on_one_socket_record_then_replay(start_server, ctx, shop, ope
     assert http.output_text == "Hello there!" and http.id == first_id
 
 
-def test_the_handshake_needs_a_token(start_server, ctx, shop, openai_client):
-    server = start_server()
+def test_the_handshake_needs_a_token(server, ctx, shop, openai_client):
     client = openai_client(server, api_key="sk-not-a-semula-token")
     with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
         client.responses.connect().enter()
@@ -136,8 +136,7 @@ def _unstamped(value: Any) -> Any:
     return value
 
 
-def test_a_turn_streams_what_the_sse_stream_does_and_errors_are_events(start_server, ctx, shop, token):
-    server = start_server()
+def test_a_turn_streams_what_the_sse_stream_does_and_errors_are_events(server, ctx, shop, token):
     auth = {"Authorization": f"Bearer {token}"}
     body = {"model": "gpt-4.1-mini", "input": "Say hi", "stream": True}
     post = functools.partial(
@@ -219,8 +218,7 @@ def test_a_record_through_turn_is_relayed_live_then_replays(start_server, ctx, t
         fake.close()
 
 
-def test_a_token_revoked_while_its_socket_is_open_is_refused(start_server, ctx, shop):
-    server = start_server()
+def test_a_token_revoked_while_its_socket_is_open_is_refused(server, ctx, shop):
     projects.update(ctx, "shop", {"mode": "replay"})  # a turn is a miss (424) until it is refused
     made = tokens.create(ctx, {"role": "admin", "scope": "full"})
     auth = {"Authorization": f"Bearer {made['token']}"}
