@@ -31,6 +31,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,11 +178,7 @@ class Parking:
                 waiters = {pending_id: list(h.waiters) for pending_id, h in self._holds.items()}
             if not waiters:
                 return
-            held: dict[str, dict[int, int]] = {}
-            for pending_id, ws in waiters.items():
-                for w in ws:
-                    epochs = held.setdefault(pending_id, {})
-                    epochs[w.epoch] = epochs.get(w.epoch, 0) + 1
+            held = {pending_id: Counter(w.epoch for w in ws) for pending_id, ws in waiters.items()}
             until = time.time() + pending_service.HOLD_LEASE
             for pending_id, epoch in pending_service.renew_held(self.store, held, until).items():
                 for w in waiters[pending_id]:

@@ -123,8 +123,7 @@ class ChangeCache:
                 if self.listening and self.epoch == epoch:
                     self.known[workspace_id] = version
                     if len(self.entries) >= ENTRY_ROWS or self._entry_bytes + size > ENTRY_BYTES:
-                        self.entries.clear()
-                        self._entry_bytes = 0
+                        self._forget_entries()
                     old = self.entries.get(key)
                     if old is not None:
                         self._entry_bytes -= _row_bytes(old[0])
